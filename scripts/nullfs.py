@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""nullfs — a do-nothing pyfuse3 filesystem: "the FUSE ceiling" for benchmarks.
+
+The root directory holds one file, `sink`: writes are accepted (and discarded), reads return
+nothing, its size is always 0. Every request is answered as cheaply as pyfuse3 allows, so
+timing writes to MNT/sink measures the cost of FUSE + pyfuse3 + trio alone.
+
+Usage: python scripts/nullfs.py MOUNTPOINT    (foreground; SIGINT/SIGTERM unmount cleanly)
+"""
+import errno
+import os
+import signal
+import stat
+import sys
+import time
+
+import pyfuse3
+import trio
+
+SINK_NAME = b"sink"
+SINK_INODE = pyfuse3.ROOT_INODE + 1
+STAMP_NS = time.time_ns()
+
+
+class NullFS(pyfuse3.Operations):
+    async def getattr(self, inode, ctx=None):
+        if inode == pyfuse3.ROOT_INODE:
+            mode, nlink = stat.S_IFDIR | 0o755, 2
+        elif inode == SINK_INODE:
+            mode, nlink = stat.S_IFREG | 0o666, 1
+        else:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        attr = pyfuse3.EntryAttributes()
+        attr.st_ino = inode
+        attr.st_mode = mode
+        attr.st_nlink = nlink
+        attr.st_uid, attr.st_gid = os.getuid(), os.getgid()
+        attr.st_size = 0
+        attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = STAMP_NS
+        attr.attr_timeout = attr.entry_timeout = 300  # nothing here ever changes
+        return attr
+
+    async def lookup(self, parent_inode, name, ctx=None):
+        if parent_inode != pyfuse3.ROOT_INODE or name != SINK_NAME:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return await self.getattr(SINK_INODE)
+
+    async def setattr(self, inode, attr, fields, fh, ctx):
+        return await self.getattr(inode)  # accept and ignore (e.g. O_TRUNC from `> sink`)
+
+    async def opendir(self, inode, ctx):
+        if inode != pyfuse3.ROOT_INODE:
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        return inode
+
+    async def readdir(self, fh, start_id, token):
+        if start_id == 0:
+            pyfuse3.readdir_reply(token, SINK_NAME, await self.getattr(SINK_INODE), 1)
+
+    async def open(self, inode, flags, ctx):
+        if inode != SINK_INODE:
+            raise pyfuse3.FUSEError(errno.EISDIR)
+        return pyfuse3.FileInfo(fh=inode)
+
+    async def read(self, fh, off, size):
+        return b""
+
+    async def write(self, fh, off, buf):
+        return len(buf)
+
+    async def release(self, fh):
+        pass
+
+    async def statfs(self, ctx):
+        st = pyfuse3.StatvfsData()
+        st.f_bsize = st.f_frsize = 4096
+        st.f_files, st.f_namemax = 2, 255
+        return st
+
+
+async def serve():
+    async with trio.open_nursery() as nursery:
+
+        async def stop_on_signal():
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    pyfuse3.terminate()  # makes pyfuse3.main() return
+                    return
+
+        nursery.start_soon(stop_on_signal)
+        await pyfuse3.main()  # returns on signal or on external unmount
+        nursery.cancel_scope.cancel()
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(f"usage: {sys.argv[0]} MOUNTPOINT")
+    options = set(pyfuse3.default_options) | {"fsname=nullfs", "default_permissions", "auto_unmount"}
+    pyfuse3.init(NullFS(), sys.argv[1], options)
+    try:
+        trio.run(serve)
+    finally:
+        pyfuse3.close(unmount=True)
+
+
+if __name__ == "__main__":
+    main()
