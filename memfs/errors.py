@@ -1,0 +1,70 @@
+"""The error types of memfs, shared by every layer.
+
+Each error carries a one-line, human-readable reason (``str(err)``) and the errno name that
+the filesystem adapter reports for it (``err.errno_name``). The mapping from these names to
+numbers lives in ``memfs.fs.errors``; nothing below the filesystem layer deals in numbers.
+"""
+
+from __future__ import annotations
+
+
+class MemfsError(Exception):
+    """Base class: a refused or failed memfs operation with a one-line reason."""
+
+    errno_name = "EIO"
+
+    @property
+    def reason(self) -> str:
+        return str(self)
+
+
+class ValidationError(MemfsError):
+    """A line was refused by the event contract (SPEC §2); it went to ``rejected.jsonl``."""
+
+    errno_name = "EBADMSG"
+
+
+class LineTooLong(ValidationError):
+    """A line exceeded ``max_line_bytes``."""
+
+    errno_name = "EFBIG"
+
+
+class SessionBusy(MemfsError):
+    """Another process holds the session's liveness lock (SPEC §3.5–§3.6)."""
+
+    errno_name = "EBUSY"
+
+
+class SymlinkRefused(MemfsError):
+    """A path inside the store is a symlink; memfs never follows one (SPEC §1)."""
+
+    errno_name = "ELOOP"
+
+
+class TurnNotFound(MemfsError, LookupError):
+    """``reconstruct_turn(n)`` for a turn that never existed or was evicted."""
+
+    errno_name = "ENOENT"
+
+
+class ReadOnlySession(MemfsError):
+    """A write was attempted through a read-only session handle."""
+
+    errno_name = "EROFS"
+
+
+class SessionClosed(MemfsError):
+    """The handle was used after ``close()``."""
+
+    errno_name = "EBADF"
+
+
+class CapRewriteError(MemfsError):
+    """The event cap could not be enforced (SPEC §3.7).
+
+    The appended event itself is durable; the log is untouched and the cap is tried again
+    after the next append.
+    """
+
+    errno_name = "EIO"

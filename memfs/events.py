@@ -1,0 +1,391 @@
+"""The event contract (SPEC §2): one line of ``events.jsonl`` in, a validated record out.
+
+Two entry points, one per use:
+
+* :func:`parse_line` — for an *append*. Full validation of the envelope and of every known
+  event type; a bare event (``{"type": ...}`` with no envelope) is wrapped in an envelope
+  carrying :data:`SCHEMA_VERSION`, its own bytes kept verbatim inside. Raises
+  :class:`~memfs.errors.ValidationError` with one specific reason on refusal.
+* :func:`decode_stored` — for a *rescan* of bytes already in a log. Never raises: it returns
+  ``None`` for a line the rescan must skip (blank, not UTF-8, not JSON, not an envelope, a
+  malformed lifecycle event). Non-lifecycle events are accepted without field checks there,
+  so a log written by an older or laxer writer keeps its lines.
+
+No I/O happens here.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Callable
+
+import orjson
+
+from memfs.errors import ValidationError
+
+SCHEMA_VERSION = "0.18.0"
+_ENVELOPE_HEAD = b'{"schema_version":"' + SCHEMA_VERSION.encode() + b'","event":'
+
+
+class Kind(enum.IntEnum):
+    """What an event means to the turn state machine (SPEC §3.1)."""
+
+    OTHER = 0
+    THREAD_STARTED = 1
+    THREAD_COMPLETED = 2
+    TURN_STARTED = 3
+    TURN_COMPLETED = 4
+    TURN_FAILED = 5
+
+
+LIFECYCLE_KINDS = {
+    "thread.started": Kind.THREAD_STARTED,
+    "thread.completed": Kind.THREAD_COMPLETED,
+    "turn.started": Kind.TURN_STARTED,
+    "turn.completed": Kind.TURN_COMPLETED,
+    "turn.failed": Kind.TURN_FAILED,
+}
+
+
+class Record:
+    """An accepted line: the exact bytes to store (no trailing newline) and its decoding.
+
+    A plain slotted class rather than a dataclass: it is built once per appended line.
+    """
+
+    __slots__ = ("line", "type", "event", "kind")
+
+    def __init__(self, line: bytes, type: str, event: dict, kind: Kind):
+        self.line = line
+        self.type = type
+        self.event = event
+        self.kind = kind
+
+
+# --- field checks -------------------------------------------------------------------------
+# A check is (predicate, what-it-must-be). Predicates see a decoded JSON value; bool is
+# excluded from integers explicitly because Python's bool is an int.
+
+
+class _Bad(Exception):
+    """Internal: carries the dotted path of a wrong field and what it must be."""
+
+    def __init__(self, path: str, what: str):
+        self.path = path
+        self.what = what
+
+
+Check = tuple[Callable[[Any], bool], str]
+
+STR: Check = (lambda v: type(v) is str, "a string")
+BOOL: Check = (lambda v: type(v) is bool, "a boolean")
+INT: Check = (lambda v: type(v) is int, "an integer")
+UINT: Check = (lambda v: type(v) is int and v >= 0, "a non-negative integer")
+NUMBER: Check = (lambda v: type(v) is int or type(v) is float, "a number")
+OBJECT: Check = (lambda v: type(v) is dict, "an object")
+ANY: Check = (lambda v: True, "any value")
+STR_LIST: Check = (
+    lambda v: type(v) is list and all(type(x) is str for x in v),
+    "a list of strings",
+)
+
+
+def one_of(*values: str) -> Check:
+    allowed = frozenset(values)
+    return (lambda v: type(v) is str and v in allowed, "one of " + "/".join(values))
+
+
+def equal_to(value: str) -> Check:
+    return (lambda v: v == value, f'"{value}"')
+
+
+# Simple checks are compiled to inline ``type(v) is T`` tests (see _compile); a Python call per
+# field would cost more than parsing the JSON.
+_INLINE = {id(STR): "type(v) is str", id(BOOL): "type(v) is bool", id(INT): "type(v) is int",
+           id(UINT): "type(v) is int and v >= 0", id(OBJECT): "type(v) is dict"}
+
+
+def _compile(required: dict, optional: dict, prefix: str) -> Callable[[dict], None]:
+    """Build a checker for one field table: it raises :class:`_Bad` on the first wrong field.
+
+    Required fields must be present and pass; optional ones must pass when present and not null.
+    """
+    lines = ["def check(obj):"]
+    env: dict[str, Any] = {"_Bad": _Bad, "_MISSING": _MISSING}
+    for n, (name, check) in enumerate([*required.items(), *optional.items()]):
+        test = _INLINE.get(id(check))
+        if test is None:
+            env[f"p{n}"] = check[0]
+            test = f"p{n}(v)"
+        if name in required:
+            lines.append(f"    v = obj.get({name!r}, _MISSING)")
+            cond = f"v is _MISSING or not ({test})"
+        else:
+            lines.append(f"    v = obj.get({name!r})")
+            cond = f"v is not None and not ({test})"
+        lines.append(f"    if {cond}: raise _Bad({prefix + name!r}, {check[1]!r})")
+    lines.append("    return None")
+    exec("\n".join(lines), env)
+    return env["check"]
+
+
+_MISSING = object()
+
+
+_USAGE_FIELDS = ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")
+
+
+def _check_usage(value: Any, path: str) -> None:
+    if type(value) is not dict:
+        raise _Bad(path, "an object")
+    for name in _USAGE_FIELDS:
+        v = value.get(name)
+        if v is not None and not (type(v) is int and v >= 0):
+            raise _Bad(f"{path}.{name}", "a non-negative integer")
+
+
+_CONTEXT_OPTIONAL = {
+    "task_id": STR,
+    "turn_id": STR,
+    "actor_id": STR,
+    "origin": one_of("user", "correction", "plan_approval", "continuation", "retry"),
+    "timestamp": STR,
+}
+
+_check_context = _compile({}, _CONTEXT_OPTIONAL, "context.")
+
+_FILE_CHANGE_KIND = one_of("add", "delete", "update")
+
+# ThreadItem fields by item type: (required, optional).
+_ITEM_FIELDS: dict[str, tuple[dict, dict]] = {
+    "agent_message": ({"text": STR}, {}),
+    "plan": ({"text": STR}, {}),
+    "reasoning": ({"text": STR}, {"stage": STR}),
+    "decision": ({"summary": STR, "rationale": STR}, {}),
+    "command_execution": (
+        {"command": STR, "status": one_of("completed", "failed", "in_progress")},
+        {"aggregated_output": STR, "exit_code": INT, "arguments": ANY},
+    ),
+    "tool_invocation": ({"tool_name": STR, "status": STR}, {}),
+    "tool_output": ({"call_id": STR, "status": STR}, {"output": STR}),
+    "file_change": ({"status": one_of("completed", "failed")}, {}),
+    "mcp_tool_call": ({"tool_name": STR}, {}),
+    "web_search": ({"query": STR}, {}),
+    "harness": ({"event": STR}, {"message": STR}),
+    "error": ({"message": STR}, {}),
+}
+
+
+_ITEM_CHECKS = {t: _compile(req, opt, "item.") for t, (req, opt) in _ITEM_FIELDS.items()}
+_check_item_base = _compile({"id": STR, "type": STR}, {"context": OBJECT}, "item.")
+_check_change = _compile({"path": STR, "kind": _FILE_CHANGE_KIND}, {}, "")
+
+
+def _check_item(item: Any) -> None:
+    if type(item) is not dict:
+        raise _Bad("item", "an object")
+    _check_item_base(item)
+    check = _ITEM_CHECKS.get(item["type"])
+    if check is None:
+        return  # unknown item type: only id and type are checked
+    check(item)
+    if item["type"] == "file_change":
+        changes = item.get("changes")
+        if type(changes) is not list:
+            raise _Bad("item.changes", "a list of {path, kind}")
+        for i, change in enumerate(changes):
+            if type(change) is not dict:
+                raise _Bad(f"item.changes[{i}]", "an object")
+            try:
+                _check_change(change)
+            except _Bad as bad:
+                raise _Bad(f"item.changes[{i}].{bad.path}", bad.what) from None
+
+
+def _usage_required(event: dict) -> None:
+    if "usage" not in event:
+        raise _Bad("usage", "a Usage object")
+    _check_usage(event["usage"], "usage")
+
+
+def _usage_optional(event: dict) -> None:
+    if event.get("usage") is not None:
+        _check_usage(event["usage"], "usage")
+
+
+def _turn_started_extra(event: dict) -> None:
+    context = event.get("context")
+    if context is not None:
+        if type(context) is not dict:
+            raise _Bad("context", "an object")
+        _check_context(context)
+
+
+def _matrix_extra(event: dict) -> None:
+    if type(event["spec"].get("id")) is not str:
+        raise _Bad("spec.id", "a string")
+
+
+def _item_extra(event: dict) -> None:
+    _check_item(event.get("item"))
+
+
+# Event fields by type: (required, optional, extra check or None).
+_EVENT_FIELDS: dict[str, tuple[dict, dict, Callable[[dict], None] | None]] = {
+    "thread.started": ({"thread_id": STR}, {}, None),
+    "thread.completed": (
+        {"thread_id": STR, "session_id": STR, "outcome_code": STR, "subtype": STR, "num_turns": UINT},
+        {"completed_at": STR, "result": STR, "stop_reason": STR, "total_cost_usd": NUMBER},
+        _usage_required,
+    ),
+    "thread.compact_boundary": (
+        {
+            "thread_id": STR,
+            "trigger": STR,
+            "mode": STR,
+            "original_message_count": UINT,
+            "compacted_message_count": UINT,
+        },
+        {},
+        None,
+    ),
+    "context.reset": (
+        {
+            "thread_id": STR,
+            "turn_id": STR,
+            "trigger": STR,
+            "plan_preserved": BOOL,
+            "previous_context_usage_percent": NUMBER,
+            "tool_budget_reset": BOOL,
+        },
+        {},
+        None,
+    ),
+    "turn.started": ({}, {"token_breakdown": OBJECT}, _turn_started_extra),
+    "turn.completed": ({}, {"completed_at": STR, "in_progress_exec_sessions": STR_LIST}, _usage_required),
+    "turn.failed": ({"message": STR}, {"completed_at": STR}, _usage_optional),
+    "turn.blocked": ({"message": STR}, {"completed_at": STR, "last_tool": STR}, _usage_optional),
+    "item.started": ({}, {}, _item_extra),
+    "item.updated": ({}, {}, _item_extra),
+    "item.completed": ({}, {}, _item_extra),
+    "permission.requested": ({"tool_name": STR}, {}, None),
+    "permission.resolved": (
+        {"tool_name": STR, "decision": one_of("allow", "deny", "cancelled", "followup"), "wait_ms": UINT},
+        {},
+        None,
+    ),
+    "interjected": (
+        {"source": one_of("direct", "queue"), "image_count": UINT, "redirect_kind": equal_to("interjection")},
+        {},
+        None,
+    ),
+    "plan.delta": ({"thread_id": STR, "turn_id": STR, "item_id": STR, "delta": STR}, {}, None),
+    "plan.approval.requested": ({"thread_id": STR, "turn_id": STR}, {}, None),
+    "plan.approval.resolved": ({"thread_id": STR, "turn_id": STR, "decision": STR, "automatic": BOOL}, {}, None),
+    "matrix.updated": ({"spec": OBJECT}, {}, _matrix_extra),
+    "error": ({"message": STR}, {}, None),
+}
+
+
+_EVENT_CHECKS = {t: (_compile(req, opt, ""), extra) for t, (req, opt, extra) in _EVENT_FIELDS.items()}
+
+
+def check_event(event: dict) -> str | None:
+    """Return the refusal reason for a decoded event object, or None when it is valid.
+
+    ``event`` must already be a dict with a string ``type``. Unknown types are valid.
+    """
+    etype = event["type"]
+    checks = _EVENT_CHECKS.get(etype)
+    if checks is None:
+        return None
+    check, extra = checks
+    try:
+        check(event)
+        if extra is not None:
+            extra(event)
+    except _Bad as bad:
+        return f'{etype}: "{bad.path}" must be {bad.what}'
+    return None
+
+
+# --- lines ----------------------------------------------------------------------------------
+
+
+def _json_reason(exc: orjson.JSONDecodeError) -> str:
+    msg = str(exc)
+    if "UTF-8" in msg or "utf-8" in msg:
+        return "line is not valid UTF-8"
+    return f"line is not valid JSON: {msg}"
+
+
+def strip_line(raw: bytes) -> bytes:
+    """Drop one trailing ``\\n`` and then one trailing ``\\r``: the writer's line, as stored."""
+    if raw.endswith(b"\n"):
+        raw = raw[:-1]
+    if raw.endswith(b"\r"):
+        raw = raw[:-1]
+    return raw
+
+
+def parse_line(raw: bytes) -> Record:
+    """Validate one line for appending and return what to store.
+
+    ``raw`` may end with ``\\n`` (and ``\\r\\n``); it must not contain any other newline.
+    Raises :class:`ValidationError` with a one-line reason.
+    """
+    line = strip_line(raw)
+    if b"\n" in line:
+        raise ValidationError("line contains a newline: append one JSON object per line")
+    if not line.strip():
+        raise ValidationError("line is blank: expected one JSON object")
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise ValidationError(_json_reason(exc)) from None
+    if type(obj) is not dict:
+        raise ValidationError("line is not a JSON object")
+
+    if "event" in obj or "schema_version" in obj:
+        if type(obj.get("schema_version")) is not str:
+            raise ValidationError('envelope: "schema_version" must be a string')
+        event = obj.get("event")
+        if type(event) is not dict:
+            raise ValidationError('envelope: "event" must be an object')
+        stored = line
+    elif "type" in obj:
+        event = obj
+        stored = _ENVELOPE_HEAD + line + b"}"  # bare event: wrapped, its bytes verbatim
+    else:
+        raise ValidationError('line is neither an envelope {"schema_version","event"} nor a bare event with "type"')
+
+    etype = event.get("type")
+    if type(etype) is not str:
+        raise ValidationError('event: "type" must be a string')
+    reason = check_event(event)
+    if reason is not None:
+        raise ValidationError(reason)
+    return Record(stored, etype, event, LIFECYCLE_KINDS.get(etype, Kind.OTHER))
+
+
+def decode_stored(line: bytes) -> tuple[Kind, dict] | None:
+    """Decode a line already in a log, with the rescan's acceptance rules (SPEC §3.3).
+
+    Returns ``(kind, event)`` or ``None`` when the rescan must skip the line.
+    """
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if type(obj) is not dict or type(obj.get("schema_version")) is not str:
+        return None
+    event = obj.get("event")
+    if type(event) is not dict:
+        return None
+    etype = event.get("type")
+    if type(etype) is not str:
+        return None
+    kind = LIFECYCLE_KINDS.get(etype, Kind.OTHER)
+    if kind is not Kind.OTHER and check_event(event) is not None:
+        return None
+    return kind, event

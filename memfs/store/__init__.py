@@ -1,0 +1,1 @@
+"""Floor 2: one session on disk — the log, its metadata, locking and store operations."""

@@ -1,0 +1,133 @@
+"""The event cap (SPEC §3.7): evict whole completed turns from the front of the log.
+
+The rewrite protocol, in order — each step leaves the store recoverable if the process dies
+right after it:
+
+1. flush + fdatasync; the evicted prefix is ``[0, cut)`` where ``cut`` ends a closed turn;
+2. recount the prefix with the rescan's acceptance rules;
+3. the summary hook gets the decoded evicted events (default: ``derived/eviction-summary-*.json``);
+   if it fails, stop with the log untouched;
+4. write the marker ``index/pending-cap-rewrite.json``;
+5. atomically replace ``events.jsonl`` with ``[cut, end)``;
+6. shift offsets and counts, persist metadata, delete the marker.
+
+Decision: the default summary keeps the *first* 32 distinct facts of the evicted events, in
+log order. Summary names carry the creation time in their first 16 hex digits, so sorting the
+names sorts them chronologically.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+import orjson
+
+from memfs.errors import CapRewriteError
+from memfs.events import decode_stored
+from memfs.facts import event_facts
+from memfs.store.lines import scan_lines
+from memfs.store.meta import CapMarker, now_rfc3339
+from memfs.store.paths import CAP_MARKER, DERIVED_DIR, EVENTS, atomic_write, ensure_private_dir, open_nofollow, remove_file
+
+SUMMARY_PREFIX = "eviction-summary-"
+SUMMARY_MAX_FACTS = 32
+
+
+def _after_step(step: int) -> None:
+    """Called after each protocol step; crash tests replace it to stop the process there."""
+
+
+def plan_cut(index, in_turn: bool, excess: int) -> tuple[int, int] | None:
+    """How many leading closed turns to evict to drop at least ``excess`` events, and the
+    byte offset ending the last of them. None when there is no closed turn to evict.
+
+    The turns' own counts are a lower bound of what goes: records outside turns before the
+    cut go too, and the recount (step 2) finds them.
+    """
+    closed = len(index) - (1 if in_turn else 0)
+    total = k = 0
+    while k < closed and total < excess:
+        total += index.count[k]
+        k += 1
+    return (k, index.end[k - 1]) if k else None
+
+
+def default_summary_hook(session_dir: Path, session_id: str, events: list[dict]) -> None:
+    """Write ``derived/eviction-summary-<32 hex>.json`` for the evicted events."""
+    facts: list[str] = []
+    seen: set[str] = set()
+    for event in events:
+        for _type, fact in event_facts(event):
+            if fact not in seen and len(facts) < SUMMARY_MAX_FACTS:
+                seen.add(fact)
+                facts.append(fact)
+    summary = {
+        "session_id": session_id,
+        "evicted_event_count": len(events),
+        "event_types": dict(Counter(e["type"] for e in events)),
+        "grounded_facts": facts,
+        "created_at": now_rfc3339(),
+    }
+    derived = session_dir / DERIVED_DIR
+    ensure_private_dir(derived)
+    name = f"{SUMMARY_PREFIX}{time.time_ns():016x}{os.urandom(8).hex()}.json"
+    atomic_write(derived / name, orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+
+
+def enforce_cap(s) -> None:
+    """Bring ``s`` (a ``log._Shared``, its mutex held) under its cap, if closed turns allow."""
+    state = s.state
+    plan = plan_cut(state.index, state.in_turn, state.event_count - s.max_events)
+    if plan is None:
+        return
+    k, cut = plan
+    # 1. everything durable before anything is rewritten
+    s.write_pending()
+    s.sync_to(s.flushed_len)
+    file_len = s.flushed_len
+    _after_step(1)
+    # 2. recount the prefix as a rescan would
+    evicted = []
+    for _off, line in scan_lines(s.fd, 0, cut):
+        decoded = decode_stored(line)
+        if decoded is not None:
+            evicted.append(decoded[1])
+    _after_step(2)
+    # 3. the summary hook; its failure leaves the log untouched
+    hook = s.summary_hook or default_summary_hook
+    try:
+        hook(s.dir, s.session_id, evicted)
+    except Exception as exc:
+        raise CapRewriteError(f"event cap not applied: summary hook failed: {exc}") from exc
+    _after_step(3)
+    # 4. the marker
+    new_base = state.index.base + k
+    atomic_write(s.dir / CAP_MARKER, CapMarker(file_len, file_len - cut, new_base).to_json())
+    _after_step(4)
+    # 5. the remainder replaces the log
+    old_fd = s.fd
+
+    def copy_remainder(dst: int) -> None:
+        pos = cut
+        while pos < file_len:
+            n = os.copy_file_range(old_fd, dst, file_len - pos, pos)
+            if n == 0:
+                raise OSError("log shrank during a cap rewrite")
+            pos += n
+
+    atomic_write(s.dir / EVENTS, copy_remainder)
+    s.fd = open_nofollow(s.dir / EVENTS, os.O_RDWR | os.O_APPEND)
+    os.close(old_fd)
+    _after_step(5)
+    # 6. shift the state and persist it
+    state.index.drop_front(k, cut)
+    state.event_count -= len(evicted)
+    s.flushed_len = s.synced_len = file_len - cut
+    s.version += 1
+    s.rewrites += 1
+    s.persist()
+    remove_file(s.dir / CAP_MARKER)
+    _after_step(6)

@@ -1,0 +1,655 @@
+"""The session log (SPEC §3): one append-only ``events.jsonl`` and the state it implies.
+
+:func:`open_session` returns a :class:`SessionHandle`. All handles to one session inside one
+process share one :class:`_Shared` (one file descriptor, one buffer, one lock, one state);
+the liveness lock is released when the last handle closes.
+
+Durability (§3.2):
+
+* ``buffered`` — lines collect in memory until a turn boundary, 64 KiB, any read, a cap
+  rewrite, ``flush`` or ``close``;
+* ``write`` — each append's lines are written to the file before it returns;
+* ``fsync`` — each append returns after ``fdatasync``; concurrent appends from several threads
+  share one ``fdatasync`` (group commit).
+
+Metadata (manifest + turn index) is persisted at turn boundaries and 64 KiB flushes in the
+§3.2 order. Decision recorded here: because one persist costs three fsyncs (~2 ms), persists
+requested less than ``metadata_interval`` seconds (default 0.05) after the previous one are
+coalesced — the metadata is marked dirty and written at the next boundary after the interval,
+at ``flush``/``close``, or by :meth:`SessionHandle.tick` (which the filesystem calls
+periodically). Log bytes are never delayed by this, and a crash inside the window only makes
+the next open rescan (metadata always carries the file length it describes). Pass
+``metadata_interval=0`` to persist at every boundary.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import orjson
+
+from memfs.errors import CapRewriteError, LineTooLong, ReadOnlySession, SessionClosed, TurnNotFound, ValidationError
+from memfs.events import Kind, Record, decode_stored, parse_line
+from memfs.store import lock as liveness
+from memfs.store.evict import enforce_cap
+from memfs.store.lines import CHUNK, scan_lines
+from memfs.store.machine import TurnState, apply, renumber
+from memfs.store.meta import OPEN, CapMarker, Manifest, TurnIndex, format_rfc3339, now_rfc3339, read_manifest
+from memfs.store.paths import (
+    CAP_MARKER,
+    EVENTS,
+    INDEX_DIR,
+    MANIFEST,
+    TURNS,
+    atomic_write,
+    ensure_private_dir,
+    open_nofollow,
+    read_file,
+    refuse_symlink,
+    remove_file,
+    sanitize,
+    write_all,
+)
+from memfs.store.rejected import record_rejected
+
+DURABILITY_MODES = ("buffered", "write", "fsync")
+BUFFER_LIMIT = 64 * 1024
+DEFAULT_MAX_EVENTS = 10_000
+DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
+DEFAULT_METADATA_INTERVAL = 0.05
+
+SummaryHook = Callable[[Path, str, list], None]
+
+
+@dataclass(slots=True)
+class OpenReport:
+    """How a session was opened: what fsck and the tests look at."""
+
+    fast_path: bool = True
+    reason: str = ""  # why a rescan was needed
+    scanned_bytes: int = 0
+    scanned_lines: int = 0
+    skipped_lines: int = 0
+    torn_tail_bytes: int = 0
+    stale_marker: bool = False
+    recovered_marker: bool = False
+
+
+def rescan(fd: int, file_len: int, report: OpenReport) -> TurnState:
+    """Rebuild the turn state from the log's bytes, numbering turns from 1.
+
+    Never fails on content: lines :func:`decode_stored` refuses are skipped (their bytes still
+    advance offsets).
+    """
+    state = TurnState()
+    ts = now_rfc3339()
+    for offset, line in scan_lines(fd, 0, file_len):
+        report.scanned_lines += 1
+        decoded = decode_stored(line)
+        if decoded is None:
+            report.skipped_lines += 1
+            continue
+        apply(state, decoded[0], offset, offset + len(line) + 1, ts)
+    report.scanned_bytes = file_len
+    return state
+
+
+def _rescan_base(state: TurnState, old: Manifest | None, old_index: TurnIndex | None,
+                 marker: CapMarker | None, file_len: int) -> int:
+    """The ordinal of the first turn a rescan found, keeping ordinals stable (SPEC §3.7).
+
+    A matching cap marker names it. A log shorter than the metadata described (a cap rewrite
+    whose marker was lost) is matched against the old index by shifted offset. Otherwise the
+    old ``retained_turn_base`` holds. In every case ``turn_count`` never decreases, so an
+    emptied log continues at ``turn_count + 1``.
+    """
+    closed = len(state.index) - (1 if state.in_turn else 0)
+    base = 1
+    if marker is not None and marker.matches(file_len):
+        base = marker.retained_turn_base
+    elif old is not None:
+        base = old.retained_turn_base
+        if file_len < old.persisted_file_len and old_index is not None and len(state.index):
+            shift = old.persisted_file_len - file_len
+            first = state.index.start[0] + shift
+            for i, start in enumerate(old_index.start):
+                if start == first:
+                    base = old_index.base + i
+                    break
+    if old is not None:
+        base = max(base, old.turn_count - closed + 1)
+    return max(base, 1)
+
+
+class _Shared:
+    """One open session in this process, shared by all of its handles."""
+
+    def __init__(self, session_dir: Path, session_id: str, *, read_only: bool, durability: str,
+                 max_events: int, max_line_bytes: int, summary_hook: SummaryHook | None,
+                 metadata_interval: float):
+        self.dir = session_dir
+        self.read_only = read_only
+        self.durability = durability
+        self.max_events = max_events
+        self.max_line_bytes = max_line_bytes
+        self.summary_hook = summary_hook
+        self.metadata_interval = metadata_interval
+        self.mutex = threading.RLock()
+        self.refs = 1
+        self.key: tuple[int, int] | None = None
+        self.pending = bytearray()
+        self.meta_dirty = False
+        self.last_persist = 0.0
+        self.last_change = time.time()
+        self.closed = False
+        self.version = 0  # bumped on every change; a cheap staleness check for views
+        self.rewrites = 0  # bumped when the file is rewritten (cap): offsets changed meaning
+        self._sync_cv = threading.Condition(threading.Lock())
+        self._syncing = False
+        self.lock_file = None if read_only else liveness.acquire(session_dir)
+        try:
+            self._open(session_id)
+        except BaseException:
+            self._release_files()
+            raise
+
+    # --- opening ---------------------------------------------------------------------------
+
+    def _open(self, session_id: str) -> None:
+        events = self.dir / EVENTS
+        if self.read_only:
+            try:
+                self.fd = open_nofollow(events, os.O_RDONLY)
+            except FileNotFoundError:
+                self.fd = None
+        else:
+            self.fd = open_nofollow(events, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        file_len = os.fstat(self.fd).st_size if self.fd is not None else 0
+        report = self.report = OpenReport()
+        if not self.read_only:
+            file_len = self._repair_torn_tail(file_len)
+
+        old = old_index = marker = None
+        try:
+            old = read_manifest(read_file(self.dir / MANIFEST), session_id)
+        except FileNotFoundError:
+            pass
+        try:
+            old_index = TurnIndex.parse(read_file(self.dir / TURNS))
+        except FileNotFoundError:
+            pass
+        try:
+            marker = CapMarker.parse(read_file(self.dir / CAP_MARKER))
+            if marker is None:
+                marker = CapMarker(-1, -1, 1)  # unreadable: stale
+        except FileNotFoundError:
+            pass
+
+        manifest = old.manifest if old is not None else None
+        reason = ""
+        if old is None:
+            reason = "manifest missing or unreadable"
+        elif not old.complete:
+            reason = "manifest incomplete"
+        elif old_index is None:
+            reason = "turn index missing or unreadable"
+        elif manifest.persisted_file_len != file_len:
+            reason = f"log is {file_len} bytes, metadata describes {manifest.persisted_file_len}"
+        elif not old_index.consistent_with(manifest, file_len):
+            reason = "turn index inconsistent with manifest"
+        elif marker is not None and marker.matches(file_len):
+            reason = "cap rewrite was in flight"
+
+        now = now_rfc3339()
+        self.session_id = manifest.session_id if manifest is not None else session_id
+        self.created_at = manifest.created_at if manifest is not None else now
+        self.updated_at = manifest.updated_at if manifest is not None else now
+
+        if not reason:
+            if manifest.in_turn:
+                old_index.outcome[-1] = OPEN
+            self.state = TurnState(old_index, manifest.turn_count, manifest.event_count,
+                                   manifest.status, manifest.in_turn)
+        else:
+            report.fast_path = False
+            report.reason = reason
+            state = rescan(self.fd, file_len, report) if self.fd is not None else TurnState()
+            if marker is not None and marker.matches(file_len):
+                report.recovered_marker = True
+            base = _rescan_base(state, manifest if old is not None and old.has_turn_count else None,
+                                old_index, marker, file_len)
+            renumber(state, base)
+            self.state = state
+        self.flushed_len = self.synced_len = file_len
+        if not self.read_only:
+            if not reason and marker is None:
+                return
+            if reason:
+                self.persist()
+            if marker is not None:
+                report.stale_marker = not report.recovered_marker
+                remove_file(self.dir / CAP_MARKER)
+
+    def _repair_torn_tail(self, file_len: int) -> int:
+        """Move an unterminated last line to ``rejected.jsonl`` and truncate it away."""
+        if file_len == 0 or os.pread(self.fd, 1, file_len - 1) == b"\n":
+            return file_len
+        pos = file_len
+        while pos > 0:
+            lo = max(0, pos - CHUNK)
+            nl = os.pread(self.fd, pos - lo, lo).rfind(b"\n")
+            if nl >= 0:
+                pos = lo + nl + 1
+                break
+            pos = lo
+        tail = os.pread(self.fd, file_len - pos, pos)
+        record_rejected(self.dir, tail, "torn-tail: unterminated last line removed at open", "EIO")
+        os.ftruncate(self.fd, pos)
+        os.fsync(self.fd)
+        self.report.torn_tail_bytes = len(tail)
+        return pos
+
+    # --- appending -------------------------------------------------------------------------
+
+    @property
+    def file_len(self) -> int:
+        return self.flushed_len + len(self.pending)
+
+    def check_line(self, raw: bytes, pid: int | None) -> Record:
+        """Validate one line; a refused line goes to ``rejected.jsonl`` and raises."""
+        if self.read_only:
+            raise ReadOnlySession("session is open read-only")
+        if self.closed:
+            raise SessionClosed("session handle is closed")
+        if len(raw) > self.max_line_bytes:
+            err: ValidationError = LineTooLong(
+                f"line is {len(raw)} bytes, over the limit of {self.max_line_bytes} (max_line_bytes)")
+        else:
+            try:
+                return parse_line(raw)
+            except ValidationError as exc:
+                err = exc
+        record_rejected(self.dir, raw, str(err), err.errno_name, pid)
+        raise err
+
+    def add(self, record: Record) -> None:
+        """Append an accepted record (caller holds ``mutex``); bytes go to ``pending``."""
+        offset = self.flushed_len + len(self.pending)
+        self.pending += record.line
+        self.pending += b"\n"
+        kind = record.kind
+        boundary = apply(self.state, kind, offset, offset + len(record.line) + 1,
+                         now_rfc3339() if kind is Kind.TURN_STARTED else "")
+        self.version += 1
+        if boundary or len(self.pending) >= BUFFER_LIMIT:
+            self.write_pending()
+            self.request_persist()
+
+    def commit(self) -> int:
+        """End of one append call: honour the durability mode; return the offset to sync to
+        (``fsync`` mode) or 0."""
+        self.last_change = time.time()
+        if self.durability == "buffered":
+            return 0
+        self.write_pending()
+        return self.flushed_len if self.durability == "fsync" else 0
+
+    def write_pending(self) -> None:
+        if self.pending:
+            write_all(self.fd, self.pending)
+            self.flushed_len += len(self.pending)
+            self.pending = bytearray()
+
+    def sync_to(self, target: int) -> None:
+        """Return once the file is durable up to ``target`` bytes (group commit: one caller
+        runs ``fdatasync`` while the others wait for it and share its result)."""
+        cv = self._sync_cv
+        with cv:
+            while self.synced_len < target:
+                if self._syncing:
+                    cv.wait()
+                    continue
+                self._syncing = True
+                goal, fd = self.flushed_len, self.fd
+                cv.release()
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    cv.acquire()
+                    self._syncing = False
+                    cv.notify_all()
+                self.synced_len = max(self.synced_len, goal)
+
+    # --- metadata --------------------------------------------------------------------------
+
+    def request_persist(self) -> None:
+        self.meta_dirty = True
+        if time.monotonic() - self.last_persist >= self.metadata_interval:
+            self.persist()
+
+    def manifest(self) -> Manifest:
+        s = self.state
+        if self.version:
+            self.updated_at = format_rfc3339(self.last_change)
+        return Manifest(self.session_id, self.created_at, self.updated_at, s.turn_count, s.event_count,
+                        s.status, s.in_turn, self.file_len, s.index.base)
+
+    def persist(self) -> None:
+        """§3.2 order: log bytes durable, then the index, then the manifest that names the
+        length they describe."""
+        self.write_pending()
+        self.sync_to(self.flushed_len)
+        ensure_private_dir(self.dir / INDEX_DIR)
+        atomic_write(self.dir / TURNS, self.state.index.to_json())
+        atomic_write(self.dir / MANIFEST, self.manifest().to_json())
+        self.meta_dirty = False
+        self.last_persist = time.monotonic()
+
+    # --- closing ---------------------------------------------------------------------------
+
+    def _release_files(self) -> None:
+        if getattr(self, "fd", None) is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.lock_file is not None:
+            liveness.release(self.lock_file)
+            self.lock_file = None
+
+    def shutdown(self) -> None:
+        """Last handle closed: flush, persist, release the lock."""
+        try:
+            if not self.read_only and self.fd is not None and (self.pending or self.meta_dirty):
+                self.persist()
+        finally:
+            self.closed = True
+            self._release_files()
+
+
+_REGISTRY: dict[tuple[int, int], _Shared] = {}
+_REGISTRY_LOCK = threading.Lock()
+_STRENGTH = {mode: i for i, mode in enumerate(DURABILITY_MODES)}
+
+
+class SessionHandle:
+    """A handle on one session's log. Use as a context manager, or call :meth:`close`.
+
+    Thread-safe; several handles in one process share one state.
+    """
+
+    def __init__(self, shared: _Shared, read_only: bool):
+        self._s = shared
+        self._read_only = read_only
+        self._closed = False
+
+    # identity and live state
+
+    @property
+    def path(self) -> Path:
+        """The session directory."""
+        return self._s.dir
+
+    @property
+    def name(self) -> str:
+        """The session's directory name (sanitized id)."""
+        return self._s.dir.name
+
+    @property
+    def session_id(self) -> str:
+        return self._s.session_id
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    @property
+    def open_report(self) -> OpenReport:
+        """How the session was opened (fast path or rescan, and what the rescan found)."""
+        return self._s.report
+
+    @property
+    def file_len(self) -> int:
+        """Length of the log including bytes still buffered."""
+        return self._s.file_len
+
+    @property
+    def version(self) -> int:
+        """A counter that changes whenever the log changes (appends and cap rewrites)."""
+        return self._s.version
+
+    @property
+    def rewrites(self) -> int:
+        """How many cap rewrites this process made: offsets before one are not comparable."""
+        return self._s.rewrites
+
+    @property
+    def manifest(self) -> dict:
+        """The live manifest: what ``manifest.json`` would say if persisted now."""
+        with self._s.mutex:
+            return self._s.manifest().to_dict()
+
+    def manifest_json(self) -> bytes:
+        with self._s.mutex:
+            return self._s.manifest().to_json()
+
+    @property
+    def turn_index(self) -> list[dict]:
+        """The live turn index entries (``index/turns.json``'s ``entries``)."""
+        with self._s.mutex:
+            return self._s.state.index.entries()
+
+    def turn_index_json(self) -> bytes:
+        with self._s.mutex:
+            return self._s.state.index.to_json()
+
+    def turn_range(self, n: int) -> tuple[int, int, str]:
+        """``(start, end, outcome)`` of retained turn ``n``; :class:`TurnNotFound` otherwise."""
+        with self._s.mutex:
+            index = self._s.state.index
+            i = index.position(n)
+            if i is None:
+                raise TurnNotFound(f"turn {n} not found (retained turns: {index.base}..{index.last_ordinal})")
+            entry = index.entry(i)
+            return entry["start_offset"], entry["end_offset"], entry.get("outcome", "unknown")
+
+    # appending
+
+    def _writable(self) -> _Shared:
+        if self._closed:
+            raise SessionClosed("session handle is closed")
+        if self._read_only:
+            raise ReadOnlySession("session is open read-only")
+        return self._s
+
+    def append(self, line: bytes | str | dict, *, pid: int | None = None) -> None:
+        """Validate and append one event line (SPEC §2–§3).
+
+        ``line`` is the raw JSON bytes or text (an envelope or a bare event; a trailing
+        newline is optional) or a dict to serialize. A refused line raises
+        :class:`~memfs.errors.ValidationError` carrying the reason and is recorded in
+        ``rejected.jsonl``; it never reaches ``events.jsonl``. If the event cap cannot be
+        enforced, :class:`~memfs.errors.CapRewriteError` is raised *after* the event was
+        accepted.
+        """
+        s = self._writable()
+        record = s.check_line(_as_bytes(line), pid)
+        with s.mutex:
+            try:
+                s.add(record)
+                if s.max_events and s.state.event_count > s.max_events:
+                    enforce_cap(s)
+            finally:
+                sync_target = s.commit()
+        if sync_target:
+            s.sync_to(sync_target)
+
+    def append_many(self, lines: Iterable[bytes | str | dict], *, pid: int | None = None) -> int:
+        """Append lines in order; return how many were accepted.
+
+        Stops at the first refused line: the lines before it stay committed and the raised
+        :class:`ValidationError` has ``accepted`` set to their count. In ``fsync`` mode the
+        whole batch shares one ``fdatasync``.
+        """
+        s = self._writable()
+        accepted = 0
+        sync_target = 0
+        try:
+            with s.mutex:
+                try:
+                    for line in lines:
+                        record = s.check_line(_as_bytes(line), pid)
+                        s.add(record)
+                        accepted += 1
+                        if s.max_events and s.state.event_count > s.max_events:
+                            enforce_cap(s)
+                finally:
+                    if accepted:
+                        sync_target = s.commit()
+        except (ValidationError, CapRewriteError) as exc:
+            exc.accepted = accepted
+            raise
+        finally:
+            if sync_target:
+                s.sync_to(sync_target)
+        return accepted
+
+    def flush(self) -> None:
+        """Write buffered bytes, make them durable and persist metadata."""
+        s = self._writable()
+        with s.mutex:
+            s.persist()
+
+    def tick(self) -> None:
+        """Persist metadata that coalescing left dirty, once the interval has passed."""
+        s = self._s
+        if s.meta_dirty and not self._read_only and not self._closed:
+            with s.mutex:
+                if s.meta_dirty and time.monotonic() - s.last_persist >= s.metadata_interval:
+                    s.persist()
+
+    # reading
+
+    def read_bytes(self, offset: int = 0, size: int = -1) -> bytes:
+        """The log's bytes ``[offset, offset+size)`` (to the end when ``size`` < 0)."""
+        s = self._s
+        with s.mutex:
+            if not s.read_only:
+                s.write_pending()
+            end = s.flushed_len if size < 0 else min(s.flushed_len, offset + size)
+            if s.fd is None or offset >= end:
+                return b""
+            return os.pread(s.fd, end - offset, offset)
+
+    def reconstruct_turn(self, n: int) -> list[dict]:
+        """The decoded events of retained turn ``n`` (undecodable lines skipped)."""
+        start, end, _ = self.turn_range(n)
+        data = self.read_bytes(start, end - start)
+        events = []
+        for line in data.split(b"\n"):
+            decoded = decode_stored(line) if line else None
+            if decoded is not None:
+                events.append(decoded[1])
+        return events
+
+    def iter_lines(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, bytes]]:
+        """Stream ``(offset, line)`` over the log's complete lines from ``start``.
+
+        The pending buffer is written first; lines appended while iterating are not seen.
+        """
+        s = self._s
+        with s.mutex:
+            if not s.read_only:
+                s.write_pending()
+            limit = s.flushed_len if end is None else min(end, s.flushed_len)
+            fd = s.fd
+        if fd is None:
+            return iter(())
+        return scan_lines(fd, start, limit)
+
+    # closing
+
+    def close(self) -> None:
+        """Release this handle; the last one flushes, persists and drops the lock."""
+        if self._closed:
+            return
+        self._closed = True
+        s = self._s
+        with _REGISTRY_LOCK:
+            s.refs -= 1
+            last = s.refs == 0
+            if last and s.key is not None:
+                _REGISTRY.pop(s.key, None)
+        if last:
+            with s.mutex:
+                s.shutdown()
+
+    def __enter__(self) -> SessionHandle:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<SessionHandle {self.name!r} {'ro' if self._read_only else self._s.durability}>"
+
+
+def _as_bytes(line: bytes | str | dict) -> bytes:
+    if isinstance(line, (bytes, bytearray, memoryview)):
+        return bytes(line)
+    if isinstance(line, str):
+        return line.encode("utf-8", "surrogatepass")
+    if isinstance(line, dict):
+        return orjson.dumps(line)
+    raise TypeError(f"append takes bytes, str or dict, not {type(line).__name__}")
+
+
+def open_session(root: str | os.PathLike, session_id: str, *, max_events: int = DEFAULT_MAX_EVENTS,
+                 durability: str = "buffered", read_only: bool = False,
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, summary_hook: SummaryHook | None = None,
+                 metadata_interval: float = DEFAULT_METADATA_INTERVAL, create: bool = True) -> SessionHandle:
+    """Open (creating if needed) the session ``session_id`` under the sessions root ``root``.
+
+    The directory is ``root/sanitize(session_id)`` (0700, files 0600, symlinks refused).
+    A writable open takes the liveness lock: :class:`~memfs.errors.SessionBusy` when another
+    process holds it. A second open in the same process shares the first one's state; the
+    strongest durability requested wins. ``read_only`` opens take no lock, repair nothing and
+    share a writable state of this process when there is one. ``max_events`` 0 means no cap.
+    ``summary_hook(session_dir, session_id, evicted_events)`` replaces the default eviction
+    summary writer.
+    """
+    if durability not in DURABILITY_MODES:
+        raise ValueError(f"durability must be one of {', '.join(DURABILITY_MODES)}")
+    root = Path(root)
+    session_dir = root / sanitize(session_id)
+    if read_only or not create:
+        refuse_symlink(session_dir)
+        if not session_dir.is_dir():
+            raise FileNotFoundError(f"no session {session_id!r} in {root}")
+    else:
+        ensure_private_dir(root)
+        ensure_private_dir(session_dir)
+        ensure_private_dir(session_dir / INDEX_DIR)
+    st = os.lstat(session_dir)
+    key = (st.st_dev, st.st_ino)
+    with _REGISTRY_LOCK:
+        shared = _REGISTRY.get(key)
+        if shared is not None:
+            shared.refs += 1
+            if not read_only and _STRENGTH[durability] > _STRENGTH[shared.durability]:
+                shared.durability = durability
+            return SessionHandle(shared, read_only)
+        if read_only:
+            shared = _Shared(session_dir, session_id, read_only=True, durability=durability,
+                             max_events=0, max_line_bytes=max_line_bytes, summary_hook=None,
+                             metadata_interval=metadata_interval)
+            return SessionHandle(shared, True)
+        shared = _Shared(session_dir, session_id, read_only=False, durability=durability,
+                         max_events=max_events, max_line_bytes=max_line_bytes, summary_hook=summary_hook,
+                         metadata_interval=metadata_interval)
+        shared.key = key
+        _REGISTRY[key] = shared
+        return SessionHandle(shared, False)

@@ -1,0 +1,141 @@
+"""Paths and safe file primitives of the store (SPEC §1).
+
+The one place that knows: how a session id becomes a directory name, where the default store
+lives, how private directories and files are made, how files are opened without following a
+symlink, and the one atomic-replace helper every metadata and derived file goes through.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Callable
+
+from memfs.errors import SymlinkRefused
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+EVENTS = "events.jsonl"
+MANIFEST = "manifest.json"
+LOCK = "session.lock"
+REJECTED = "rejected.jsonl"
+PIN = "retention-pin.json"
+INDEX_DIR = "index"
+TURNS = "index/turns.json"
+CAP_MARKER = "index/pending-cap-rewrite.json"
+DERIVED_DIR = "derived"
+
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+def sanitize(session_id: str) -> str:
+    """Session id → directory name: keep ``[A-Za-z0-9._-]``, ``_`` for any other character,
+    strip leading dots, ``session`` when nothing is left."""
+    name = "".join(c if c in _SAFE else "_" for c in session_id).lstrip(".")
+    return name or "session"
+
+
+def default_root() -> Path:
+    """``$XDG_DATA_HOME/memfs/sessions`` (``~/.local/share/memfs/sessions``)."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "memfs" / "sessions"
+
+
+def workspace_root(workspace: str | os.PathLike) -> Path:
+    """The sessions root of a VT Code workspace: ``DIR/.vtcode/sessions``."""
+    return Path(workspace) / ".vtcode" / "sessions"
+
+
+def refuse_symlink(path: Path) -> None:
+    """Raise :class:`SymlinkRefused` when ``path`` exists and is a symlink."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise SymlinkRefused(f"refusing symlink inside the store: {path}")
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create ``path`` (and parents) if needed; refuse a symlink; re-assert mode 0700."""
+    refuse_symlink(path)
+    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise SymlinkRefused(f"not a directory: {path}")
+    if stat.S_IMODE(st.st_mode) != DIR_MODE:
+        os.chmod(path, DIR_MODE)
+
+
+def open_nofollow(path: Path, flags: int, mode: int = FILE_MODE) -> int:
+    """``os.open`` with ``O_NOFOLLOW|O_CLOEXEC``; a symlink becomes :class:`SymlinkRefused`.
+
+    Files created or opened for writing get their mode re-asserted to 0600.
+    """
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == 40:  # ELOOP: the last component is a symlink
+            raise SymlinkRefused(f"refusing symlink inside the store: {path}") from None
+        raise
+    if flags & (os.O_WRONLY | os.O_RDWR):
+        try:
+            if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+                os.fchmod(fd, mode)
+        except OSError:
+            os.close(fd)
+            raise
+    return fd
+
+
+def read_file(path: Path) -> bytes:
+    """Read a whole (small) file without following a symlink."""
+    fd = open_nofollow(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """``os.write`` until every byte is written (a short write is retried, not lost)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def atomic_write(path: Path, data: bytes | Callable[[int], None]) -> None:
+    """Replace ``path`` atomically: temp file in the same dir (O_EXCL|O_NOFOLLOW, 0600),
+    fsync, rename over the target. The target is never opened for writing in place.
+
+    ``data`` is the new content, or a function that writes it to the temp file's fd (for
+    content too large to hold in memory)."""
+    refuse_symlink(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        if callable(data):
+            data(fd)
+        else:
+            write_all(fd, data)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    os.rename(tmp, path)
+
+
+def remove_file(path: Path) -> bool:
+    """Unlink a regular file (never through a symlink: the link itself is what goes)."""
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
