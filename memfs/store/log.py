@@ -260,8 +260,9 @@ class _Shared:
     def file_len(self) -> int:
         return self.flushed_len + len(self.pending)
 
-    def check_line(self, raw: bytes, pid: int | None) -> Record:
-        """Validate one line; a refused line goes to ``rejected.jsonl`` and raises."""
+    def check_line(self, raw: bytes, pid: int | None, record: bool = True) -> Record:
+        """Validate one line; a refused line raises, and goes to ``rejected.jsonl`` when
+        ``record`` is true."""
         if self.read_only:
             raise ReadOnlySession("session is open read-only")
         if self.closed:
@@ -274,7 +275,8 @@ class _Shared:
                 return parse_line(raw)
             except ValidationError as exc:
                 err = exc
-        record_rejected(self.dir, raw, str(err), err.errno_name, pid)
+        if record:
+            record_rejected(self.dir, raw, str(err), err.errno_name, pid)
         raise err
 
     def add(self, record: Record) -> None:
@@ -516,6 +518,32 @@ class SessionHandle:
             if sync_target:
                 s.sync_to(sync_target)
         return accepted
+
+    def validate(self, line: bytes) -> Record:
+        """Validate one line without appending or recording it (for callers that decide
+        later whether a refusal is reported, like the filesystem's short writes)."""
+        return self._writable().check_line(line, None, record=False)
+
+    def reject(self, line: bytes, error: ValidationError, *, pid: int | None = None) -> None:
+        """Record a refused line in ``rejected.jsonl``."""
+        record_rejected(self._s.dir, line, str(error), error.errno_name, pid)
+
+    def append_records(self, records: Iterable[Record]) -> None:
+        """Append records that :meth:`validate` accepted, as one append call."""
+        s = self._writable()
+        sync_target = 0
+        try:
+            with s.mutex:
+                try:
+                    for record in records:
+                        s.add(record)
+                        if s.max_events and s.state.event_count > s.max_events:
+                            enforce_cap(s)
+                finally:
+                    sync_target = s.commit()
+        finally:
+            if sync_target:
+                s.sync_to(sync_target)
 
     def flush(self) -> None:
         """Write buffered bytes, make them durable and persist metadata."""
