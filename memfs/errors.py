@@ -30,6 +30,24 @@ class LineTooLong(ValidationError):
     errno_name = "EFBIG"
 
 
+class InvalidName(MemfsError):
+    """A session name that is not already in sanitized form (SPEC §6 mkdir)."""
+
+    errno_name = "EINVAL"
+
+
+class AlreadyExists(MemfsError):
+    """A session with that name exists."""
+
+    errno_name = "EEXIST"
+
+
+class NotEmpty(MemfsError):
+    """A session that still holds events (or refused lines) cannot be removed."""
+
+    errno_name = "ENOTEMPTY"
+
+
 class SessionBusy(MemfsError):
     """Another process holds the session's liveness lock (SPEC §3.5–§3.6)."""
 
@@ -42,10 +60,14 @@ class SymlinkRefused(MemfsError):
     errno_name = "ELOOP"
 
 
-class TurnNotFound(MemfsError, LookupError):
-    """``reconstruct_turn(n)`` for a turn that never existed or was evicted."""
+class NotFound(MemfsError, LookupError):
+    """No such session, view or file."""
 
     errno_name = "ENOENT"
+
+
+class TurnNotFound(NotFound):
+    """``reconstruct_turn(n)`` for a turn that never existed or was evicted."""
 
 
 class ReadOnlySession(MemfsError):

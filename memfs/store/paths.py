@@ -139,3 +139,24 @@ def remove_file(path: Path) -> bool:
         return True
     except FileNotFoundError:
         return False
+
+
+def remove_tree(path: Path) -> int:
+    """Delete a directory tree without following any symlink; return the bytes freed.
+
+    A symlink met inside is removed as a link (its target is untouched); ``path`` itself must
+    be a real directory.
+    """
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise SymlinkRefused(f"not a real directory: {path}")
+    freed = 0
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                freed += remove_tree(Path(entry.path))
+            else:
+                freed += entry.stat(follow_symlinks=False).st_size
+                os.unlink(entry.path)
+    os.rmdir(path)
+    return freed

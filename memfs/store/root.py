@@ -1,0 +1,129 @@
+"""A sessions root as a whole: list, create, open and remove sessions (SPEC §1, §6).
+
+:class:`Store` keeps the handles this process has opened, so a long-lived server (the
+filesystem) opens each session once and holds its liveness lock until it closes the store.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from memfs.errors import AlreadyExists, InvalidName, NotEmpty, NotFound, SessionBusy
+from memfs.store.lock import is_live
+from memfs.store.log import DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES, SessionHandle, open_session
+from memfs.store.paths import EVENTS, MANIFEST, REJECTED, ensure_private_dir, remove_tree, sanitize
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSettings:
+    """How sessions of a store are opened."""
+
+    durability: str = "write"
+    max_events: int = DEFAULT_MAX_EVENTS
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    read_only: bool = False
+
+
+def is_session_dir(path: Path) -> bool:
+    """A real (not symlinked) directory holding a log or a manifest."""
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            return False
+    except OSError:
+        return False
+    return os.path.lexists(path / EVENTS) or os.path.lexists(path / MANIFEST)
+
+
+class Store:
+    """The sessions under one root, and the handles this process holds on them."""
+
+    def __init__(self, root: str | os.PathLike, settings: StoreSettings = StoreSettings()):
+        self.root = Path(root)
+        self.settings = settings
+        self._handles: dict[str, SessionHandle] = {}
+        self._lock = threading.Lock()
+        if not settings.read_only:
+            ensure_private_dir(self.root)
+
+    def names(self) -> list[str]:
+        """Session directory names, sorted. Symlinks and stray files are not sessions."""
+        try:
+            entries = os.listdir(self.root)
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in entries if not n.startswith(".") and is_session_dir(self.root / n))
+
+    def exists(self, name: str) -> bool:
+        return name in self._handles or is_session_dir(self.root / name)
+
+    def open(self, name: str) -> SessionHandle:
+        """The held handle of session ``name`` (opened on first use)."""
+        with self._lock:
+            handle = self._handles.get(name)
+            if handle is not None:
+                return handle
+            if not is_session_dir(self.root / name):
+                raise NotFound(f"no session {name!r}")
+            handle = self._open(name, create=False)
+            self._handles[name] = handle
+            return handle
+
+    def _open(self, name: str, create: bool) -> SessionHandle:
+        s = self.settings
+        return open_session(self.root, name, durability=s.durability, max_events=s.max_events,
+                            max_line_bytes=s.max_line_bytes, read_only=s.read_only, create=create)
+
+    def create(self, name: str) -> SessionHandle:
+        """Create session ``name``; it must already be in sanitized form and not exist."""
+        if not name or name != sanitize(name):
+            raise InvalidName(f"invalid session name {name!r}: use letters, digits, '-', '_', '.' "
+                              f"and no leading dot (e.g. {sanitize(name)!r})")
+        with self._lock:
+            if name in self._handles or os.path.lexists(self.root / name):
+                raise AlreadyExists(f"session {name!r} already exists")
+            handle = self._open(name, create=True)
+            self._handles[name] = handle
+            return handle
+
+    def remove(self, name: str) -> None:
+        """Delete an empty session: no events, no refused lines, not live elsewhere."""
+        with self._lock:
+            path = self.root / name
+            if not is_session_dir(path):
+                raise NotFound(f"no session {name!r}")
+            handle = self._handles.get(name)
+            if handle is not None:
+                if handle.manifest["event_count"] or handle.file_len:
+                    raise NotEmpty(f"session {name!r} has events")
+                handle.close()
+                del self._handles[name]
+            if is_live(path):
+                raise SessionBusy(f"session {name!r} is open by another process")
+            for file in (EVENTS, REJECTED):
+                try:
+                    if os.lstat(path / file).st_size:
+                        raise NotEmpty(f"session {name!r} is not empty ({file})")
+                except FileNotFoundError:
+                    pass
+            remove_tree(path)
+
+    def held(self) -> list[SessionHandle]:
+        with self._lock:
+            return list(self._handles.values())
+
+    def close(self) -> None:
+        """Close every held handle (flushing and persisting each)."""
+        with self._lock:
+            handles, self._handles = list(self._handles.values()), {}
+        errors = []
+        for handle in handles:
+            try:
+                handle.close()
+            except Exception as exc:  # close the others anyway
+                errors.append(exc)
+        if errors:
+            raise errors[0]
