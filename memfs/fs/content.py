@@ -1,0 +1,100 @@
+"""What each generated file of the mount holds, asked of the library (floors 2–3).
+
+Also the one mount-only piece of syntax: search file names, ``<query>?k=N&min_score=X&
+format=jsonl|text``. A name whose part after the last ``?`` is not such a suffix is taken
+whole as the query (so ``what broke?`` is a query).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+from memfs.errors import NotFound
+from memfs.store.log import SessionHandle
+
+README = """\
+# memfs
+
+This directory is an AI coding agent's session memory, served by memfs.
+
+- `sessions/<session>/events.jsonl` is the canonical, append-only log: append one JSON
+  event per line (`echo '{"type":"turn.started"}' >> events.jsonl`). Invalid lines are
+  refused ("Bad message") and kept in `rejected.jsonl` with the reason.
+- `manifest.json` and `index/turns.json` show the live metadata.
+- `derived/` holds views regenerated from the log when read: `memory.json`,
+  `trajectory.jsonl`, `summary.md`, `progress.json`, `progress.md`, `goal.json`,
+  `turns/<n>.jsonl`.
+- `search/<query>` (per session, and at the top for all sessions) returns BM25 results as
+  JSON lines; add `?k=3`, `?min_score=1.5` or `?format=text` to the name.
+- `mkdir sessions/<name>` creates a session; nothing can be truncated, renamed or deleted.
+""".encode()
+
+SINGLE_README = README.replace(b"sessions/<session>/", b"").replace(
+    b"(per session, and at the top for all sessions)", b"").replace(
+    b"- `mkdir sessions/<name>` creates a session; nothing", b"- Nothing")
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    text: str
+    k: int | None = None
+    min_score: float | None = None
+    format: str = "jsonl"
+
+
+def parse_query(name: str) -> Query | None:
+    """A search file name → :class:`Query`; None for an empty query."""
+    text, sep, suffix = name.rpartition("?")
+    params: dict[str, str] = {}
+    if sep:
+        for part in suffix.split("&") if suffix else ():
+            key, eq, value = part.partition("=")
+            if not eq or key not in ("k", "min_score", "format") or key in params:
+                params = {}
+                text = name
+                break
+            params[key] = value
+    else:
+        text = name
+    try:
+        query = Query(
+            text=text,
+            k=int(params["k"]) if "k" in params else None,
+            min_score=float(params["min_score"]) if "min_score" in params else None,
+            format=params.get("format", "jsonl"),
+        )
+    except ValueError:
+        query = Query(text=name)
+    if query.format not in ("jsonl", "text") or (query.k is not None and query.k < 0):
+        query = Query(text=name)
+    return query if query.text.strip() else None
+
+
+def render_results(results: list[dict], fmt: str) -> bytes:
+    if fmt == "text":
+        lines = [f"{r['score']}\t{r['chunk_id']}\t{' '.join(r['snippet'].split())}" for r in results]
+        return "".join(line + "\n" for line in lines).encode()
+    return b"".join(orjson.dumps(r) + b"\n" for r in results)
+
+
+def view_names(handle: SessionHandle) -> list[str]:
+    from memfs import views
+
+    return views.list_names(handle)
+
+
+def turn_numbers(handle: SessionHandle) -> list[int]:
+    from memfs import views
+
+    return views.list_turns(handle)
+
+
+def view_bytes(handle: SessionHandle, name: str) -> bytes:
+    from memfs import views
+
+    try:
+        return views.render_view(handle, name)
+    except FileNotFoundError:
+        raise NotFound(f"no view {name!r}") from None

@@ -1,0 +1,62 @@
+"""The errno table of the filesystem and the guard every handler runs under (SPEC §6).
+
+Library errors carry an errno *name* (``MemfsError.errno_name``); this is the one place
+that turns names and OS errors into the numbers FUSE replies with. Anything unexpected
+becomes ``EIO`` with its traceback logged: one bad request must never take the mount down.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+
+import pyfuse3
+
+from memfs.errors import MemfsError
+
+log = logging.getLogger("memfs.fs")
+
+
+def errno_of(name: str) -> int:
+    """``"EBADMSG"`` → ``errno.EBADMSG``; unknown names map to ``EIO``."""
+    return getattr(errno, name, errno.EIO)
+
+
+def fuse_error(exc: BaseException) -> pyfuse3.FUSEError:
+    """The FUSE reply for an exception raised while serving a request."""
+    if isinstance(exc, pyfuse3.FUSEError):
+        return exc
+    if isinstance(exc, MemfsError):
+        return pyfuse3.FUSEError(errno_of(exc.errno_name))
+    if isinstance(exc, OSError) and exc.errno:
+        return pyfuse3.FUSEError(exc.errno)
+    return pyfuse3.FUSEError(errno.EIO)
+
+
+def guarded(handler):
+    """Wrap an async ``Operations`` method: known errors become their errno, a refused
+    write's reason is logged in one line, anything else is ``EIO`` plus a traceback."""
+
+    @functools.wraps(handler)
+    async def wrapper(*args, **kwargs):
+        try:
+            return await handler(*args, **kwargs)
+        except pyfuse3.FUSEError:
+            raise
+        except MemfsError as exc:
+            log.info("%s: %s", handler.__name__, exc)
+            raise fuse_error(exc) from None
+        except OSError as exc:
+            log.warning("%s: %s", handler.__name__, exc)
+            raise fuse_error(exc) from None
+        except Exception:
+            log.exception("unexpected error in %s", handler.__name__)
+            raise pyfuse3.FUSEError(errno.EIO) from None
+
+    return wrapper
+
+
+def fail(name: str) -> pyfuse3.FUSEError:
+    """``raise fail("EPERM")``: a refusal by errno name."""
+    return pyfuse3.FUSEError(errno_of(name))

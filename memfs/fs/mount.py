@@ -1,0 +1,168 @@
+"""Serving a store with pyfuse3 on trio: options, signals, clean shutdown (SPEC §6, §8).
+
+:func:`run` takes a settings object with the attributes of :class:`memfs.config.Config`
+(``store``, ``workspace``, ``mountpoint``, ``session``, ``read_only``, ``allow_other``,
+``uid``, ``gid``, ``durability``, ``max_events``, ``max_line_bytes``, ``max_results``,
+``min_score``, ``log_level``, ``daemon``). SIGINT and SIGTERM end the loop; every open
+session is then flushed with its metadata persisted, and only then is the mount removed.
+With ``daemon`` the process forks once the mount is up, the parent prints the server's pid
+and returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyfuse3
+import trio
+
+from memfs.errors import MemfsError
+from memfs.fs.ops import MountOptions, Operations
+from memfs.store.paths import default_root, sanitize, workspace_root
+from memfs.store.root import Store, StoreSettings
+
+log = logging.getLogger("memfs.fs")
+TICK_SECONDS = 0.05  # how often coalesced metadata is persisted (see memfs.store.log)
+
+
+def store_root(config) -> Path:
+    """The sessions root a config names: ``store``, else ``workspace``'s, else the default."""
+    if getattr(config, "store", None):
+        return Path(config.store).expanduser()
+    if getattr(config, "workspace", None):
+        return workspace_root(Path(config.workspace).expanduser())
+    return default_root()
+
+
+def fuse_options(config) -> set[str]:
+    options = set(pyfuse3.default_options) | {"fsname=memfs", "subtype=memfs", "auto_unmount"}
+    if config.allow_other:
+        options.add("allow_other")
+    if config.read_only:
+        options.add("ro")
+    return options
+
+
+def build(config) -> tuple[Store, Operations]:
+    """The store and the operations a config describes (no mount yet)."""
+    settings = StoreSettings(durability=config.durability, max_events=config.max_events,
+                             max_line_bytes=config.max_line_bytes, read_only=config.read_only)
+    store = Store(store_root(config), settings)
+    single = None
+    if config.session:
+        single = sanitize(config.session)
+        if not store.exists(single):
+            if config.read_only:
+                raise MemfsError(f"no session {config.session!r} in {store.root}")
+            store.create(single)
+    options = MountOptions(single_session=single, read_only=config.read_only,
+                           uid=os.getuid() if config.uid is None else config.uid,
+                           gid=os.getgid() if config.gid is None else config.gid)
+    return store, Operations(store, options, searcher=make_searcher(store, config))
+
+
+def make_searcher(store: Store, config):
+    """A ``searcher(query, session, k, min_score)`` over the store, or None without search."""
+    try:
+        from memfs.search import store_searcher
+    except ImportError:
+        return None
+    return store_searcher(store, max_results=config.max_results, min_score=config.min_score)
+
+
+async def _serve(store: Store) -> None:
+    async with trio.open_nursery() as nursery:
+
+        async def stop_on_signal():
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    log.info("signal %s: unmounting", signal.Signals(signum).name)
+                    pyfuse3.terminate()
+                    return
+
+        async def persist_coalesced_metadata():
+            while True:
+                await trio.sleep(TICK_SECONDS)
+                for handle in store.held():
+                    try:
+                        handle.tick()
+                    except Exception:
+                        log.exception("persisting metadata of %s", handle.name)
+
+        nursery.start_soon(stop_on_signal)
+        nursery.start_soon(persist_coalesced_metadata)
+        await pyfuse3.main()
+        nursery.cancel_scope.cancel()
+
+
+def run(config) -> int:
+    """Mount and serve until unmounted or signalled; return an exit status."""
+    logging.basicConfig(level=getattr(logging, str(config.log_level).upper(), logging.INFO),
+                        format="memfs[%(process)d] %(levelname)s %(message)s")
+    mountpoint = Path(config.mountpoint).expanduser()
+    if not mountpoint.is_dir():
+        raise MemfsError(f"mountpoint {mountpoint} is not a directory")
+    store, ops = build(config)
+    ready_w = None
+    if config.daemon:
+        ready_r, ready_w = os.pipe()
+        pid = os.fork()
+        if pid:
+            os.close(ready_w)
+            ok = os.read(ready_r, 1) == b"1"
+            os.close(ready_r)
+            if ok:
+                print(pid, flush=True)
+                return 0
+            return 1
+        os.close(ready_r)
+        os.setsid()
+    try:
+        pyfuse3.init(ops, str(mountpoint), fuse_options(config))
+    except BaseException:
+        store.close()
+        if ready_w is not None:
+            os.write(ready_w, b"0")
+            os._exit(1)
+        raise
+    log.info("serving %s at %s", store.root, mountpoint)
+    if ready_w is not None:
+        _detach_stdio()
+        os.write(ready_w, b"1")
+        os.close(ready_w)
+    try:
+        trio.run(_serve, store)
+    finally:
+        try:
+            store.close()
+        finally:
+            pyfuse3.close(unmount=True)
+    log.info("unmounted %s", mountpoint)
+    if ready_w is not None:
+        os._exit(0)
+    return 0
+
+
+def _detach_stdio() -> None:
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def unmount(mountpoint: str | os.PathLike) -> int:
+    """Unmount a memfs mount (``fusermount3 -u``); the server then flushes and exits."""
+    tool = shutil.which("fusermount3") or shutil.which("fusermount")
+    if tool is None:
+        print("memfs: fusermount3 not found (install fuse3)", file=sys.stderr)
+        return 1
+    result = subprocess.run([tool, "-u", str(mountpoint)], capture_output=True, text=True)
+    if result.returncode:
+        print(f"memfs: {result.stderr.strip() or 'unmount failed'}", file=sys.stderr)
+    return result.returncode

@@ -1,0 +1,457 @@
+"""The pyfuse3 operations: each handler maps one request onto the library (SPEC §6).
+
+Translation only: the append semantics live in :mod:`memfs.store.appender`, sessions in
+:mod:`memfs.store.root`, views in :mod:`memfs.views`, search in :mod:`memfs.search`; errno
+numbers in :mod:`memfs.fs.errors`. Every handler runs under :func:`guarded`.
+
+Decisions recorded here:
+
+* ``events.jsonl`` is opened with ``direct_io``: short writes reach the writer, and reads
+  always see the log as it is. Generated files are snapshots taken at ``open``, also
+  ``direct_io``, so tools read them whole.
+* A pending fragment is validated at ``flush`` (each ``close()``), so the closing process
+  sees ``EBADMSG``; ``release`` only cleans up.
+* ``touch`` (time-only ``setattr``) is accepted and ignored; size, mode and owner changes
+  are ``EPERM``.
+* The last refusal's reason is readable as the ``user.memfs.last_error`` attribute of the
+  session folder (``getfattr -n user.memfs.last_error sessions/s``).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pyfuse3
+import trio
+
+from memfs.errors import MemfsError, NotFound
+from memfs.fs import content
+from memfs.fs.errors import fail, guarded
+from memfs.fs.nodes import DIR_KINDS, DYNAMIC_KINDS, SESSION_CHILDREN, InodeTable, K, Node, child
+from memfs.store.appender import LineAppender
+from memfs.store.log import SessionHandle
+from memfs.store.paths import read_file
+from memfs.store.root import Store
+
+# Seconds the kernel may cache: names that never change vs. anything that does.
+STATIC_TIMEOUT = 60.0
+ENTRY_TIMEOUT = 1.0
+SEARCH_TIMEOUT = 10.0  # seconds a search may take before the open fails with ETIMEDOUT
+
+Searcher = Callable[[str, "str | None", "int | None", "float | None"], list]
+
+
+@dataclass
+class MountOptions:
+    """What the operations need to know about the mount."""
+
+    single_session: str | None = None
+    read_only: bool = False
+    uid: int = field(default_factory=os.getuid)
+    gid: int = field(default_factory=os.getgid)
+
+
+@dataclass
+class OpenFile:
+    """One open file handle."""
+
+    node: Node
+    snapshot: bytes | None = None
+    session: SessionHandle | None = None
+    appender: LineAppender | None = None
+    append_mode: bool = False
+
+
+class Operations(pyfuse3.Operations):
+    """memfs as a pyfuse3 filesystem over a :class:`Store`."""
+
+    supports_dot_lookup = False
+    enable_writeback_cache = False
+
+    def __init__(self, store: Store, options: MountOptions, searcher: Searcher | None = None):
+        super().__init__()
+        self.store = store
+        self.opts = options
+        self.searcher = searcher
+        root = Node(K.SESSION, options.single_session) if options.single_session else Node(K.ROOT)
+        self.inodes = InodeTable(root)
+        self.files: dict[int, OpenFile] = {}
+        self.dirs: dict[int, list[tuple[str, Node]]] = {}
+        self._next_fh = 1
+        self.last_error: dict[str, str] = {}
+        self.started = time.time_ns()
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _node(self, inode: int) -> Node:
+        node = self.inodes.node(inode)
+        if node is None:
+            raise fail("ENOENT")
+        return node
+
+    def _session(self, node: Node) -> SessionHandle:
+        return self.store.open(node.session)
+
+    def _refuse_change(self) -> pyfuse3.FUSEError:
+        return fail("EROFS" if self.opts.read_only else "EPERM")
+
+    def _exists(self, node: Node) -> bool:
+        """Whether a node found by shape exists now."""
+        kind = node.kind
+        if node.session is not None and kind is not K.QUERY or kind is K.SESSION:
+            if not self.store.exists(node.session):
+                return False
+        if kind is K.VIEW:
+            return node.arg in content.view_names(self._session(node))
+        if kind is K.TURN:
+            return int(node.arg) in content.turn_numbers(self._session(node))
+        if kind is K.QUERY:
+            return (node.session is None or self.store.exists(node.session)) and \
+                content.parse_query(node.arg) is not None
+        return True
+
+    def _content(self, node: Node) -> bytes:
+        """The bytes of a generated file as they are now."""
+        kind = node.kind
+        if kind is K.README:
+            return content.SINGLE_README if self.opts.single_session else content.README
+        session = self._session(node)
+        if kind is K.MANIFEST:
+            return session.manifest_json()
+        if kind is K.TURNS_JSON:
+            return session.turn_index_json()
+        if kind is K.VIEW:
+            return content.view_bytes(session, node.arg)
+        if kind is K.TURN:
+            return content.view_bytes(session, f"turns/{node.arg}.jsonl")
+        raise NotFound(f"not a generated file: {kind}")
+
+    async def _query_bytes(self, node: Node) -> bytes:
+        query = content.parse_query(node.arg)
+        if query is None or self.searcher is None:
+            raise fail("ENOENT")
+        with trio.move_on_after(SEARCH_TIMEOUT) as scope:
+            results = await trio.to_thread.run_sync(
+                self.searcher, query.text, node.session, query.k, query.min_score, abandon_on_cancel=True)
+        if scope.cancelled_caught:
+            raise fail("ETIMEDOUT")
+        return content.render_results(results, query.format)
+
+    def _size(self, node: Node) -> int:
+        kind = node.kind
+        if kind is K.EVENTS:
+            return self._session(node).file_len
+        if kind is K.REJECTED:
+            try:
+                return os.lstat(self.store.root / node.session / "rejected.jsonl").st_size
+            except FileNotFoundError:
+                return 0
+        if kind in DYNAMIC_KINDS and kind is not K.QUERY:
+            return len(self._content(node))
+        return 0
+
+    async def _attr(self, node: Node, inode: int | None = None) -> pyfuse3.EntryAttributes:
+        attr = pyfuse3.EntryAttributes()
+        attr.st_ino = inode if inode is not None else self.inodes.inode(node)
+        kind = node.kind
+        writable = not self.opts.read_only
+        if kind in DIR_KINDS:
+            attr.st_mode = stat.S_IFDIR | (0o755 if writable and kind in (K.SESSIONS, K.SESSION) else 0o555)
+            attr.st_nlink = 2
+        else:
+            attr.st_mode = stat.S_IFREG | (0o644 if writable and kind is K.EVENTS else 0o444)
+            attr.st_nlink = 1
+        if kind is K.QUERY:
+            attr.st_size = len(await self._query_bytes(node))
+        else:
+            attr.st_size = self._size(node)
+        attr.st_blksize = 4096
+        attr.st_blocks = (attr.st_size + 511) // 512
+        attr.st_uid, attr.st_gid = self.opts.uid, self.opts.gid
+        now = time.time_ns()
+        attr.st_atime_ns = attr.st_ctime_ns = self.started
+        attr.st_mtime_ns = now if kind is not K.README else self.started
+        static = kind in (K.ROOT, K.README, K.SESSIONS, K.INDEX, K.SEARCH) or (
+            kind is K.SESSION and self.opts.single_session)
+        attr.attr_timeout = STATIC_TIMEOUT if static else 0
+        attr.entry_timeout = 0 if kind is K.QUERY else (STATIC_TIMEOUT if static else ENTRY_TIMEOUT)
+        return attr
+
+    # --- names -------------------------------------------------------------------------------
+
+    @guarded
+    async def lookup(self, parent_inode, name, ctx=None):
+        parent = self._node(parent_inode)
+        node = child(parent, os.fsdecode(name), self.opts.single_session is not None)
+        if node is None or not self._exists(node):
+            raise fail("ENOENT")
+        attr = await self._attr(node)
+        self.inodes.remember(attr.st_ino)
+        return attr
+
+    @guarded
+    async def getattr(self, inode, ctx=None):
+        node = self._node(inode)
+        if not self._exists(node):
+            raise fail("ENOENT")
+        return await self._attr(node, inode)
+
+    async def forget(self, inode_list):
+        for inode, n in inode_list:
+            self.inodes.forget(inode, n)
+
+    @guarded
+    async def setattr(self, inode, attr, fields, fh, ctx):
+        node = self._node(inode)
+        if self.opts.read_only or fields.update_size or fields.update_mode or \
+                fields.update_uid or fields.update_gid:
+            raise self._refuse_change()
+        return await self._attr(node, inode)
+
+    # --- directories -------------------------------------------------------------------------
+
+    def _listing(self, node: Node) -> list[tuple[str, Node]]:
+        kind = node.kind
+        if kind is K.ROOT:
+            names = ["README.md", "sessions", "search"]
+        elif kind is K.SESSIONS:
+            names = self.store.names()
+        elif kind is K.SESSION:
+            names = (["README.md"] if self.opts.single_session else []) + list(SESSION_CHILDREN)
+        elif kind is K.INDEX:
+            names = ["turns.json"]
+        elif kind is K.DERIVED:
+            names = content.view_names(self._session(node)) + ["turns"]
+        elif kind is K.TURNS:
+            names = [f"{n}.jsonl" for n in content.turn_numbers(self._session(node))]
+        else:  # search/: queries are not listed
+            names = []
+        single = self.opts.single_session is not None
+        return [(name, child(node, name, single)) for name in names]
+
+    @guarded
+    async def opendir(self, inode, ctx):
+        node = self._node(inode)
+        if node.kind not in DIR_KINDS:
+            raise fail("ENOTDIR")
+        fh = self._new_fh()
+        self.dirs[fh] = await trio.to_thread.run_sync(self._listing, node)
+        return fh
+
+    @guarded
+    async def readdir(self, fh, start_id, token):
+        entries = self.dirs[fh]
+        for i in range(start_id, len(entries)):
+            name, node = entries[i]
+            try:
+                attr = await self._attr(node)
+            except (MemfsError, OSError):
+                continue  # vanished since opendir
+            if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, i + 1):
+                break
+            self.inodes.remember(attr.st_ino)
+
+    async def releasedir(self, fh):
+        self.dirs.pop(fh, None)
+
+    @guarded
+    async def mkdir(self, parent_inode, name, mode, ctx):
+        parent = self._node(parent_inode)
+        if self.opts.read_only:
+            raise fail("EROFS")
+        if parent.kind is not K.SESSIONS:
+            raise fail("EPERM")
+        session = os.fsdecode(name)
+        await trio.to_thread.run_sync(self.store.create, session)
+        attr = await self._attr(Node(K.SESSION, session))
+        self.inodes.remember(attr.st_ino)
+        return attr
+
+    @guarded
+    async def rmdir(self, parent_inode, name, ctx):
+        parent = self._node(parent_inode)
+        if self.opts.read_only:
+            raise fail("EROFS")
+        if parent.kind is not K.SESSIONS:
+            raise fail("EPERM")
+        session = os.fsdecode(name)
+        await trio.to_thread.run_sync(self.store.remove, session)
+        self.inodes.drop_session(session)
+
+    # --- refused changes -----------------------------------------------------------------------
+
+    @guarded
+    async def unlink(self, parent_inode, name, ctx):
+        raise self._refuse_change()
+
+    @guarded
+    async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+        raise self._refuse_change()
+
+    @guarded
+    async def link(self, inode, new_parent_inode, new_name, ctx):
+        raise self._refuse_change()
+
+    @guarded
+    async def symlink(self, parent_inode, name, target, ctx):
+        raise self._refuse_change()
+
+    @guarded
+    async def mknod(self, parent_inode, name, mode, rdev, ctx):
+        raise self._refuse_change()
+
+    @guarded
+    async def create(self, parent_inode, name, mode, flags, ctx):
+        raise self._refuse_change()
+
+    @guarded
+    async def setxattr(self, inode, name, value, ctx):
+        raise self._refuse_change()
+
+    @guarded
+    async def removexattr(self, inode, name, ctx):
+        raise self._refuse_change()
+
+    # --- files -------------------------------------------------------------------------------
+
+    def _new_fh(self) -> int:
+        fh = self._next_fh
+        self._next_fh += 1
+        return fh
+
+    @guarded
+    async def open(self, inode, flags, ctx):
+        node = self._node(inode)
+        if node.kind in DIR_KINDS:
+            raise fail("EISDIR")
+        if not self._exists(node):
+            raise fail("ENOENT")
+        writing = flags & os.O_ACCMODE != os.O_RDONLY
+        if flags & os.O_TRUNC or (writing and node.kind is not K.EVENTS):
+            raise self._refuse_change()
+        handle = OpenFile(node)
+        if node.kind is K.EVENTS:
+            handle.session = self._session(node)
+            if writing:
+                if self.opts.read_only or handle.session.read_only:
+                    raise fail("EROFS")
+                handle.appender = LineAppender(handle.session, max_line_bytes=self.store.settings.max_line_bytes,
+                                               pid=ctx.pid)
+                handle.append_mode = bool(flags & os.O_APPEND)
+        elif node.kind is K.REJECTED:
+            path = self.store.root / node.session / "rejected.jsonl"
+            handle.snapshot = await trio.to_thread.run_sync(_read_or_empty, path)
+        elif node.kind is K.QUERY:
+            handle.snapshot = await self._query_bytes(node)
+        else:
+            handle.snapshot = await trio.to_thread.run_sync(self._content, node)
+        fh = self._new_fh()
+        self.files[fh] = handle
+        return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
+
+    @guarded
+    async def read(self, fh, off, size):
+        handle = self.files[fh]
+        if handle.snapshot is not None:
+            return handle.snapshot[off : off + size]
+        return handle.session.read_bytes(off, size)
+
+    @guarded
+    async def write(self, fh, off, buf):
+        handle = self.files[fh]
+        appender = handle.appender
+        if appender is None:
+            raise fail("EBADF")
+        session = handle.session
+        if not handle.append_mode and off != session.file_len + len(appender.partial):
+            raise fail("EPERM")  # only appending at the current end; no overwrite
+        try:
+            if self.store.settings.durability == "fsync":
+                return await trio.to_thread.run_sync(appender.write, buf)
+            return appender.write(buf)
+        except MemfsError as exc:
+            self.last_error[session.name] = str(exc)
+            raise
+
+    @guarded
+    async def flush(self, fh):
+        handle = self.files.get(fh)
+        if handle is None or handle.appender is None:
+            return
+        try:
+            if self.store.settings.durability == "fsync":
+                await trio.to_thread.run_sync(handle.appender.close)
+            else:
+                handle.appender.close()
+        except MemfsError as exc:
+            self.last_error[handle.session.name] = str(exc)
+            raise
+
+    @guarded
+    async def fsync(self, fh, datasync):
+        handle = self.files.get(fh)
+        if handle is not None and handle.session is not None and not handle.session.read_only:
+            await trio.to_thread.run_sync(handle.session.flush)
+
+    async def release(self, fh):
+        handle = self.files.pop(fh, None)
+        if handle is not None and handle.appender is not None and handle.appender.partial:
+            try:
+                handle.appender.close()
+            except MemfsError:
+                pass  # recorded in rejected.jsonl; nobody is left to tell
+
+    # --- attributes and statistics -------------------------------------------------------------
+
+    def _xattrs(self, node: Node) -> dict[bytes, bytes]:
+        if node.kind is not K.SESSION:
+            return {}
+        m = self._session(node).manifest
+        values = {
+            b"user.memfs.status": m["status"],
+            b"user.memfs.turn_count": str(m["turn_count"]),
+            b"user.memfs.event_count": str(m["event_count"]),
+            b"user.memfs.updated_at": m["updated_at"],
+        }
+        if node.session in self.last_error:
+            values[b"user.memfs.last_error"] = self.last_error[node.session]
+        return {k: v.encode() for k, v in values.items()}
+
+    @guarded
+    async def getxattr(self, inode, name, ctx):
+        value = self._xattrs(self._node(inode)).get(name)
+        if value is None:
+            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+        return value
+
+    @guarded
+    async def listxattr(self, inode, ctx):
+        return list(self._xattrs(self._node(inode)))
+
+    @guarded
+    async def statfs(self, ctx):
+        st = pyfuse3.StatvfsData()
+        try:
+            vfs = os.statvfs(self.store.root)
+        except OSError:
+            vfs = None
+        st.f_bsize = st.f_frsize = 4096
+        if vfs is not None:
+            st.f_blocks = vfs.f_blocks * vfs.f_frsize // 4096
+            st.f_bfree = vfs.f_bfree * vfs.f_frsize // 4096
+            st.f_bavail = vfs.f_bavail * vfs.f_frsize // 4096
+        st.f_files = len(self.inodes)
+        st.f_namemax = 255
+        return st
+
+
+def _read_or_empty(path) -> bytes:
+    try:
+        return read_file(path)
+    except FileNotFoundError:
+        return b""
+
