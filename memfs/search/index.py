@@ -1,0 +1,413 @@
+"""An incremental in-memory BM25 index over the grounded facts of many sessions (SPEC §5).
+
+:class:`SearchIndex` holds every session's facts as documents and answers a query over one
+session (that session's own ``N``, ``avgdl`` and ``df``), over several, or over all of them,
+with the scores of :mod:`memfs.search.bm25` — not an engine's own.
+
+Layout (one global document space):
+
+* every fact gets a global document id (``gid``) when it is added; three int32 columns indexed
+  by gid hold its length in tokens, its session slot (``-1`` once removed) and its index in the
+  session's ``grounded_facts``;
+* the vocabulary maps a token to one ``array('i')`` of interleaved ``(gid, tf)`` pairs in gid
+  order; appending a fact appends to the arrays of its distinct tokens — O(tokens of the fact);
+* a query copies the posting arrays of its distinct tokens into numpy (one memcpy each), keeps
+  the documents of the searched sessions (which also yields ``df``), and evaluates the formula
+  on whole columns. ``N``, ``avgdl`` and ``df`` are computed at query time from counters kept
+  per session, so an append never rewrites anything already indexed;
+* replacing or removing a session marks its documents dead; when dead documents outnumber the
+  live ones (and there are more than a few thousand) the index is compacted in one pass.
+
+Engine choice (measured by ``scripts/bench_search.py``; the numbers are in that script's
+output and in the closing note of issue 5): a dict of per-token Python dicts scored in a Python
+loop is fast for one session but takes seconds for a root query whose tokens are common at
+10⁶ facts; SQLite FTS5 can find candidates but every candidate still has to be scored here (its
+own ``bm25()`` is a different formula and has no recency), so for common tokens it returns the
+same million rows, slower; numpy over flat posting columns scores 10⁶ postings in a few
+milliseconds and costs ~8 bytes per posting. tantivy is not a dependency of the project.
+
+Decisions recorded here:
+
+* ``created_at`` is kept exactly as given (unix seconds; manifests carry milliseconds) and
+  the recency factor is computed from it; results report it as an ``int`` when it is a whole
+  number of seconds, else as the float, so a result's score can be recomputed from its fields.
+* ``snippet`` is the fact text unchanged: §4.1 already normalizes facts and caps them at
+  512 UTF-8 bytes, so there is nothing to trim.
+* ``path`` is ``sessions/<name>/derived/memory.json`` — the mount path of the view the fact
+  is the ``grounded_facts`` entry of (the ``chunk_id``'s index).
+* A fact with no tokens is still a document: it counts in ``N`` and in ``avgdl``, as every
+  grounded fact is part of the corpus, but it can never match.
+* Unknown session names in ``sessions=[…]`` are ignored (an unknown session has no facts).
+* ``max_results`` is capped at :data:`MAX_RESULTS`, so one name cannot ask for a gigabyte of
+  results; queries are cut to :data:`~memfs.search.tokenize.MAX_QUERY_TOKENS` tokens.
+* The index is thread-safe: one lock around every update and query.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time
+from array import array
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from memfs.search.bm25 import idf, recency_factor, term_score
+from memfs.search.tokenize import query_tokens, tokenize
+
+DEFAULT_MAX_RESULTS = 6
+DEFAULT_MIN_SCORE = 0.0
+MAX_RESULTS = 1000
+_COMPACT_MIN_DEAD = 4096
+
+
+class _Column:
+    """A growable int32 numpy column (doubling capacity; O(1) amortized append)."""
+
+    __slots__ = ("data", "n")
+
+    def __init__(self, capacity: int = 1024):
+        self.data = np.zeros(capacity, dtype=np.int32)
+        self.n = 0
+
+    def append(self, value: int) -> None:
+        if self.n == len(self.data):
+            self.data = np.resize(self.data, 2 * len(self.data))
+        self.data[self.n] = value
+        self.n += 1
+
+    def view(self) -> np.ndarray:
+        return self.data[: self.n]
+
+    def replace(self, values: np.ndarray) -> None:
+        self.data = np.zeros(max(1024, 2 * len(values)), dtype=np.int32)
+        self.data[: len(values)] = values
+        self.n = len(values)
+
+
+@dataclass(slots=True)
+class _Session:
+    name: str
+    session_id: str
+    created_at: int | float | None
+    slot: int
+    generation: object = None
+    facts: list = field(default_factory=list)  # (text, turn, offset) by grounded_facts index
+    gids: array = field(default_factory=lambda: array("i"))  # grounded_facts index → gid
+    total_len: int = 0
+
+
+def _unix_seconds(created_at: float | None) -> int | float | None:
+    if created_at is None:
+        return None
+    value = float(created_at)
+    if not math.isfinite(value):
+        return None
+    return int(value) if value.is_integer() else value
+
+
+class SearchIndex:
+    """BM25 over the grounded facts of many sessions, updated incrementally.
+
+    A session is keyed by its directory ``name`` (the ``chunk_id`` prefix). ``facts`` are the
+    memory view's ``grounded_facts`` in order: mappings with ``"fact"`` (text), ``"turn"`` and
+    ``"offset"`` (``int`` or ``None``); other keys are ignored.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._vocab: dict[str, array] = {}
+        self._doc_len = _Column()
+        self._doc_slot = _Column()
+        self._doc_local = _Column()
+        self._sessions: dict[str, _Session] = {}
+        self._slots: list[_Session | None] = []
+        self._live_docs = 0
+        self._live_len = 0
+        self._dead_docs = 0
+
+    # --- updates ---------------------------------------------------------------------------
+
+    def set_session(self, name: str, session_id: str, created_at: float | None,
+                    facts: Iterable[Mapping], *, generation: object = None) -> None:
+        """Index ``facts`` as the whole content of session ``name``, replacing what it had."""
+        with self._lock:
+            old = self._sessions.get(name)
+            if old is not None:
+                self._drop(old)
+            s = _Session(name, session_id, _unix_seconds(created_at), len(self._slots), generation)
+            self._slots.append(s)
+            self._sessions[name] = s
+            self._add_facts(s, facts)
+            self._maybe_compact()
+
+    def extend_session(self, name: str, new_facts: Iterable[Mapping]) -> None:
+        """Append facts to session ``name``; their indices continue after the existing ones.
+
+        ``KeyError`` when the session is not indexed (use :meth:`set_session` first).
+        """
+        with self._lock:
+            self._add_facts(self._sessions[name], new_facts)
+
+    def remove_session(self, name: str) -> None:
+        """Forget session ``name`` (no error when it is not indexed)."""
+        with self._lock:
+            s = self._sessions.get(name)
+            if s is not None:
+                self._drop(s)
+                self._maybe_compact()
+
+    def sync_session(self, name: str, session_id: str, created_at: float | None,
+                     facts: Sequence[Mapping], *, generation: object = None) -> None:
+        """Bring session ``name`` up to date with its current ``facts`` at the lowest cost.
+
+        The memory view only ever appends facts while a log grows: under the same
+        ``generation`` (e.g. the handle's ``rewrites`` count), when ``facts`` is at least as
+        long as what is indexed and its last indexed fact is unchanged, only the new tail is
+        indexed — O(new facts). A new generation (a cap rewrite moved byte offsets) whose
+        texts still start with the indexed ones refreshes the stored ``turn``/``offset`` without
+        re-tokenizing — O(facts), no index change. Anything else re-indexes the session.
+        """
+        with self._lock:
+            s = self._sessions.get(name)
+            n = len(s.facts) if s is not None else 0
+            if s is None or len(facts) < n:
+                reindex = True
+            elif s.generation == generation and (not n or facts[n - 1].get("fact") == s.facts[n - 1][0]):
+                reindex = False
+            elif all(facts[i].get("fact") == s.facts[i][0] for i in range(n)):
+                s.facts = [(f["fact"], f.get("turn"), f.get("offset")) for f in facts[:n]]
+                s.generation = generation
+                reindex = False
+            else:
+                reindex = True
+            if not reindex:
+                s.session_id = session_id
+                s.created_at = _unix_seconds(created_at)
+                if len(facts) > n:
+                    self._add_facts(s, facts[n:])
+        if reindex:
+            self.set_session(name, session_id, created_at, facts, generation=generation)
+
+    def _add_facts(self, s: _Session, facts: Iterable[Mapping]) -> None:
+        vocab = self._vocab
+        for fact in facts:
+            text = fact["fact"]
+            tokens = tokenize(text)
+            gid = self._doc_len.n
+            local = len(s.facts)
+            s.facts.append((text, fact.get("turn"), fact.get("offset")))
+            s.gids.append(gid)
+            s.total_len += len(tokens)
+            self._doc_len.append(len(tokens))
+            self._doc_slot.append(s.slot)
+            self._doc_local.append(local)
+            counts: dict[str, int] = {}
+            for t in tokens:
+                counts[t] = counts.get(t, 0) + 1
+            for t, tf in counts.items():
+                postings = vocab.get(t)
+                if postings is None:
+                    vocab[t] = postings = array("i")
+                postings.append(gid)
+                postings.append(tf)
+            self._live_docs += 1
+            self._live_len += len(tokens)
+
+    def _drop(self, s: _Session) -> None:
+        del self._sessions[s.name]
+        self._slots[s.slot] = None
+        if s.gids:
+            self._doc_slot.view()[np.frombuffer(s.gids, dtype=np.int32)] = -1
+        self._live_docs -= len(s.facts)
+        self._live_len -= s.total_len
+        self._dead_docs += len(s.facts)
+
+    def _maybe_compact(self) -> None:
+        if self._dead_docs > max(self._live_docs, _COMPACT_MIN_DEAD):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop dead documents and empty session slots; renumber gids and slots densely."""
+        slot_map = np.full(len(self._slots) + 1, -1, dtype=np.int32)
+        live_slots = [s for s in self._slots if s is not None]
+        for new, s in enumerate(live_slots):
+            slot_map[s.slot] = new
+            s.slot = new
+        doc_slot = self._doc_slot.view()
+        alive = doc_slot >= 0
+        new_gid = (np.cumsum(alive, dtype=np.int64) - 1).astype(np.int32)
+        for token, postings in list(self._vocab.items()):
+            pairs = np.array(postings, dtype=np.int32).reshape(-1, 2)
+            pairs = pairs[alive[pairs[:, 0]]]
+            if len(pairs) == 0:
+                del self._vocab[token]
+                continue
+            pairs[:, 0] = new_gid[pairs[:, 0]]
+            fresh = array("i")
+            fresh.frombytes(pairs.tobytes())
+            self._vocab[token] = fresh
+        self._doc_len.replace(self._doc_len.view()[alive])
+        self._doc_local.replace(self._doc_local.view()[alive])
+        self._doc_slot.replace(slot_map[doc_slot[alive]])
+        for s in live_slots:
+            remapped = array("i")
+            if s.gids:
+                remapped.frombytes(new_gid[np.frombuffer(s.gids, dtype=np.int32)].tobytes())
+            s.gids = remapped
+        self._slots = live_slots
+        self._dead_docs = 0
+
+    # --- queries ---------------------------------------------------------------------------
+
+    def search(self, query: str, *, sessions: Iterable[str] | None = None,
+               max_results: int = DEFAULT_MAX_RESULTS, min_score: float = DEFAULT_MIN_SCORE,
+               now: float | None = None) -> list[dict]:
+        """The best facts for ``query``, as SPEC §5 result dicts, best first.
+
+        ``sessions=None`` searches every session as one corpus; a list of names searches those
+        sessions as one corpus (a single name: that session's own statistics). ``now`` (unix
+        seconds, default the current time) is what the recency factor measures age from.
+        """
+        tokens = query_tokens(query)
+        max_results = min(int(max_results), MAX_RESULTS)
+        if not tokens or max_results <= 0:
+            return []
+        multiplicity: dict[str, int] = {}
+        for t in tokens:
+            multiplicity[t] = multiplicity.get(t, 0) + 1
+        if now is None:
+            now = time.time()
+        with self._lock:
+            return self._search(multiplicity, sessions, max_results, float(min_score), float(now))
+
+    def _search(self, multiplicity: dict[str, int], sessions: Iterable[str] | None,
+                max_results: int, min_score: float, now: float) -> list[dict]:
+        doc_slot = self._doc_slot.view()
+        if sessions is None:
+            chosen = [s for s in self._slots if s is not None]
+            n_docs, total_len = self._live_docs, self._live_len
+            keep_slot = None
+        else:
+            chosen = [self._sessions[n] for n in dict.fromkeys(sessions) if n in self._sessions]
+            n_docs = sum(len(s.facts) for s in chosen)
+            total_len = sum(s.total_len for s in chosen)
+            keep_slot = np.zeros(len(self._slots) + 1, dtype=bool)  # index -1 (dead) → False
+            for s in chosen:
+                keep_slot[s.slot] = True
+        if n_docs == 0:
+            return []
+        avgdl = total_len / n_docs
+        doc_len = self._doc_len.view()
+
+        parts: list[tuple[np.ndarray, np.ndarray]] = []
+        for token, mult in multiplicity.items():
+            postings = self._vocab.get(token)
+            if postings is None:
+                continue
+            pairs = np.frombuffer(postings, dtype=np.int32).copy()  # no export left on the array
+            gids, tfs = pairs[0::2], pairs[1::2]
+            if keep_slot is not None:
+                mask = keep_slot[doc_slot[gids]]
+            elif self._dead_docs:
+                mask = doc_slot[gids] >= 0
+            else:
+                mask = None
+            if mask is not None:
+                gids, tfs = gids[mask], tfs[mask]
+            df = len(gids)
+            if df == 0:
+                continue
+            contrib = term_score(idf(n_docs, df), tfs.astype(np.float64),
+                                 doc_len[gids].astype(np.float64), avgdl)
+            if mult > 1:
+                contrib = contrib * mult
+            parts.append((gids, contrib))
+        if not parts:
+            return []
+        cand, scores = _accumulate(parts, len(doc_slot))
+
+        positive = scores > 0.0
+        cand, scores = cand[positive], scores[positive]
+        factors = np.ones(len(self._slots) + 1)
+        for s in chosen:
+            factors[s.slot] = recency_factor(s.created_at, now)
+        scores = scores * factors[doc_slot[cand]]
+        passing = scores >= min_score
+        cand, scores = cand[passing], scores[passing]
+        if len(cand) > max_results:
+            kth = np.partition(scores, len(scores) - max_results)[len(scores) - max_results]
+            top = scores >= kth  # keeps every tie of the k-th score; chunk ids decide below
+            cand, scores = cand[top], scores[top]
+
+        doc_local = self._doc_local.view()
+        ranked = []
+        for gid, score in zip(cand.tolist(), scores.tolist()):
+            s = self._slots[doc_slot[gid]]
+            local = int(doc_local[gid])
+            ranked.append((-score, f"{s.name}:{local}", s, local))
+        ranked.sort(key=lambda r: (r[0], r[1]))
+        return [_result(chunk_id, s, local, -neg) for neg, chunk_id, s, local in ranked[:max_results]]
+
+    # --- introspection ---------------------------------------------------------------------
+
+    def sessions(self) -> list[str]:
+        """Names of the indexed sessions."""
+        with self._lock:
+            return list(self._sessions)
+
+    def session_fact_count(self, name: str) -> int:
+        """How many facts of session ``name`` are indexed (0 when it is not)."""
+        with self._lock:
+            s = self._sessions.get(name)
+            return len(s.facts) if s is not None else 0
+
+    def stats(self) -> dict:
+        """Sizes, and the bytes the index structures hold (``index_bytes``: vocabulary, postings,
+        document columns, per-session id maps; ``fact_bytes``: the stored fact texts and their
+        tuples, which are shared with the caller when it keeps its facts)."""
+        with self._lock:
+            postings = sum(len(p) for p in self._vocab.values()) // 2
+            index_bytes = sys.getsizeof(self._vocab)
+            index_bytes += sum(sys.getsizeof(t) + sys.getsizeof(p) for t, p in self._vocab.items())
+            index_bytes += sum(c.data.nbytes for c in (self._doc_len, self._doc_slot, self._doc_local))
+            fact_bytes = 0
+            for s in self._sessions.values():
+                index_bytes += sys.getsizeof(s.gids)
+                fact_bytes += sys.getsizeof(s.facts)
+                fact_bytes += sum(sys.getsizeof(f) + sys.getsizeof(f[0]) for f in s.facts)
+            return {"sessions": len(self._sessions), "docs": self._live_docs,
+                    "dead_docs": self._dead_docs, "tokens": self._live_len,
+                    "vocabulary": len(self._vocab), "postings": postings,
+                    "index_bytes": index_bytes, "fact_bytes": fact_bytes}
+
+
+def _accumulate(parts: list[tuple[np.ndarray, np.ndarray]], n_gids: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sum the per-token contributions per document → (gids, scores).
+
+    Within one part a gid occurs once. Many postings: a dense accumulator over the gid space
+    (O(gids), no sort); few postings against a large space: sort-based grouping.
+    """
+    if len(parts) == 1:
+        return parts[0]
+    touched = sum(len(g) for g, _ in parts)
+    if touched * 16 >= n_gids:
+        acc = np.zeros(n_gids)
+        for gids, contrib in parts:
+            acc[gids] += contrib
+        cand = np.flatnonzero(acc)
+        return cand, acc[cand]
+    gids = np.concatenate([g for g, _ in parts])
+    contrib = np.concatenate([c for _, c in parts])
+    cand, inverse = np.unique(gids, return_inverse=True)
+    return cand, np.bincount(inverse, weights=contrib, minlength=len(cand))
+
+
+def _result(chunk_id: str, s: _Session, local: int, score: float) -> dict:
+    text, turn, offset = s.facts[local]
+    return {"chunk_id": chunk_id, "session_id": s.session_id, "score": score, "snippet": text,
+            "path": f"sessions/{s.name}/derived/memory.json", "start_line": 0, "end_line": 0,
+            "source": "session", "created_at": s.created_at, "turn": turn, "offset": offset}

@@ -1,0 +1,107 @@
+"""Search over a sessions root: keep a :class:`SearchIndex` in step with the memory views.
+
+:func:`store_searcher` is what the mount uses (one long-lived index, brought up to date before
+each query); :func:`search_store` is what ``memfs search`` uses (a read-only store, indexed for
+this one query). Both index lazily: a session's facts are read only when a query needs them,
+so opening a store or mounting it does no search work.
+
+Decisions recorded here:
+
+* A query with no tokens (``""``, ``"???"``) raises :class:`~memfs.errors.NotFound` — the
+  mount answers ``ENOENT`` for it, as for an empty name.
+* A session's ``created_at`` comes from its manifest. A session opened read-only without a
+  readable ``manifest.json`` has no known creation time (the live manifest would report
+  the open time), so its recency factor is 1.0.
+* A session is re-read only when its handle's ``version`` moved since the last query; the memory
+  view only appends facts while the log grows, and a cap rewrite (``rewrites``) refreshes
+  offsets (see :meth:`SearchIndex.sync_session`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable
+
+from memfs.errors import NotFound
+from memfs.search.index import DEFAULT_MAX_RESULTS, DEFAULT_MIN_SCORE, SearchIndex
+from memfs.search.tokenize import query_tokens
+from memfs.store.log import SessionHandle
+from memfs.store.meta import parse_rfc3339
+from memfs.store.paths import MANIFEST
+from memfs.store.root import Store, StoreSettings
+
+Searcher = Callable[[str, "str | None", "int | None", "float | None"], list]
+
+
+def created_at_of(handle: SessionHandle) -> float | None:
+    """The session's ``created_at`` in unix seconds, or None when it is not known."""
+    if handle.read_only and not os.path.lexists(handle.path / MANIFEST):
+        return None
+    return parse_rfc3339(handle.manifest.get("created_at") or "")
+
+
+def sync_from_handle(index: SearchIndex, handle: SessionHandle) -> None:
+    """Bring ``handle``'s session in ``index`` up to date with its memory view."""
+    from memfs.views import memory_facts  # floor 3 sibling; imported late so search loads alone
+
+    facts, _version = memory_facts(handle)
+    index.sync_session(handle.name, handle.session_id, created_at_of(handle), facts,
+                       generation=handle.rewrites)
+
+
+def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
+                   min_score: float = DEFAULT_MIN_SCORE) -> Searcher:
+    """A thread-safe ``searcher(query, session, k, min_score) -> [result]`` over ``store``.
+
+    ``session`` None searches every session of the store as one corpus; ``k`` and
+    ``min_score`` None take the defaults given here. Sessions that vanished from the store are
+    dropped from the index.
+    """
+    index = SearchIndex()
+    seen: dict[str, tuple[int, int]] = {}  # name → (version, rewrites) last indexed
+    sync_lock = threading.Lock()
+
+    def refresh(names: list[str]) -> None:
+        for name in names:
+            handle = store.open(name)
+            key = (handle.version, handle.rewrites)
+            if seen.get(name) != key:
+                sync_from_handle(index, handle)
+                seen[name] = key
+
+    def searcher(query: str, session: str | None = None, k: int | None = None,
+                 min_score_: float | None = None) -> list[dict]:
+        if not query_tokens(query):
+            raise NotFound(f"no search terms in {query!r}")
+        with sync_lock:
+            if session is None:
+                names = store.names()
+                for gone in set(seen) - set(names):
+                    index.remove_session(gone)
+                    del seen[gone]
+            else:
+                if not store.exists(session):
+                    raise NotFound(f"no session {session!r}")
+                names = [session]
+            refresh(names)
+        return index.search(query, sessions=None if session is None else [session],
+                            max_results=max_results if k is None else k,
+                            min_score=min_score if min_score_ is None else min_score_)
+
+    searcher.index = index  # for introspection (stats, tests)
+    return searcher
+
+
+def search_store(root: str | os.PathLike, query: str, *, session: str | None = None,
+                 k: int = DEFAULT_MAX_RESULTS, min_score: float = DEFAULT_MIN_SCORE) -> list[dict]:
+    """One search over the sessions root ``root``, opening sessions read-only (``memfs search``).
+
+    ``session`` is a session directory name; :class:`~memfs.errors.NotFound` when it does not
+    exist or when the query has no tokens.
+    """
+    store = Store(root, StoreSettings(read_only=True))
+    try:
+        return store_searcher(store)(query, session, k, min_score)
+    finally:
+        store.close()
