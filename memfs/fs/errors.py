@@ -10,12 +10,17 @@ from __future__ import annotations
 import errno
 import functools
 import logging
+import os
 
 import pyfuse3
 
 from memfs.errors import MemfsError
 
 log = logging.getLogger("memfs.fs")
+
+# Testing hook: handler names listed here raise an unexpected error, so the tests can show
+# that the guard keeps the mount up. Read once at import; empty in normal use.
+INJECTED_FAULTS = frozenset(filter(None, os.environ.get("MEMFS_INJECT_FAULT", "").split(",")))
 
 
 def errno_of(name: str) -> int:
@@ -38,20 +43,24 @@ def guarded(handler):
     """Wrap an async ``Operations`` method: known errors become their errno, a refused
     write's reason is logged in one line, anything else is ``EIO`` plus a traceback."""
 
+    name = handler.__name__
+
     @functools.wraps(handler)
     async def wrapper(*args, **kwargs):
         try:
+            if INJECTED_FAULTS and name in INJECTED_FAULTS:
+                raise RuntimeError(f"injected fault in {name} (MEMFS_INJECT_FAULT)")
             return await handler(*args, **kwargs)
         except pyfuse3.FUSEError:
             raise
         except MemfsError as exc:
-            log.info("%s: %s", handler.__name__, exc)
+            log.info("%s: %s", name, exc)
             raise fuse_error(exc) from None
         except OSError as exc:
-            log.warning("%s: %s", handler.__name__, exc)
+            log.warning("%s: %s", name, exc)
             raise fuse_error(exc) from None
         except Exception:
-            log.exception("unexpected error in %s", handler.__name__)
+            log.exception("unexpected error in %s", name)
             raise pyfuse3.FUSEError(errno.EIO) from None
 
     return wrapper

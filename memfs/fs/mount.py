@@ -1,9 +1,6 @@
 """Serving a store with pyfuse3 on trio: options, signals, clean shutdown (SPEC §6, §8).
 
-:func:`run` takes a settings object with the attributes of :class:`memfs.config.Config`
-(``store``, ``workspace``, ``mountpoint``, ``session``, ``read_only``, ``allow_other``,
-``uid``, ``gid``, ``durability``, ``max_events``, ``max_line_bytes``, ``max_results``,
-``min_score``, ``log_level``, ``daemon``). SIGINT and SIGTERM end the loop; every open
+:func:`run` takes a :class:`memfs.config.Config`. SIGINT and SIGTERM end the loop; every open
 session is then flushed with its metadata persisted, and only then is the mount removed.
 With ``daemon`` the process forks once the mount is up, the parent prints the server's pid
 and returns.
@@ -24,20 +21,11 @@ import trio
 
 from memfs.errors import MemfsError
 from memfs.fs.ops import MountOptions, Operations
-from memfs.store.paths import default_root, sanitize, workspace_root
+from memfs.store.paths import sanitize
 from memfs.store.root import Store, StoreSettings
 
 log = logging.getLogger("memfs.fs")
 TICK_SECONDS = 0.05  # how often coalesced metadata is persisted (see memfs.store.log)
-
-
-def store_root(config) -> Path:
-    """The sessions root a config names: ``store``, else ``workspace``'s, else the default."""
-    if getattr(config, "store", None):
-        return Path(config.store).expanduser()
-    if getattr(config, "workspace", None):
-        return workspace_root(Path(config.workspace).expanduser())
-    return default_root()
 
 
 def fuse_options(config) -> set[str]:
@@ -53,7 +41,7 @@ def build(config) -> tuple[Store, Operations]:
     """The store and the operations a config describes (no mount yet)."""
     settings = StoreSettings(durability=config.durability, max_events=config.max_events,
                              max_line_bytes=config.max_line_bytes, read_only=config.read_only)
-    store = Store(store_root(config), settings)
+    store = Store(config.sessions_root(), settings)
     single = None
     if config.session:
         single = sanitize(config.session)

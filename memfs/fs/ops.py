@@ -155,9 +155,11 @@ class Operations(pyfuse3.Operations):
         return 0
 
     async def _attr(self, node: Node, inode: int | None = None) -> pyfuse3.EntryAttributes:
-        attr = pyfuse3.EntryAttributes()
-        attr.st_ino = inode if inode is not None else self.inodes.inode(node)
         kind = node.kind
+        size = len(await self._query_bytes(node)) if kind is K.QUERY else self._size(node)
+        attr = pyfuse3.EntryAttributes()
+        attr.st_ino = inode if inode is not None else self.inodes.inode(node)  # after the size: no inode for a failure
+        attr.st_size = size
         writable = not self.opts.read_only
         if kind in DIR_KINDS:
             attr.st_mode = stat.S_IFDIR | (0o755 if writable and kind in (K.SESSIONS, K.SESSION) else 0o555)
@@ -165,12 +167,8 @@ class Operations(pyfuse3.Operations):
         else:
             attr.st_mode = stat.S_IFREG | (0o644 if writable and kind is K.EVENTS else 0o444)
             attr.st_nlink = 1
-        if kind is K.QUERY:
-            attr.st_size = len(await self._query_bytes(node))
-        else:
-            attr.st_size = self._size(node)
         attr.st_blksize = 4096
-        attr.st_blocks = (attr.st_size + 511) // 512
+        attr.st_blocks = (size + 511) // 512
         attr.st_uid, attr.st_gid = self.opts.uid, self.opts.gid
         now = time.time_ns()
         attr.st_atime_ns = attr.st_ctime_ns = self.started

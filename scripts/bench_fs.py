@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Benchmark appends and reads through a real memfs mount (issue 3's goals).
+
+Measured in one run on this machine, side by side:
+
+* single-event appends: one ``write()`` of a 300-byte event per call on an ``O_APPEND``
+  descriptor, through memfs (each durability mode) and through ``scripts/nullfs.py``, a
+  do-nothing pyfuse3 filesystem (the FUSE ceiling); goal: memfs ``write`` ≥ 75% of nullfs;
+* bulk ``cat`` of a 100,000-event file into ``events.jsonl``; goal ≥ 100,000 events/s;
+* ``stat`` + read of ``manifest.json`` (in-process open/read/close), median; goal < 1 ms.
+
+Usage: ``.venv/bin/python scripts/bench_fs.py [--events N] [--json FILE]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from mounting import is_mounted  # noqa: E402
+
+
+def event_line(i: int) -> bytes:
+    """A valid 300-byte event line (newline included), distinct per ``i``."""
+    head = '{"schema_version":"0.18.0","event":{"type":"item.completed","item":{"id":"m%08d",' % i
+    head += '"type":"agent_message","text":"'
+    tail = '"}}}\n'
+    return (head + "x" * (300 - len(head) - len(tail)) + tail).encode()
+
+
+def start_server(cmd: list[str], mnt: Path, log: Path) -> subprocess.Popen:
+    out = open(log, "ab")
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+    deadline = time.monotonic() + 20
+    while not is_mounted(mnt):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{cmd} did not mount: {log.read_text()}")
+        time.sleep(0.02)
+    return proc
+
+
+def stop_server(proc: subprocess.Popen, mnt: Path) -> None:
+    """SIGTERM, wait, and make sure nothing stays mounted."""
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    if is_mounted(mnt):
+        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
+
+
+def single_appends(path: Path, n: int, lines: list[bytes]) -> float:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        t = time.perf_counter()
+        for i in range(n):
+            os.write(fd, lines[i % len(lines)])
+        return n / (time.perf_counter() - t)
+    finally:
+        os.close(fd)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=20000, help="single appends per run")
+    ap.add_argument("--bulk", type=int, default=100000, help="events in the bulk cat file")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="memfs-bench-"))
+    lines = [event_line(i) for i in range(1000)]
+    assert all(len(x) == 300 for x in lines)
+    results: dict[str, float] = {}
+
+    mnt = work / "null"
+    mnt.mkdir()
+    proc = start_server([sys.executable, str(ROOT / "scripts" / "nullfs.py"), str(mnt)], mnt, work / "null.log")
+    try:
+        single_appends(mnt / "sink", 2000, lines)  # warm-up
+        results["nullfs single appends ev/s"] = single_appends(mnt / "sink", args.events, lines)
+    finally:
+        stop_server(proc, mnt)
+
+    for mode in ("buffered", "write", "fsync"):
+        store, mnt = work / f"store-{mode}", work / f"mnt-{mode}"
+        mnt.mkdir()
+        proc = start_server([sys.executable, "-m", "memfs", "mount", str(store), str(mnt), "--durability", mode,
+                             "--max-events", "0", "--log-level", "WARNING"], mnt, work / f"{mode}.log")
+        try:
+            (mnt / "sessions" / "b").mkdir()
+            events = mnt / "sessions" / "b" / "events.jsonl"
+            single_appends(events, 2000, lines)
+            n = args.events if mode != "fsync" else min(args.events, 5000)
+            results[f"memfs {mode} single appends ev/s"] = single_appends(events, n, lines)
+            if mode == "write":
+                bulk = work / "bulk.jsonl"
+                with open(bulk, "wb") as f:
+                    for i in range(args.bulk):
+                        f.write(lines[i % len(lines)])
+                (mnt / "sessions" / "c").mkdir()
+                t = time.perf_counter()
+                subprocess.run(f"cat {bulk} >> {mnt}/sessions/c/events.jsonl", shell=True, check=True)
+                results["memfs write bulk cat ev/s"] = args.bulk / (time.perf_counter() - t)
+                manifest = mnt / "sessions" / "c" / "manifest.json"
+                samples = []
+                for _ in range(500):
+                    t = time.perf_counter()
+                    os.stat(manifest)
+                    with open(manifest, "rb") as f:
+                        f.read()
+                    samples.append(time.perf_counter() - t)
+                results["stat+read manifest.json median ms"] = statistics.median(samples) * 1000
+        finally:
+            stop_server(proc, mnt)
+
+    ratio = results["memfs write single appends ev/s"] / results["nullfs single appends ev/s"]
+    results["memfs write / nullfs"] = ratio
+    width = max(map(len, results))
+    print(f"workload: 300-byte item.completed events, one write() each; bulk: {args.bulk} events via cat")
+    for key, value in results.items():
+        print(f"{key:<{width}}  {value:,.3f}" if value < 100 else f"{key:<{width}}  {value:,.0f}")
+    goals = {
+        "single appends (write) >= 75% of nullfs": ratio >= 0.75,
+        "bulk cat >= 100,000 ev/s": results["memfs write bulk cat ev/s"] >= 100_000,
+        "stat + cat manifest.json < 1 ms median": results["stat+read manifest.json median ms"] < 1,
+    }
+    for goal, met in goals.items():
+        print(f"{'MET ' if met else 'MISS'} {goal}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"results": results, "goals": goals}, indent=2))
+    subprocess.run(["rm", "-rf", str(work)], check=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
