@@ -1,0 +1,46 @@
+"""Floor 3: derived views (SPEC §4) — pure functions of a session's log, folded incrementally.
+
+``derived/`` holds ``memory.json``, ``trajectory.jsonl``, ``summary.md``, ``progress.json``,
+``progress.md``, ``goal.json``, ``turns/<n>.jsonl`` and the stored ``eviction-summary-*.json``.
+:func:`render_view` gives the bytes of any of them for an open session handle; views are
+regenerated only when read after the log changed, folding only the bytes appended since, and
+copied into the backing store's ``derived/`` (atomically, 0600, write-behind: see
+:mod:`memfs.views.persist`).
+
+Module map: :mod:`~memfs.views.fold` (the one pass over the log), :mod:`~memfs.views.cache`
+(per-session state and refresh), one module per view (:mod:`~memfs.views.memory`,
+:mod:`~memfs.views.trajectory`, :mod:`~memfs.views.summary`, :mod:`~memfs.views.progress`,
+:mod:`~memfs.views.goal`), :mod:`~memfs.views.api` (these functions).
+"""
+
+from memfs.views.api import (
+    goal,
+    list_names,
+    list_turns,
+    memory_facts,
+    memory_view,
+    progress,
+    progress_markdown,
+    render_view,
+    summary_markdown,
+    trajectory,
+)
+from memfs.views.cache import VIEW_NAMES, forget, stats
+from memfs.views.persist import flush
+
+__all__ = [
+    "VIEW_NAMES",
+    "flush",
+    "forget",
+    "goal",
+    "list_names",
+    "list_turns",
+    "memory_facts",
+    "memory_view",
+    "progress",
+    "progress_markdown",
+    "render_view",
+    "stats",
+    "summary_markdown",
+    "trajectory",
+]

@@ -1,0 +1,266 @@
+"""Per-session view state, keyed by the session directory, refreshed lazily and incrementally.
+
+One :class:`ViewState` per session directory in this process holds the :class:`Fold` of the
+retained log and the bytes of each view last rendered. Reading a view first *refreshes*:
+
+* nothing happened to the log since the last refresh (same opening, same ``handle.version``,
+  same ``handle.rewrites``) → no work at all, the cached bytes are returned;
+* the log grew → only the bytes in ``[offset, file_len)`` are folded;
+* a cap rewrite (``handle.rewrites`` changed), a log shorter than what was folded, or a
+  different opening of the session (closed and reopened, so another process may have
+  rewritten it meanwhile) → the fold is rebuilt from byte 0, seeded with the log's first
+  retained turn ordinal, after the eviction summaries' facts.
+
+A refresh reads ``rewrites``, ``version`` and the live manifest before folding up to the
+manifest's ``persisted_file_len`` and retries if a cap rewrite raced it. After folding, the
+turn counters must agree with the live manifest; if they do not, it rebuilds once (and then
+trusts its own fold of the bytes).
+
+Only the view being read is rendered, and only when the fold changed since it was last
+rendered (``epoch``). A view whose bytes changed is queued for the backing store
+(:mod:`memfs.views.persist`) unless the handle is read-only.
+
+Counters for tests and benchmarks: the module-level :data:`stats` and each state's
+``folded_bytes`` / ``rebuilds``. Each state has its own lock; renders may come from any thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from memfs.store.meta import now_rfc3339
+from memfs.store.paths import DERIVED_DIR
+from memfs.views import goal as goal_view
+from memfs.views import memory, persist, progress, summary
+from memfs.views.fold import Fold
+from memfs.views.memory import indented, load_evicted_facts
+from memfs.views.trajectory import Trajectory
+
+VIEW_NAMES = ("memory.json", "trajectory.jsonl", "summary.md", "progress.json", "progress.md", "goal.json")
+TURNS_DIR = "turns"
+
+
+@dataclass
+class Stats:
+    """Process-wide counters (never reset by the library; tests compare before/after)."""
+
+    refreshes: int = 0  # refreshes that found the log changed
+    rebuilds: int = 0  # of which rebuilt the fold from byte 0
+    folded_bytes: int = 0  # log bytes folded
+    folded_lines: int = 0
+    renders: int = 0  # views rendered (a cached view served again does not count)
+
+
+stats = Stats()
+_generations = itertools.count(1)
+
+
+class ViewState:
+    """Everything the views know about one session directory."""
+
+    def __init__(self, path: Path):
+        self.lock = threading.RLock()
+        self.path = path
+        self.report = None  # the opening the fold belongs to (``handle.open_report``)
+        self.rewrites = -1
+        self.version = -1
+        self.offset = 0  # log bytes folded: just past the last complete line seen
+        self.fold: Fold | None = None
+        self.trajectory = Trajectory()
+        self.generation = 0  # changes at every rebuild: facts[:n] are stable within one
+        self.epoch = 0  # changes whenever the fold changes
+        self.generated_at = ""
+        self.created_at = ""
+        self.folded_bytes = 0
+        self.rebuilds = 0
+        self._rendered: dict[str, tuple[int, bytes]] = {}
+        self._written: dict[str, bytes] = {}
+        self._written_turns: dict[int, tuple] = {}
+        self._touched: tuple[int, bytes] = (-1, b"[]")
+        self._turn_ts: dict[int, str] = {}
+
+    # --- refreshing ------------------------------------------------------------------------
+
+    def refresh(self, handle) -> bool:
+        """Bring the fold up to date with ``handle``'s log; True when it changed."""
+        report = handle.open_report
+        if (self.fold is not None and report is self.report and handle.rewrites == self.rewrites
+                and handle.version == self.version):
+            return False
+        force = False
+        for _attempt in range(4):
+            rewrites, version = handle.rewrites, handle.version
+            m = handle.manifest
+            end = m["persisted_file_len"]
+            rebuild = (force or self.fold is None or report is not self.report
+                       or rewrites != self.rewrites or end < self.offset)
+            fold, start = (Fold(m["retained_turn_base"]), 0) if rebuild else (self.fold, self.offset)
+            if rebuild:
+                load_evicted_facts(self.path, fold.facts)
+            lines0 = fold.lines
+            try:
+                stop = fold.feed(handle.iter_lines(start, end))
+            except BaseException as exc:
+                self.fold = None  # possibly half-fed: the next refresh rebuilds
+                if isinstance(exc, OSError) and handle.rewrites != rewrites:
+                    continue  # the file was replaced under us: start over
+                raise
+            if handle.rewrites != rewrites:
+                self.fold = None
+                continue
+            turns = fold.turns
+            expected_last = m["turn_count"] + (1 if m["in_turn"] else 0)
+            if (turns.in_turn != m["in_turn"] or turns.index.last_ordinal != expected_last) and not rebuild:
+                force = True  # our incremental fold disagrees with the store: redo it whole
+                continue
+            self._commit(handle, report, rewrites, version, m, fold, rebuild,
+                         stop if stop >= 0 else start, start, fold.lines - lines0)
+            return True
+        self.fold = None
+        raise RuntimeError("log kept changing under a view refresh (concurrent cap rewrites)")
+
+    def _commit(self, handle, report, rewrites, version, m, fold, rebuild, offset, start, lines) -> None:
+        if rebuild:
+            if report is self.report and rewrites != self.rewrites and not handle.read_only:
+                self._prune_turns(fold.turns.index.base)
+            self.fold = fold
+            self.trajectory = Trajectory()
+            self.generation = next(_generations)
+            self._touched = (-1, b"[]")
+            self._turn_ts = {}
+            self._written_turns = {}
+            self.rebuilds += 1
+            stats.rebuilds += 1
+        self.report, self.rewrites, self.version = report, rewrites, version
+        self.folded_bytes += offset - start
+        stats.folded_bytes += offset - start
+        stats.folded_lines += lines
+        self.offset = offset
+        self.created_at = m["created_at"]
+        self.generated_at = now_rfc3339()
+        self.epoch += 1
+        stats.refreshes += 1
+
+    def _prune_turns(self, base: int) -> None:
+        """Remove the store's copies of turns a cap rewrite evicted."""
+        try:
+            names = os.listdir(self.path / DERIVED_DIR / TURNS_DIR)
+        except OSError:
+            return
+        for name in names:
+            stem = name[:-len(".jsonl")] if name.endswith(".jsonl") else ""
+            if stem.isdigit() and int(stem) < base:
+                persist.remove(self.path, f"{TURNS_DIR}/{name}")
+
+    # --- rendering -------------------------------------------------------------------------
+
+    def render(self, handle, name: str) -> bytes:
+        """The current bytes of view ``name`` (one of :data:`VIEW_NAMES`)."""
+        with self.lock:
+            self.refresh(handle)
+            cached = self._rendered.get(name)
+            if cached is not None and cached[0] == self.epoch:
+                return cached[1]
+            data = _RENDERERS[name](self, handle)
+            self._rendered[name] = (self.epoch, data)
+            stats.renders += 1
+            if not handle.read_only and self._written.get(name) != data:
+                self._written[name] = data
+                persist.submit(self.path, name, data)
+            return data
+
+    def touched_json(self) -> bytes:
+        fold = self.fold
+        if self._touched[0] != fold.touched_changes:
+            self._touched = (fold.touched_changes, memory.render_paths(fold.touched))
+        return self._touched[1]
+
+    def source(self) -> dict:
+        return {"events_len": self.offset, "event_count": self.fold.turns.event_count}
+
+    def resolver(self, handle):
+        """``resolve(stamp) -> str`` for :mod:`memfs.views.progress` stamps."""
+        def resolve(stamp) -> str:
+            if type(stamp) is str:
+                return stamp
+            if type(stamp) is int:
+                if stamp not in self._turn_ts:
+                    for entry in handle.turn_index:  # once per opening and new turn, at most
+                        self._turn_ts[entry["turn_number"]] = entry.get("ts") or ""
+                    self._turn_ts.setdefault(stamp, "")
+                if self._turn_ts[stamp]:
+                    return self._turn_ts[stamp]
+            return self.created_at
+        return resolve
+
+    def ledger(self, handle) -> dict:
+        fold = self.fold
+        return fold.ledger.to_dict(handle.session_id, fold.goal.objective or "", self.resolver(handle))
+
+    def note_turn_written(self, handle, n: int, key: tuple, data: bytes) -> None:
+        if handle.read_only or self._written_turns.get(n) == key:
+            return
+        self._written_turns[n] = key
+        persist.submit(self.path, f"{TURNS_DIR}/{n}.jsonl", data)
+
+
+def _memory(st: ViewState, handle) -> bytes:
+    fold = st.fold
+    return memory.render(handle.session_id, fold.summary, fold.facts, st.touched_json(), st.generated_at,
+                         st.created_at, st.source())
+
+
+def _trajectory(st: ViewState, handle) -> bytes:
+    return st.trajectory.render(st.fold.turns, st.fold.records)
+
+
+def _summary(st: ViewState, handle) -> bytes:
+    return summary.render(handle.session_id, st.fold, st.offset, st.created_at).encode()
+
+
+def _progress_json(st: ViewState, handle) -> bytes:
+    return progress.render_json(st.ledger(handle))
+
+
+def _progress_md(st: ViewState, handle) -> bytes:
+    return progress.render_markdown(st.ledger(handle)).encode()
+
+
+def _goal(st: ViewState, handle) -> bytes:
+    return indented(st.fold.goal.to_dict(st.resolver(handle)), 0) + b"\n"
+
+
+_RENDERERS = {
+    "memory.json": _memory,
+    "trajectory.jsonl": _trajectory,
+    "summary.md": _summary,
+    "progress.json": _progress_json,
+    "progress.md": _progress_md,
+    "goal.json": _goal,
+}
+assert tuple(_RENDERERS) == VIEW_NAMES
+
+# --- the registry ---------------------------------------------------------------------------
+
+_STATES: dict[str, ViewState] = {}
+_STATES_LOCK = threading.Lock()
+
+
+def state_for(handle) -> ViewState:
+    """The view state of ``handle``'s session directory (created on first use)."""
+    key = str(handle.path)
+    with _STATES_LOCK:
+        st = _STATES.get(key)
+        if st is None:
+            st = _STATES[key] = ViewState(Path(handle.path))
+        return st
+
+
+def forget(path) -> None:
+    """Drop the view state of a session directory (after it was removed, or to free memory)."""
+    with _STATES_LOCK:
+        _STATES.pop(str(path), None)

@@ -1,0 +1,204 @@
+"""The fold: one pass over a log's lines feeds every view's state.
+
+:class:`Fold` is what the views know about a session; :meth:`Fold.feed` takes the log's
+``(offset, line)`` pairs in order, from the first byte or from where the previous feed
+stopped, so an append costs only its own bytes. Lines are decoded with the rescan's acceptance
+rules (:func:`memfs.events.decode_stored`) and their turn ordinal comes from the one turn state
+machine (:func:`memfs.store.machine.apply`), seeded with the log's first retained ordinal.
+
+Everything here is a pure function of the lines (and of the eviction-summary facts the owner
+loads first): no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Iterable
+
+from memfs.events import Kind, decode_stored
+from memfs.facts import event_facts
+from memfs.store.machine import TurnState, apply
+from memfs.store.meta import ABANDONED, COMPLETED, FAILED, TurnIndex
+from memfs.views.goal import GoalTracker
+from memfs.views.memory import FactList
+from memfs.views.progress import Ledger
+from memfs.views.trajectory import TurnRecord, add_usage
+
+RECENT_ERRORS = 20
+
+_TURN_STARTED = Kind.TURN_STARTED
+_TURN_COMPLETED = Kind.TURN_COMPLETED
+_TURN_FAILED = Kind.TURN_FAILED
+_ERROR_EVENTS = frozenset(("turn.failed", "turn.blocked", "error"))
+_ITEM_EVENTS = frozenset(("item.started", "item.updated"))
+
+
+class Fold:
+    """All view state of one session, folded from its retained log."""
+
+    def __init__(self, base: int = 1):
+        self.turns = TurnState(TurnIndex(base), base - 1)
+        self.records: list[TurnRecord] = []  # records[i] is index entry i
+        self.facts = FactList()
+        self.touched: set[str] = set()
+        self.touched_changes = 0  # bumps when ``touched`` grows (render cache key)
+        self.summary = ""  # last agent message of the last closed turn
+        self.last_message: str | None = None  # latest agent message anywhere
+        self.usage = [0, 0, 0, 0]  # summed over turns
+        self.error_count = 0
+        self.recent_errors: deque = deque(maxlen=RECENT_ERRORS)  # (turn|None, type, message)
+        self.ledger = Ledger()
+        self.goal = GoalTracker()
+        self.lines = 0
+        self.skipped = 0
+
+    # --- the per-line fold -----------------------------------------------------------------
+
+    def feed(self, lines: Iterable[tuple[int, bytes]]) -> int:
+        """Fold ``(offset, line)`` pairs; return the offset just past the last line (or -1)."""
+        turns = self.turns
+        records = self.records
+        add_fact = self.facts.add
+        end = -1
+        n = skipped = 0
+        for offset, line in lines:
+            n += 1
+            end = offset + len(line) + 1
+            decoded = decode_stored(line)
+            if decoded is None:
+                skipped += 1
+                continue
+            kind, event = decoded
+            was_in = turns.in_turn
+            apply(turns, kind, offset, end, "")
+            if kind is _TURN_STARTED:
+                if was_in:
+                    self._closed(records[-1], ABANDONED, event)
+                rec = self._opened(turns.index.last_ordinal, event)
+            else:
+                rec = records[-1] if was_in else None
+            etype = event["type"]
+            if etype == "item.completed":  # the bulk of a log: kept on the shortest path
+                item = event.get("item")
+                if type(item) is dict:
+                    facts = event_facts(event)
+                    if facts:
+                        turn = rec.ordinal if rec is not None else None
+                        for ftype, text in facts:
+                            add_fact(text, turn, offset, ftype)
+                    self._completed_item(item, rec)
+            elif etype in _ITEM_EVENTS:
+                item = event.get("item")
+                if type(item) is dict and item.get("type") == "plan":
+                    self._plan(item, rec)
+            elif etype in _ERROR_EVENTS or etype == "turn.completed":
+                if etype != "turn.completed":
+                    turn = rec.ordinal if rec is not None else None
+                    for ftype, text in event_facts(event):
+                        add_fact(text, turn, offset, ftype)
+                if etype == "error":
+                    self._error(rec, etype, event.get("message"))
+                else:
+                    self._lifecycle(etype, event, rec, was_in and (kind is _TURN_COMPLETED or kind is _TURN_FAILED))
+            elif etype.startswith("goal."):
+                self.goal.apply(event, offset, self._stamp(event, rec))
+        self.lines += n
+        self.skipped += skipped
+        return end
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _stamp(event: dict, rec: TurnRecord | None):
+        """When an event happened, as far as the log says (see ``memfs.views.progress``)."""
+        at = event.get("completed_at")
+        if type(at) is str:
+            return at
+        if rec is None:
+            return None
+        return rec.started_at if rec.started_at is not None else rec.ordinal
+
+    def _opened(self, ordinal: int, event: dict) -> TurnRecord:
+        context = event.get("context")
+        started_at = context.get("timestamp") if type(context) is dict else None
+        rec = TurnRecord(ordinal, started_at if type(started_at) is str else None, self.ledger.done)
+        self.records.append(rec)
+        return rec
+
+    def _closed(self, rec: TurnRecord, outcome: int, event: dict) -> None:
+        """A turn closed (``outcome`` from the state machine): summary and progress effects."""
+        self.summary = rec.last_message or ""
+        if outcome == COMPLETED:
+            if self.ledger.done - rec.done_at_start:
+                self.ledger.advance(self._stamp(event, rec))
+        elif outcome == FAILED and not rec.stalled:
+            rec.stalled = True
+            self.ledger.stall(self._stamp(event, rec))
+
+    def _error(self, rec: TurnRecord | None, etype: str, message) -> None:
+        if type(message) is not str:
+            return
+        self.error_count += 1
+        self.recent_errors.append((rec.ordinal if rec is not None else None, etype, message))
+        if rec is not None:
+            rec.errors.append(message)
+
+    def _lifecycle(self, etype: str, event: dict, rec: TurnRecord | None, closes: bool) -> None:
+        usage = event.get("usage")
+        if usage is not None:
+            tokens = [0, 0, 0, 0]
+            add_usage(tokens, usage)
+            if rec is not None:
+                for i, n in enumerate(tokens):
+                    rec.usage[i] += n
+                    self.usage[i] += n
+            self.goal.add_tokens(tokens[0] + tokens[3])
+        if etype != "turn.completed":
+            self._error(rec, etype, event.get("message"))
+        if etype == "turn.blocked" and rec is not None and not rec.stalled:
+            rec.stalled = True
+            self.ledger.stall(self._stamp(event, rec))
+        if closes:
+            at = event.get("completed_at")
+            rec.completed_at = at if type(at) is str else None
+            self._closed(rec, COMPLETED if etype == "turn.completed" else FAILED, event)
+
+    def _plan(self, item: dict, rec: TurnRecord | None) -> None:
+        text = item.get("text")
+        if type(text) is str:
+            self.ledger.set_plan(text, self._stamp({}, rec))
+
+    def _completed_item(self, item: dict, rec: TurnRecord | None) -> None:
+        itype = item.get("type")
+        if type(itype) is not str:
+            return
+        if rec is not None:
+            rec.item_types[itype] = rec.item_types.get(itype, 0) + 1
+        if itype == "agent_message":
+            text = item.get("text")
+            if type(text) is str:
+                self.last_message = text
+                if rec is not None:
+                    rec.last_message = text
+        elif itype == "file_change":
+            changes = item.get("changes")
+            if type(changes) is list:
+                for change in changes:
+                    path = change.get("path") if type(change) is dict else None
+                    if type(path) is str:
+                        if path not in self.touched:
+                            self.touched.add(path)
+                            self.touched_changes += 1
+                        if rec is not None:
+                            rec.files[path] = None
+        elif itype == "command_execution":
+            command = item.get("command")
+            if rec is not None and type(command) is str:
+                code, status = item.get("exit_code"), item.get("status")
+                rec.commands.append({"command": command,
+                                     "exit_code": code if type(code) is int else None,
+                                     "status": status if type(status) is str else None})
+        elif itype == "plan":
+            self._plan(item, rec)
+        elif itype == "error":
+            self._error(rec, "error", item.get("message"))
