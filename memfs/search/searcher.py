@@ -12,9 +12,10 @@ Decisions recorded here:
 * A session's ``created_at`` comes from its manifest. A session opened read-only without a
   readable ``manifest.json`` has no known creation time (the live manifest would report
   the open time), so its recency factor is 1.0.
-* A session is re-read only when its handle's ``version`` moved since the last query; the memory
-  view only appends facts while the log grows, and a cap rewrite (``rewrites``) refreshes
-  offsets (see :meth:`SearchIndex.sync_session`).
+* A session's memory view is asked again only when its handle's ``version`` or ``rewrites``
+  moved since the last query. Within one view ``generation`` the fact list only grows, so only
+  the new facts are indexed; a new generation (cap rewrite, reopen) refreshes offsets or
+  re-indexes that session (see :meth:`SearchIndex.sync_session`).
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ def sync_from_handle(index: SearchIndex, handle: SessionHandle) -> None:
     """Bring ``handle``'s session in ``index`` up to date with its memory view."""
     from memfs.views import memory_facts  # floor 3 sibling; imported late so search loads alone
 
-    facts, _version = memory_facts(handle)
+    facts, (generation, _count) = memory_facts(handle)
     index.sync_session(handle.name, handle.session_id, created_at_of(handle), facts,
-                       generation=handle.rewrites)
+                       generation=generation)
 
 
 def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,

@@ -1,0 +1,129 @@
+"""Search over real session stores: memory views → index → results (SPEC §5), through
+``search_store`` (what ``memfs search`` calls) and ``store_searcher`` (what the mount calls)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import orjson
+import pytest
+
+from memfs import open_session
+from memfs.errors import NotFound
+from memfs.search import created_at_of, recency_factor, search_store, store_searcher
+from memfs.store.meta import parse_rfc3339
+from memfs.store.root import Store
+from memfs.views import memory_view
+
+
+def ev(etype: str, **fields) -> str:
+    return json.dumps({"schema_version": "0.18.0", "event": {"type": etype, **fields}}, separators=(",", ":"))
+
+
+def message(i: int, text: str) -> str:
+    return ev("item.completed", item={"id": f"m{i}", "type": "agent_message", "text": text})
+
+
+def turn(handle, *texts: str, base: int = 0) -> None:
+    handle.append(ev("turn.started"))
+    for i, text in enumerate(texts):
+        handle.append(message(base + i, text))
+    handle.append(ev("turn.completed", usage={"input_tokens": 1}))
+
+
+@pytest.fixture
+def root(tmp_path):
+    root = tmp_path / "sessions"
+    with open_session(root, "alpha") as h:
+        h.append(ev("thread.started", thread_id="t1"))
+        turn(h, "Added the retry loop to the client.", "Wrote tests for the retry loop.")
+        turn(h, "Fixed a flaky network test.", base=2)
+    with open_session(root, "beta/2") as h:  # directory name beta_2
+        turn(h, "Parsed the config file.", "The retry budget is three attempts.")
+    return root
+
+
+def test_search_store_root_and_per_session(root):
+    results = search_store(root, "retry loop")
+    assert [r["chunk_id"] for r in results] == ["alpha:1", "alpha:0", "beta_2:1"]  # shorter fact first
+    assert {r["session_id"] for r in results} == {"alpha", "beta/2"}
+    per = search_store(root, "retry loop", session="beta_2")
+    assert [r["chunk_id"] for r in per] == ["beta_2:1"]
+    assert per[0]["score"] != results[2]["score"]  # its own corpus statistics
+    assert [r["chunk_id"] for r in search_store(root, "retry loop", k=1)] == ["alpha:1"]
+    assert search_store(root, "retry", min_score=1e9) == []
+
+
+def test_results_lead_back_to_the_event(root):
+    (r,) = search_store(root, "flaky")
+    assert r["path"] == "sessions/alpha/derived/memory.json"
+    assert r["turn"] == 2 and r["snippet"] == "Fixed a flaky network test."
+    with open_session(root, "alpha", read_only=True) as h:
+        line = next(line for offset, line in h.iter_lines(r["offset"]))
+        assert orjson.loads(line)["event"]["item"]["text"] == r["snippet"]
+        created = parse_rfc3339(h.manifest["created_at"])
+        assert created_at_of(h) == created
+        facts = memory_view(h)["grounded_facts"]
+    assert r["created_at"] == created
+    index = int(r["chunk_id"].split(":")[1])  # chunk id = position in memory.json's grounded_facts
+    assert facts[index] == {"fact": r["snippet"], "turn": r["turn"], "offset": r["offset"], "type": "agent_message"}
+
+
+def test_score_carries_the_recency_factor(root):
+    now = time.time()
+    with open_session(root, "alpha", read_only=True) as h:
+        created = created_at_of(h)
+    (r,) = search_store(root, "flaky")
+    # the same fact alone in a session without a manifest has factor 1.0
+    (root / "alpha" / "manifest.json").unlink()
+    (bare,) = search_store(root, "flaky")
+    assert bare["created_at"] is None
+    expected = bare["score"] * recency_factor(created, now)
+    assert r["score"] == pytest.approx(expected, rel=1e-6)  # `now` differs by the test's runtime
+
+
+def test_queries_without_tokens_and_unknown_sessions(root):
+    for query in ("", "   ", "?!—"):
+        with pytest.raises(NotFound):
+            search_store(root, query)
+    with pytest.raises(NotFound):
+        search_store(root, "retry", session="nope")
+    assert search_store(root, "zebra") == []
+    assert search_store(root.parent / "empty-root", "retry") == []
+
+
+def test_evicted_turn_facts_are_still_found(tmp_path):
+    root = tmp_path / "sessions"
+    with open_session(root, "capped", max_events=6) as h:
+        turn(h, "Investigated the zeppelin outage.")
+        for i in range(4):
+            turn(h, f"Routine step {i}.", base=10 + i)
+        assert h.rewrites >= 1 and h.turn_index[0]["turn_number"] > 1  # turn 1 is gone
+    (r,) = search_store(root, "zeppelin outage")
+    assert r["snippet"] == "Investigated the zeppelin outage."
+    assert r["chunk_id"] == "capped:0" and r["turn"] is None and r["offset"] is None
+
+
+def test_store_searcher_sees_an_appended_fact_at_once(tmp_path):
+    store = Store(tmp_path / "sessions")
+    try:
+        h = store.create("live")
+        turn(h, "Started the migration.")
+        search = store_searcher(store, max_results=3)
+        assert [r["chunk_id"] for r in search("migration", None, None, None)] == ["live:0"]
+        assert search("kraken", "live", None, None) == []
+        h.append(ev("turn.started"))
+        h.append(message(9, "Released the kraken."))  # mid-turn: the fact exists already
+        (r,) = search("kraken", "live", None, None)
+        assert r["chunk_id"] == "live:1" and r["turn"] == 2
+        assert [x["chunk_id"] for x in search("kraken", None, None, None)] == ["live:1"]
+        assert search.index.session_fact_count("live") == 2
+        # an unchanged log is not re-read; a new session is picked up by the root search
+        other = store.create("other")
+        turn(other, "The kraken sleeps.")
+        assert {x["chunk_id"] for x in search("kraken", None, 5, 0.0)} == {"live:1", "other:0"}
+        with pytest.raises(NotFound):
+            search("!!!", None, None, None)
+    finally:
+        store.close()
