@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from memfs import views
 from memfs.errors import NotFound
 from memfs.store.log import SessionHandle
 
@@ -80,20 +81,14 @@ def render_results(results: list[dict], fmt: str) -> bytes:
 
 
 def view_names(handle: SessionHandle) -> list[str]:
-    from memfs import views
-
     return views.list_names(handle)
 
 
 def turn_numbers(handle: SessionHandle) -> list[int]:
-    from memfs import views
-
     return views.list_turns(handle)
 
 
 def view_bytes(handle: SessionHandle, name: str) -> bytes:
-    from memfs import views
-
     try:
         return views.render_view(handle, name)
     except FileNotFoundError:

@@ -19,8 +19,10 @@ from pathlib import Path
 import pyfuse3
 import trio
 
+from memfs import views
 from memfs.errors import MemfsError
 from memfs.fs.ops import MountOptions, Operations
+from memfs.search import store_searcher
 from memfs.store.paths import sanitize
 from memfs.store.root import Store, StoreSettings
 
@@ -52,16 +54,8 @@ def build(config) -> tuple[Store, Operations]:
     options = MountOptions(single_session=single, read_only=config.read_only,
                            uid=os.getuid() if config.uid is None else config.uid,
                            gid=os.getgid() if config.gid is None else config.gid)
-    return store, Operations(store, options, searcher=make_searcher(store, config))
-
-
-def make_searcher(store: Store, config):
-    """A ``searcher(query, session, k, min_score)`` over the store, or None without search."""
-    try:
-        from memfs.search import store_searcher
-    except ImportError:
-        return None
-    return store_searcher(store, max_results=config.max_results, min_score=config.min_score)
+    searcher = store_searcher(store, max_results=config.max_results, min_score=config.min_score)
+    return store, Operations(store, options, searcher=searcher)
 
 
 async def _serve(store: Store) -> None:
@@ -128,6 +122,7 @@ def run(config) -> int:
         trio.run(_serve, store)
     finally:
         try:
+            views.flush()  # views copied to the backing store are written before we go
             store.close()
         finally:
             pyfuse3.close(unmount=True)

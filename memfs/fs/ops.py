@@ -42,6 +42,7 @@ STATIC_TIMEOUT = 60.0
 ENTRY_TIMEOUT = 1.0
 SEARCH_TIMEOUT = 10.0  # seconds a search may take before the open fails with ETIMEDOUT
 
+# searcher(query, session or None for all, k or None, min_score or None) -> results
 Searcher = Callable[[str, "str | None", "int | None", "float | None"], list]
 
 
