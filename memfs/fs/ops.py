@@ -257,14 +257,18 @@ class Operations(pyfuse3.Operations):
     async def releasedir(self, fh):
         self.dirs.pop(fh, None)
 
-    @guarded
-    async def mkdir(self, parent_inode, name, mode, ctx):
+    def _session_entry(self, parent_inode: int, name: bytes) -> str:
+        """The session name for mkdir/rmdir: only directly under ``sessions/``."""
         parent = self._node(parent_inode)
         if self.opts.read_only:
             raise fail("EROFS")
         if parent.kind is not K.SESSIONS:
             raise fail("EPERM")
-        session = os.fsdecode(name)
+        return os.fsdecode(name)
+
+    @guarded
+    async def mkdir(self, parent_inode, name, mode, ctx):
+        session = self._session_entry(parent_inode, name)
         await trio.to_thread.run_sync(self.store.create, session)
         attr = await self._attr(Node(K.SESSION, session))
         self.inodes.remember(attr.st_ino)
@@ -272,12 +276,7 @@ class Operations(pyfuse3.Operations):
 
     @guarded
     async def rmdir(self, parent_inode, name, ctx):
-        parent = self._node(parent_inode)
-        if self.opts.read_only:
-            raise fail("EROFS")
-        if parent.kind is not K.SESSIONS:
-            raise fail("EPERM")
-        session = os.fsdecode(name)
+        session = self._session_entry(parent_inode, name)
         await trio.to_thread.run_sync(self.store.remove, session)
         self.inodes.drop_session(session)
 
