@@ -1,0 +1,378 @@
+"""The sessions root as a set (SPEC §7): finding and listing sessions, retention (``memfs gc``)
+and retention pins.
+
+Retention, in order:
+
+1. **abandoned sweep** — an ``active`` session that is not live and whose ``updated_at`` is
+   older than ``max_age_days`` is marked ``completed`` (its ``manifest.json`` rewritten
+   atomically with only ``status`` changed, so the open fast path still holds);
+   ``max_age_days`` 0 disables the sweep;
+2. remove completed sessions with zero turns;
+3. remove the oldest (by ``updated_at``) candidates beyond ``max_sessions``;
+4. remove candidates older than ``max_age_days``.
+
+Candidates are direct child directories of the root that are real directories (never a
+symlink), named as memfs names sessions, not pinned (``retention-pin.json``), not preserved,
+not live (``session.lock`` held), with a readable manifest whose status is not ``active``.
+Paths are always ``root / <directory entry name>``; a manifest's ``session_id`` is never used
+to build one. A symlinked sessions root is refused as a whole.
+
+Decisions recorded here:
+
+* As in VT Code, ``max_sessions`` and ``max_age_days`` bound the *removable* sessions: the
+  count cap ranks candidates only, and 0 means none are kept (``max_age_days`` 0 removes
+  every completed session and disables the sweep). ``memfs gc --dry-run`` shows the effect.
+* Pinned and preserved sessions are left wholly alone: not swept, not removed.
+* Every rewrite and removal happens while holding the session's liveness lock, with the
+  manifest re-read under it, so a session opened meanwhile is never touched.
+* ``updated_at`` that does not parse falls back to the manifest file's mtime.
+* A session imported by ``memfs migrate`` (its manifest carries ``imported_from``) holds its
+  history in ``derived/`` with zero turns in the log; it is not an empty shell, so step 2
+  skips it (steps 3 and 4 still apply).
+* Bytes freed are the sizes of the regular files removed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+import orjson
+
+from memfs.errors import SessionBusy, SymlinkRefused
+from memfs.store import lock as liveness
+from memfs.store.meta import now_rfc3339, parse_rfc3339, read_manifest
+from memfs.store.paths import MANIFEST, PIN, atomic_write, read_file, refuse_symlink, remove_file, sanitize
+
+Progress = Callable[[int, int], None]  # (done, total)
+DAY = 86400.0
+
+
+@dataclass(slots=True)
+class Policy:
+    """Retention policy (SPEC §7)."""
+
+    max_sessions: int = 50
+    max_age_days: float = 30
+
+
+def find_session(root: str | os.PathLike, session: str) -> Path:
+    """The directory of ``session`` (a raw id or a directory name) under ``root``.
+
+    Raises ``FileNotFoundError`` when there is none and :class:`SymlinkRefused` when it is a
+    symlink.
+    """
+    path = Path(root) / sanitize(session)
+    refuse_symlink(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"no session {session!r} in {root}")
+    return path
+
+
+def is_pinned(session_dir: Path) -> bool:
+    """Whether ``retention-pin.json`` exists (any kind of entry: fail safe)."""
+    return os.path.lexists(session_dir / PIN)
+
+
+def pin(root: str | os.PathLike, session: str, reason: str) -> dict:
+    """Pin a session against retention; return the pin record written."""
+    path = find_session(root, session)
+    record = {"session_id": _raw_id(path), "reason": reason, "pinned_at": now_rfc3339()}
+    atomic_write(path / PIN, orjson.dumps(record, option=orjson.OPT_INDENT_2) + b"\n")
+    return record
+
+
+def unpin(root: str | os.PathLike, session: str) -> bool:
+    """Remove a session's pin; False when it was not pinned."""
+    return remove_file(find_session(root, session) / PIN)
+
+
+def read_pin(session_dir: Path) -> dict | None:
+    """The pin record, ``{}`` for a pin that cannot be read, None when not pinned."""
+    if not is_pinned(session_dir):
+        return None
+    try:
+        record = orjson.loads(read_file(session_dir / PIN))
+    except (OSError, SymlinkRefused, orjson.JSONDecodeError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+# --- reading manifests -------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class SessionInfo:
+    """One session of a store as its manifest on disk describes it."""
+
+    name: str  # directory name
+    session_id: str
+    status: str
+    turn_count: int
+    event_count: int
+    created_at: str
+    updated_at: str
+    updated_ts: float  # seconds since the epoch (manifest mtime when updated_at is unreadable)
+    readable: bool  # False: no usable manifest (fields are placeholders)
+    imported: bool = False
+    pinned: bool = False
+    live: bool = False
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        del d["updated_ts"]
+        return d
+
+
+def _manifest_info(session_dir: Path) -> tuple[SessionInfo, dict | None]:
+    """Read ``manifest.json`` afresh: the info and the raw object (None when unreadable)."""
+    name = session_dir.name
+    path = session_dir / MANIFEST
+    raw = None
+    try:
+        data = read_file(path)
+        mtime = os.lstat(path).st_mtime
+        parsed = read_manifest(data, name)
+        if parsed is not None:
+            raw = orjson.loads(data)
+    except (OSError, SymlinkRefused):
+        parsed, mtime = None, 0.0
+    if parsed is None:
+        return SessionInfo(name, name, "unknown", 0, 0, "", "", mtime, readable=False), None
+    m = parsed.manifest
+    updated = raw.get("updated_at") if type(raw.get("updated_at")) is str else ""
+    ts = parse_rfc3339(updated) if updated else None
+    status = raw["status"] if type(raw.get("status")) is str else "unknown"
+    info = SessionInfo(name, m.session_id, status, m.turn_count, m.event_count, m.created_at,
+                       updated, ts if ts is not None else mtime, readable=True,
+                       imported="imported_from" in raw)
+    return info, raw
+
+
+def _raw_id(session_dir: Path) -> str:
+    info, _ = _manifest_info(session_dir)
+    return info.session_id
+
+
+# A cache of manifest reads for listings, keyed by path and invalidated whenever the
+# manifest's identity or timestamps change (an atomic replace always gives a new inode).
+_CACHE: dict[str, tuple[tuple, SessionInfo]] = {}
+
+
+def _cached_info(session_dir: Path) -> SessionInfo:
+    try:
+        st = os.lstat(session_dir / MANIFEST)
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    except OSError:
+        key = None
+    hit = _CACHE.get(str(session_dir))
+    if key is not None and hit is not None and hit[0] == key:
+        info = hit[1]
+    else:
+        info, _ = _manifest_info(session_dir)
+        if key is not None:
+            _CACHE[str(session_dir)] = (key, info)
+    return dataclasses.replace(info)
+
+
+def _entries(root: Path) -> list[os.DirEntry]:
+    """The root's entries (sorted by name); a symlinked root is refused; none when absent."""
+    refuse_symlink(root)
+    try:
+        with os.scandir(root) as it:
+            return sorted(it, key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+
+
+def _is_session_entry(entry: os.DirEntry) -> bool:
+    return entry.is_dir(follow_symlinks=False) and sanitize(entry.name) == entry.name
+
+
+def list_sessions(root: str | os.PathLike) -> list[SessionInfo]:
+    """Every session of the store, most recently updated first (ties by name).
+
+    Symlinked entries, plain files and names memfs would never give a session are not
+    sessions. Manifest reads are cached until the manifest changes.
+    """
+    root = Path(root)
+    sessions = []
+    for entry in _entries(root):
+        if not _is_session_entry(entry):
+            continue
+        path = root / entry.name
+        info = _cached_info(path)
+        info.pinned = is_pinned(path)
+        info.live = liveness.is_live(path)
+        sessions.append(info)
+    sessions.sort(key=lambda s: s.name)
+    sessions.sort(key=lambda s: s.updated_ts, reverse=True)
+    return sessions
+
+
+# --- retention ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Removed:
+    name: str
+    session_id: str
+    reason: str  # "empty" | "count" | "age"
+    updated_at: str
+    bytes: int
+
+
+@dataclass(slots=True)
+class GcReport:
+    """What :func:`gc` did (or, with ``dry_run``, would do)."""
+
+    root: str
+    dry_run: bool
+    policy: Policy
+    marked_completed: list[str] = field(default_factory=list)  # the abandoned sweep
+    removed: list[Removed] = field(default_factory=list)
+    kept: dict[str, str] = field(default_factory=dict)  # name -> why it is not a candidate
+    candidates_left: int = 0
+
+    @property
+    def bytes_freed(self) -> int:
+        return sum(r.bytes for r in self.removed)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["bytes_freed"] = self.bytes_freed
+        return d
+
+
+@dataclass(slots=True)
+class _Candidate:
+    path: Path
+    info: SessionInfo
+
+
+def _mark_completed(path: Path) -> bool:
+    """The sweep's rewrite, under the session's lock: only ``status`` changes. False when the
+    session became live or is no longer an idle active one."""
+    try:
+        held = liveness.acquire(path)
+    except SessionBusy:
+        return False
+    try:
+        info, raw = _manifest_info(path)
+        if raw is None or raw.get("status") != "active":
+            return False
+        raw["status"] = "completed"
+        atomic_write(path / MANIFEST, orjson.dumps(raw))
+        return True
+    finally:
+        liveness.release(held)
+
+
+def _remove(path: Path) -> int | None:
+    """Delete one session folder under its lock; the bytes freed, or None when it must stay
+    (it became live, pinned or active meanwhile)."""
+    from memfs.store.pack import tree_bytes  # pack builds on this module
+
+    refuse_symlink(path)
+    try:
+        held = liveness.acquire(path)
+    except SessionBusy:
+        return None
+    try:
+        info, raw = _manifest_info(path)
+        if raw is None or info.status == "active" or is_pinned(path):
+            return None
+        size = tree_bytes(path)
+        # rmtree works on directory file descriptors and removes symlinks inside as links;
+        # where it cannot (no fd-based calls), refuse rather than risk following one
+        if not shutil.rmtree.avoids_symlink_attacks:
+            raise OSError("refusing to remove sessions: this platform's rmtree may follow symlinks")
+        shutil.rmtree(path)
+        return size
+    finally:
+        liveness.release(held)
+
+
+def gc(root: str | os.PathLike, policy: Policy = Policy(), *, preserve: Iterable[str] = (),
+       dry_run: bool = False, now: float | None = None, progress: Progress | None = None) -> GcReport:
+    """Apply the retention ``policy`` to the store at ``root`` (see the module docstring).
+
+    ``preserve``: session ids (or directory names) to keep whatever the policy says.
+    ``dry_run``: change nothing, report what would happen. ``now``: the clock (tests).
+    ``progress(done, total)`` is called as sessions are examined.
+    """
+    from memfs.store.pack import tree_bytes
+
+    root = Path(root)
+    report = GcReport(str(root), dry_run, policy)
+    now = time.time() if now is None else now
+    cutoff = now - policy.max_age_days * DAY
+    preserved = {sanitize(p) for p in preserve}
+    entries = _entries(root)
+    candidates: list[_Candidate] = []
+    for i, entry in enumerate(entries):
+        if progress:
+            progress(i, len(entries))
+        name = entry.name
+        if entry.is_symlink():
+            report.kept[name] = "symlink"
+            continue
+        if not _is_session_entry(entry):
+            continue
+        path = root / name
+        if name in preserved:
+            report.kept[name] = "preserved"
+            continue
+        if is_pinned(path):
+            report.kept[name] = "pinned"
+            continue
+        if liveness.is_live(path):
+            report.kept[name] = "live"
+            continue
+        info, raw = _manifest_info(path)
+        if raw is None:
+            report.kept[name] = "manifest missing or unreadable"
+            continue
+        if info.status == "active":
+            if policy.max_age_days > 0 and info.updated_ts < cutoff:
+                if dry_run or _mark_completed(path):
+                    report.marked_completed.append(name)
+                    info.status = "completed"
+            if info.status == "active":
+                report.kept[name] = "active"
+                continue
+        elif type(raw.get("status")) is not str:
+            report.kept[name] = "manifest has no status"
+            continue
+        candidates.append(_Candidate(path, info))
+    if progress:
+        progress(len(entries), len(entries))
+
+    def remove(c: _Candidate, reason: str) -> None:
+        size = tree_bytes(c.path) if dry_run else _remove(c.path)
+        if size is None:
+            report.kept[c.path.name] = "became live or active"
+            return
+        report.removed.append(Removed(c.path.name, c.info.session_id, reason, c.info.updated_at, size))
+
+    rest = []
+    for c in candidates:
+        if c.info.turn_count == 0 and not c.info.imported:
+            remove(c, "empty")
+        else:
+            rest.append(c)
+    rest.sort(key=lambda c: c.path.name)
+    rest.sort(key=lambda c: c.info.updated_ts, reverse=True)  # newest first
+    for c in rest[policy.max_sessions:]:
+        remove(c, "count")
+    rest = rest[:policy.max_sessions]
+    for c in rest:
+        if c.info.updated_ts < cutoff:
+            remove(c, "age")
+    report.candidates_left = len(candidates) - len(report.removed)
+    return report
