@@ -1,0 +1,594 @@
+"""The ``memfs`` command line (SPEC §8): a thin skin over the library.
+
+Every command takes ``--store DIR`` (the sessions root) or ``--workspace DIR`` (a VT Code
+workspace: ``DIR/.vtcode/sessions``), and ``--config FILE`` (see ``mount.example.toml``);
+flags override the file. Human-readable output by default; ``--json`` gives one JSON
+document (a list for commands that list things). Errors print ``memfs: <reason>`` on stderr
+and exit 1; usage errors exit 2. Progress bars go to stderr, only when it is a terminal.
+
+Exit codes: 0 success; 1 an error, a refused line (``append``), an unverified pack
+(``pack verify``), a repaired or damaged session (``fsck``), a conflicting or invalid legacy
+file (``migrate``); 2 bad usage; 130 interrupted.
+
+Decisions recorded here:
+
+* ``append`` creates the session when it does not exist, as writing to a new file would.
+* ``migrate`` imports into ``--store``/``--workspace`` when given, else the config's store,
+  else the migrated workspace's own ``.vtcode/sessions``.
+* ``pin`` requires ``--reason`` (a pin without one is a mystery later); ``unpin`` of a
+  session that is not pinned says so and succeeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import orjson
+
+import memfs
+from memfs.config import Config, apply_overrides, load_config
+from memfs.errors import CapRewriteError, MemfsError, ValidationError
+from memfs.store import fsck as fsck_mod
+from memfs.store import migrate as migrate_mod
+from memfs.store import pack as pack_mod
+from memfs.store import retention
+from memfs.store.log import DURABILITY_MODES, open_session
+from memfs.store.paths import sanitize
+from memfs.store.rejected import count_rejected
+
+
+# --- output helpers ----------------------------------------------------------------------
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr, drawn only when stderr is a terminal.
+
+    Call it as ``bar(done, total)`` (the library's progress callback); use as a context
+    manager so the line is cleared at the end.
+    """
+
+    WIDTH = 30
+
+    def __init__(self, label: str, stream=None):
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        try:
+            self.enabled = self.stream.isatty()
+        except (AttributeError, ValueError):
+            self.enabled = False
+        self._last = 0.0
+        self._drawn = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or total <= 0:
+            return
+        now = time.monotonic()
+        if done < total and now - self._last < 0.1:
+            return
+        self._last = now
+        filled = self.WIDTH * done // total
+        text = f"\r{self.label} [{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{total}"
+        self.stream.write(text)
+        self.stream.flush()
+        self._drawn = len(text)
+
+    def __enter__(self) -> ProgressBar:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._drawn:
+            self.stream.write("\r" + " " * self._drawn + "\r")
+            self.stream.flush()
+
+
+def _out(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _json(value: Any) -> None:
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _table(rows: list[list[str]], right: set[int] = frozenset()) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        _out("  ".join(cells).rstrip())
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror and exc.filename:
+        return f"{exc.strerror}: {exc.filename}"
+    return str(exc) or type(exc).__name__
+
+
+# --- configuration -----------------------------------------------------------------------
+
+
+def _config(args: argparse.Namespace, **overrides: Any) -> Config:
+    """The config file (if any) with the command's flags laid over it."""
+    base = load_config(args.config) if getattr(args, "config", None) else Config()
+    flags = {"store": getattr(args, "store", None), "workspace": getattr(args, "workspace", None)}
+    flags.update(overrides)
+    return apply_overrides(base, flags)
+
+
+def _root(args: argparse.Namespace) -> Path:
+    return _config(args).sessions_root()
+
+
+# --- commands ----------------------------------------------------------------------------
+
+
+def cmd_mount(args: argparse.Namespace) -> int:
+    paths = args.paths
+    if len(paths) > 2:
+        raise _Usage("mount takes at most two arguments: [STORE] MOUNTPOINT")
+    store = args.store
+    mountpoint = None
+    if len(paths) == 2:
+        if args.store or args.workspace:
+            raise _Usage("give the store either as the first argument or with --store/--workspace")
+        store, mountpoint = paths
+    elif len(paths) == 1:
+        mountpoint = paths[0]
+    config = _config(args, store=store, mountpoint=mountpoint, session=args.session,
+                     read_only=args.read_only, allow_other=args.allow_other, uid=args.uid, gid=args.gid,
+                     durability=args.durability, max_events=args.max_events,
+                     max_line_bytes=args.max_line_bytes, daemon=args.daemon, log_level=args.log_level)
+    if not config.mountpoint:
+        raise _Usage("mount needs a MOUNTPOINT (an argument or mountpoint in --config)")
+    try:
+        from memfs.fs.mount import run
+    except ImportError as exc:
+        raise MemfsError(f"cannot mount: the filesystem layer is unavailable ({exc})") from None
+    return run(config)
+
+
+def cmd_umount(args: argparse.Namespace) -> int:
+    try:
+        from memfs.fs.mount import unmount
+    except ImportError as exc:
+        raise MemfsError(f"cannot unmount: the filesystem layer is unavailable ({exc})") from None
+    return unmount(args.mountpoint)
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    root = _root(args)
+    sessions = retention.list_sessions(root)
+    if args.json:
+        _json([s.to_dict() for s in sessions])
+        return 0
+    if not sessions:
+        _out(f"no sessions in {root}")
+        return 0
+    rows = [["UPDATED", "STATUS", "TURNS", "EVENTS", "FLAGS", "SESSION"]]
+    for s in sessions:
+        flags = ",".join(f for f, on in (("live", s.live), ("pinned", s.pinned), ("imported", s.imported),
+                                         ("unreadable", not s.readable)) if on) or "-"
+        name = s.name if s.session_id == s.name else f"{s.name} ({s.session_id})"
+        rows.append([s.updated_at or "-", s.status, str(s.turn_count), str(s.event_count), flags, name])
+    _table(rows, right={2, 3})
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    root = _root(args)
+    with open_session(root, args.session, read_only=True) as handle:
+        if args.view:
+            from memfs.views import render_view
+
+            data = render_view(handle, args.view)
+            if isinstance(data, str):
+                data = data.encode()
+            elif not isinstance(data, (bytes, bytearray, memoryview)):
+                data = orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n"
+            sys.stdout.flush()
+            sys.stdout.buffer.write(bytes(data))
+            sys.stdout.buffer.flush()
+            return 0
+        if args.turn is not None:
+            start, end, outcome = handle.turn_range(args.turn)
+            events = handle.reconstruct_turn(args.turn)
+            if args.json:
+                _json({"turn": args.turn, "outcome": outcome, "start_offset": start, "end_offset": end,
+                       "events": events})
+            else:
+                for event in events:
+                    _out(orjson.dumps(event).decode())
+            return 0
+        manifest = handle.manifest
+        turns = handle.turn_index
+        path = handle.path
+        extra = {"name": handle.name, "path": str(path), "log_bytes": handle.file_len,
+                 "rejected": count_rejected(path), "pin": retention.read_pin(path),
+                 "live": memfs.is_live(path)}
+    if args.json:
+        _json({"manifest": manifest, **extra, "turns": turns})
+        return 0
+    pin = extra["pin"]
+    lines = [
+        ("session", manifest["session_id"] + ("" if manifest["session_id"] == extra["name"] else f" (dir {extra['name']})")),
+        ("status", manifest["status"] + (" (in a turn)" if manifest["in_turn"] else "")),
+        ("turns", f"{manifest['turn_count']}" + (f" (retained from {manifest['retained_turn_base']})"
+                                                 if manifest["retained_turn_base"] > 1 else "")),
+        ("events", str(manifest["event_count"])),
+        ("created", manifest["created_at"]),
+        ("updated", manifest["updated_at"]),
+        ("log", _size(extra["log_bytes"])),
+        ("rejected", str(extra["rejected"])),
+        ("pinned", "no" if pin is None else f"yes ({pin.get('reason', '')})"),
+        ("live", "yes" if extra["live"] else "no"),
+    ]
+    for key, value in lines:
+        _out(f"{key:<9} {value}")
+    if turns:
+        _out()
+        rows = [["TURN", "OUTCOME", "EVENTS", "OFFSETS", "STARTED"]]
+        for t in turns:
+            rows.append([str(t["turn_number"]), t.get("outcome", "?"), str(t["event_count"]),
+                         f"{t['start_offset']}-{t['end_offset']}", t.get("ts", "")])
+        _table(rows, right={0, 2})
+    return 0
+
+
+def cmd_append(args: argparse.Namespace) -> int:
+    config = _config(args, max_events=args.max_events, max_line_bytes=args.max_line_bytes)
+    root = config.sessions_root()
+    source = sys.stdin.buffer if args.file in (None, "-") else open(args.file, "rb")
+    appended, failure = 0, None
+    try:
+        with open_session(root, args.session, durability="write", max_events=config.max_events,
+                          max_line_bytes=config.max_line_bytes) as handle:
+            name = handle.name
+            for lineno, raw in enumerate(source, 1):
+                if raw.endswith(b"\n"):  # recorded without it if refused, as the mount does
+                    raw = raw[:-1]
+                try:
+                    handle.append(raw)
+                except ValidationError as exc:
+                    failure = (lineno, f"refused: {exc} (recorded in rejected.jsonl; "
+                                       f"{appended} line{'s' if appended != 1 else ''} before it appended)")
+                    break
+                except CapRewriteError as exc:
+                    appended += 1
+                    failure = (lineno, f"appended, but {exc}")
+                    break
+                appended += 1
+    finally:
+        if source is not sys.stdin.buffer:
+            source.close()
+    if args.json:
+        _json({"session": name, "appended": appended, "ok": failure is None,
+               "line": failure[0] if failure else None, "reason": failure[1] if failure else None})
+    elif failure is None:
+        _out(f"appended {appended} line{'s' if appended != 1 else ''} to {name}")
+    if failure is not None:
+        print(f"memfs: line {failure[0]}: {failure[1]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    config = _config(args, max_results=args.k, min_score=args.min_score)
+    from memfs.search import search_store
+
+    session = sanitize(args.session) if args.session else None  # an id or a directory name
+    results = search_store(config.sessions_root(), args.query, session=session,
+                           k=config.search.max_results, min_score=config.search.min_score)
+    results = list(results)
+    if args.json:
+        _json(results)
+        return 0
+    if not results:
+        _out("no results")
+    for r in results:
+        snippet = " ".join(str(r.get("snippet", "")).split())
+        _out(f"{r['score']:.4f}\t{r['chunk_id']}\t{snippet}")
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    config = _config(args, max_sessions=args.max_sessions, max_age_days=args.max_age_days)
+    policy = retention.Policy(config.retention.max_sessions, config.retention.max_age_days)
+    with ProgressBar("gc") as bar:
+        report = retention.gc(config.sessions_root(), policy, preserve=args.preserve, dry_run=args.dry_run,
+                              progress=bar)
+    if args.json:
+        _json(report.to_dict())
+        return 0
+    would = "would " if args.dry_run else ""
+    for name in report.marked_completed:
+        _out(f"{would}mark {name} completed (active, idle past {policy.max_age_days:g} days, not open)")
+    for r in report.removed:
+        why = {"empty": "completed with no turns", "count": f"beyond the newest {policy.max_sessions}",
+               "age": f"idle past {policy.max_age_days:g} days"}[r.reason]
+        _out(f"{would}remove {r.name} ({why}; updated {r.updated_at or '?'}; {_size(r.bytes)})")
+    if report.removed:
+        n = len(report.removed)
+        _out(f"{would}remove {n} session{'s' if n != 1 else ''}, freeing {_size(report.bytes_freed)}"
+             if args.dry_run else f"removed {n} session{'s' if n != 1 else ''}, freed {_size(report.bytes_freed)}")
+    else:
+        _out("nothing to remove")
+    return 0
+
+
+def cmd_pin(args: argparse.Namespace) -> int:
+    record = retention.pin(_root(args), args.session, args.reason)
+    if args.json:
+        _json(record)
+    else:
+        _out(f"pinned {args.session}: {args.reason}")
+    return 0
+
+
+def cmd_unpin(args: argparse.Namespace) -> int:
+    removed = retention.unpin(_root(args), args.session)
+    if args.json:
+        _json({"session": args.session, "unpinned": removed})
+    else:
+        _out(f"unpinned {args.session}" if removed else f"{args.session} was not pinned")
+    return 0
+
+
+def cmd_pack_create(args: argparse.Namespace) -> int:
+    path, pack = pack_mod.create_pack(_root(args), args.session, args.output)
+    if args.json:
+        _json({"path": str(path), **pack})
+    else:
+        n = len(pack["entries"])
+        _out(f"wrote {path} ({n} file{'s' if n != 1 else ''}, "
+             f"{_size(sum(e['bytes'] for e in pack['entries']))})")
+    return 0
+
+
+def cmd_pack_verify(args: argparse.Namespace) -> int:
+    result = pack_mod.verify_pack(_root(args), args.session, args.file)
+    if args.json:
+        _json(result.to_dict())
+    elif not result.valid:
+        _out(f"invalid pack {result.pack_path}: {result.reason}")
+    else:
+        for label, paths in (("mismatch", result.mismatches), ("missing", result.missing),
+                             ("unaccounted", result.unaccounted)):
+            for p in paths:
+                _out(f"{label:<12}{p}")
+        state = "verified" if result.verified else "NOT verified"
+        _out(f"{state}: {result.checked} file{'s' if result.checked != 1 else ''} checked against "
+             f"{result.pack_path}; {len(result.mismatches)} mismatched, {len(result.missing)} missing, "
+             f"{len(result.unaccounted)} unaccounted")
+    return 0 if result.verified else 1
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    root = None
+    if args.store or args.workspace or args.config:
+        config = _config(args)
+        if config.store or config.workspace:
+            root = config.sessions_root()
+    with ProgressBar("migrate") as bar:
+        report = migrate_mod.migrate_workspace(args.source, root, remove_legacy=args.remove_legacy,
+                                               dry_run=args.dry_run, progress=bar)
+    if args.json:
+        _json(report.to_dict())
+    else:
+        would = "would " if args.dry_run else ""
+        for item in report.items:
+            if item.status == "imported":
+                _out(f"{would}import {item.source} -> {item.session}")
+            elif item.status == "already-imported":
+                _out(f"already imported {item.source} ({item.session})")
+            else:
+                _out(f"skip {item.source}: {item.status}: {item.reason}")
+            if item.removed:
+                _out(f"removed {item.source}")
+        for folder in report.removed_folders:
+            _out(f"removed {folder}/")
+        for folder, why in report.kept_folders.items():
+            _out(f"kept {folder}/: {why}")
+        if not report.items:
+            _out(f"no legacy history or trajectory files in {args.source}")
+        else:
+            _out(f"{would}import {report.imported} of {len(report.items)} into {report.root}")
+    return 1 if report.failed else 0
+
+
+def cmd_fsck(args: argparse.Namespace) -> int:
+    root = _root(args)
+    with ProgressBar("fsck") as bar:
+        reports = fsck_mod.fsck_store(root, args.sessions, progress=bar)
+    if args.json:
+        _json([r.to_dict() for r in reports])
+    else:
+        if not reports:
+            _out(f"no sessions in {root}")
+        for r in reports:
+            if r.result in ("skipped", "error"):
+                _out(f"{r.name}: {r.result}: {r.note}")
+                continue
+            _out(f"{r.name}: {r.result} ({r.events} events, {r.turns} turns, {_size(r.log_bytes)}, "
+                 f"{r.rejected} rejected)")
+            for line in r.repairs:
+                _out(f"  repaired: {line}")
+            for line in r.damage:
+                _out(f"  damage: {line}")
+    return 1 if any(r.failed for r in reports) else 0
+
+
+# --- the parser --------------------------------------------------------------------------
+
+
+class _Usage(Exception):
+    """A usage error found after parsing (exit 2)."""
+
+
+def _nonneg_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
+def _nonneg_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    where = common.add_argument_group("store")
+    which = where.add_mutually_exclusive_group()
+    which.add_argument("--store", metavar="DIR", help="the sessions root (default: $XDG_DATA_HOME/memfs/sessions)")
+    which.add_argument("--workspace", metavar="DIR", help="a VT Code workspace: use DIR/.vtcode/sessions")
+    where.add_argument("--config", metavar="FILE", help="a TOML config file (see mount.example.toml); flags override it")
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="machine-readable JSON output")
+
+    parser = argparse.ArgumentParser(
+        prog="memfs", description="An AI coding agent's session memory as a plain directory.",
+        epilog="Run 'memfs COMMAND --help' for a command's options.")
+    parser.add_argument("--version", action="version", version=f"memfs {memfs.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add(name: str, func: Callable, help: str, parents=(common,), **kw) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=list(parents), help=help, description=help, **kw)
+        p.set_defaults(func=func)
+        return p
+
+    p = add("mount", cmd_mount, "serve a store (or one session) as a FUSE filesystem",
+            usage="memfs mount [options] [STORE] MOUNTPOINT")
+    p.add_argument("paths", nargs="*", metavar="[STORE] MOUNTPOINT",
+                   help="the sessions root (optional; default as --store) and where to mount")
+    flag = {"action": "store_const", "const": True, "default": None}
+    p.add_argument("--session", metavar="ID", help="mount this session only (the form to hand to a sandbox)")
+    p.add_argument("--read-only", help="refuse every write (EROFS)", **flag)
+    p.add_argument("--allow-other", help="let other users access the mount (needs user_allow_other)", **flag)
+    p.add_argument("--uid", type=_nonneg_int, metavar="N", help="owner uid reported for every node")
+    p.add_argument("--gid", type=_nonneg_int, metavar="N", help="owner gid reported for every node")
+    p.add_argument("--durability", choices=DURABILITY_MODES, help="how appends reach the disk (default: write)")
+    p.add_argument("--max-events", type=_nonneg_int, metavar="N", help="event cap per session (0 = unlimited)")
+    p.add_argument("--max-line-bytes", type=_nonneg_int, metavar="N", help="longest accepted line")
+    p.add_argument("--daemon", help="detach after mounting", **flag)
+    p.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), type=str.upper)
+
+    p = add("umount", cmd_umount, "unmount a memfs mount")
+    p.add_argument("mountpoint", metavar="MOUNTPOINT")
+
+    add("sessions", cmd_sessions, "list sessions, most recently updated first", parents=(common, as_json))
+
+    p = add("show", cmd_show, "a session's summary, a turn's events, or a derived view", parents=(common, as_json))
+    p.add_argument("session", metavar="SESSION")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--turn", type=int, metavar="N", help="print the events of turn N, one JSON object a line")
+    what.add_argument("--view", metavar="NAME", help="print a derived view (e.g. memory.json, summary.md)")
+
+    p = add("append", cmd_append, "validated append of event lines without a mount", parents=(common, as_json),
+            epilog="Stops at the first refused line: the lines before it stay appended, the refused one "
+                   "goes to rejected.jsonl, and the exit status is 1.")
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("file", nargs="?", metavar="FILE", help="JSON lines to append (default or '-': stdin)")
+    p.add_argument("--max-events", type=_nonneg_int, metavar="N", help="event cap (default 10000; 0 = unlimited)")
+    p.add_argument("--max-line-bytes", type=_nonneg_int, metavar="N", help="longest accepted line (default 16 MiB)")
+
+    p = add("search", cmd_search, "BM25 search over the sessions' grounded facts", parents=(common, as_json))
+    p.add_argument("query", metavar="QUERY")
+    p.add_argument("--session", metavar="S", help="search this session only")
+    p.add_argument("-k", type=_nonneg_int, metavar="N", help="number of results (default 6)")
+    p.add_argument("--min-score", type=float, metavar="X", help="drop results scoring below X (default 0)")
+
+    p = add("gc", cmd_gc, "apply the retention policy: remove old, surplus and empty completed sessions",
+            parents=(common, as_json),
+            epilog="Live, pinned, preserved and active sessions are never removed. Active sessions idle "
+                   "past --max-age-days and not open anywhere are first marked completed.")
+    p.add_argument("--max-sessions", type=_nonneg_int, metavar="N",
+                   help="keep at most N removable sessions, newest first (default 50)")
+    p.add_argument("--max-age-days", type=_nonneg_float, metavar="D",
+                   help="remove completed sessions idle longer than D days (default 30; 0 removes every "
+                        "completed session and disables the abandoned sweep)")
+    p.add_argument("--preserve", action="append", default=[], metavar="ID", help="never remove this session (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="change nothing; list what would be removed")
+
+    p = add("pin", cmd_pin, "pin a session against retention", parents=(common, as_json))
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("--reason", required=True, help="why it must be kept")
+    p = add("unpin", cmd_unpin, "remove a session's retention pin", parents=(common, as_json))
+    p.add_argument("session", metavar="SESSION")
+
+    p = add("pack", _usage_of, "audit packs: hash every file of a session, verify later", parents=())
+    pack_sub = p.add_subparsers(dest="pack_command", metavar="ACTION")
+    q = pack_sub.add_parser("create", parents=[common, as_json], help="write derived/audit-pack.json (or -o FILE)",
+                            description="Write the session's audit pack (default: derived/audit-pack.json).")
+    q.add_argument("session", metavar="SESSION")
+    q.add_argument("-o", "--output", metavar="FILE", help="write the pack here instead")
+    q.set_defaults(func=cmd_pack_create)
+    q = pack_sub.add_parser("verify", parents=[common, as_json], help="check a session against its audit pack",
+                            description="Check the session folder against its audit pack; exit 0 only when "
+                                        "nothing mismatches and nothing is missing.")
+    q.add_argument("session", metavar="SESSION")
+    q.add_argument("file", nargs="?", metavar="FILE", help="the pack (default: derived/audit-pack.json)")
+    q.set_defaults(func=cmd_pack_verify)
+    p.set_defaults(parser=p)
+
+    p = add("migrate", cmd_migrate, "import a VT Code workspace's legacy history and trajectory files",
+            parents=(common, as_json),
+            epilog="Sessions go to --store/--workspace when given, else WORKSPACE/.vtcode/sessions.")
+    p.add_argument("source", metavar="WORKSPACE", help="the VT Code workspace holding .vtcode/history and .vtcode/logs")
+    p.add_argument("--remove-legacy", action="store_true", help="delete the imported legacy files and folders afterwards")
+    p.add_argument("--dry-run", action="store_true", help="change nothing; list what would be imported")
+
+    p = add("fsck", cmd_fsck, "rescan sessions, repair their metadata, report damage", parents=(common, as_json),
+            epilog="Exit status 1 when something was repaired or is damaged.")
+    p.add_argument("sessions", nargs="*", metavar="SESSION", help="sessions to check (default: all)")
+    return parser
+
+
+def _usage_of(args: argparse.Namespace) -> int:
+    args.parser.print_usage(sys.stderr)
+    print("memfs pack: choose an action: create or verify", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, usage errors
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except _Usage as exc:
+        print(f"memfs: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("memfs: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader went away (memfs sessions | head): not an error; keep Python quiet
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
+    except (MemfsError, OSError) as exc:
+        print(f"memfs: {_reason(exc)}", file=sys.stderr)
+        return 1
+

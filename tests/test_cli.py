@@ -1,0 +1,506 @@
+"""The command line (SPEC §8) and the configuration file."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+import memfs
+from memfs import cli
+from memfs.config import Config, ConfigError, apply_overrides, load_config
+from memfs.store.meta import format_rfc3339
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+def ev(type_: str, **fields) -> str:
+    return json.dumps({"schema_version": "0.18.0", "event": {"type": type_, **fields}})
+
+
+GOOD = [ev("thread.started", thread_id="t"), ev("turn.started"),
+        ev("item.completed", item={"id": "m", "type": "agent_message", "text": "retry loop added"}),
+        ev("turn.completed", usage={"input_tokens": 5})]
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def make(root: Path, name: str, lines=GOOD, *, age_days: float = 0.0, completed: bool = False) -> Path:
+    with memfs.open_session(root, name, durability="write", metadata_interval=0) as h:
+        h.append_many(lines)
+        if completed:
+            h.append(ev("thread.completed", thread_id="t", session_id=name, subtype="success",
+                        outcome_code="completed", usage={}, num_turns=1))
+    if age_days:
+        path = root / name / "manifest.json"
+        m = json.loads(path.read_text())
+        m["updated_at"] = format_rfc3339(time.time() - age_days * 86400)
+        path.write_text(json.dumps(m))
+    return root / name
+
+
+@pytest.fixture
+def store(tmp_path) -> Path:
+    return tmp_path / "store"
+
+
+# --- help and usage ----------------------------------------------------------------------
+
+COMMANDS = [["mount"], ["umount"], ["sessions"], ["show"], ["append"], ["search"], ["gc"], ["pin"],
+            ["unpin"], ["pack"], ["pack", "create"], ["pack", "verify"], ["migrate"], ["fsck"]]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_every_subcommand_has_help(capsys, command):
+    code, out, _ = run(capsys, *command, "--help")
+    assert code == 0
+    assert out.startswith("usage: memfs " + " ".join(command))
+    if command not in (["pack"],):
+        assert "--store" in out and "--workspace" in out
+
+
+def test_top_level_help_lists_the_commands(capsys):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    for name in ("mount", "umount", "sessions", "show", "append", "search", "gc", "pack", "migrate", "fsck"):
+        assert name in out
+
+
+def test_usage_errors_exit_2(capsys):
+    assert run(capsys)[0] == 2
+    assert run(capsys, "frobnicate")[0] == 2
+    assert run(capsys, "pack")[0] == 2
+    assert run(capsys, "sessions", "--store", "a", "--workspace", "b")[0] == 2
+    code, _, err = run(capsys, "mount")
+    assert code == 2 and "MOUNTPOINT" in err
+
+
+def test_python_dash_m_runs_the_cli(store):
+    done = subprocess.run([PYTHON, "-m", "memfs", "sessions", "--json", "--store", str(store)],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0 and json.loads(done.stdout) == []
+    done = subprocess.run([PYTHON, "-m", "memfs", "show", "nope", "--store", str(store)],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 1
+    assert done.stderr.startswith("memfs: ") and len(done.stderr.strip().splitlines()) == 1
+
+
+# --- sessions and show -------------------------------------------------------------------
+
+
+def test_sessions_human_and_json(capsys, store):
+    make(store, "older", age_days=2, completed=True)
+    make(store, "newer")
+    code, out, _ = run(capsys, "sessions", "--store", store)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["UPDATED", "STATUS", "TURNS", "EVENTS", "FLAGS", "SESSION"]
+    assert lines[1].split()[1:] == ["active", "1", "4", "-", "newer"]
+    assert lines[2].split()[1:] == ["completed", "1", "5", "-", "older"]
+    code, out, _ = run(capsys, "sessions", "--json", "--store", store)
+    listed = json.loads(out)
+    assert [s["name"] for s in listed] == ["newer", "older"]
+    assert listed[1]["status"] == "completed" and listed[1]["turn_count"] == 1 and listed[1]["live"] is False
+
+
+def test_sessions_of_a_workspace(capsys, tmp_path):
+    make(tmp_path / "ws" / ".vtcode" / "sessions", "s")
+    code, out, _ = run(capsys, "sessions", "--json", "--workspace", tmp_path / "ws")
+    assert code == 0 and [s["name"] for s in json.loads(out)] == ["s"]
+
+
+def test_sessions_of_an_empty_store(capsys, store):
+    code, out, _ = run(capsys, "sessions", "--store", store)
+    assert code == 0 and "no sessions" in out
+
+
+def test_show_summary_turn_and_json(capsys, store):
+    make(store, "s")
+    code, out, _ = run(capsys, "show", "s", "--store", store)
+    assert code == 0
+    assert "status    active" in out and "events    4" in out and "completed" in out
+    code, out, _ = run(capsys, "show", "s", "--json", "--store", store)
+    shown = json.loads(out)
+    assert shown["manifest"]["event_count"] == 4 and shown["turns"][0]["turn_number"] == 1
+    assert shown["rejected"] == 0 and shown["pin"] is None and shown["live"] is False
+    code, out, _ = run(capsys, "show", "s", "--turn", "1", "--store", store)
+    assert code == 0
+    assert [json.loads(line)["type"] for line in out.splitlines()] == ["turn.started", "item.completed",
+                                                                        "turn.completed"]
+    code, out, _ = run(capsys, "show", "s", "--turn", "1", "--json", "--store", store)
+    assert json.loads(out)["outcome"] == "completed"
+    code, _, err = run(capsys, "show", "s", "--turn", "7", "--store", store)
+    assert code == 1 and err.startswith("memfs: turn 7 not found")
+
+
+def test_show_a_view(capsys, store):
+    make(store, "s")
+    code, out, _ = run(capsys, "show", "s", "--view", "memory.json", "--store", store)
+    assert code == 0
+    assert json.loads(out)["summary"] == "retry loop added"
+    code, _, err = run(capsys, "show", "s", "--view", "nope.txt", "--store", store)
+    assert code == 1 and err.startswith("memfs: ")
+
+
+def test_show_of_an_unknown_session_fails_in_one_line(capsys, store):
+    code, out, err = run(capsys, "show", "ghost", "--store", store)
+    assert code == 1 and out == "" and err.count("\n") == 1 and "ghost" in err
+
+
+# --- append ------------------------------------------------------------------------------
+
+
+def test_append_from_a_file(capsys, store, tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(GOOD) + "\n")
+    code, out, _ = run(capsys, "append", "fresh", source, "--store", store)
+    assert code == 0 and out.strip() == "appended 4 lines to fresh"
+    with memfs.open_session(store, "fresh", read_only=True) as h:
+        assert h.manifest["event_count"] == 4 and h.manifest["turn_count"] == 1
+
+
+def test_append_stops_at_the_first_bad_line(capsys, store, tmp_path, monkeypatch):
+    lines = GOOD[:2] + ['{"type": "turn.completed"}', GOOD[3]]
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO("\n".join(lines).encode())))
+    code, out, err = run(capsys, "append", "s", "-", "--store", store)
+    assert code == 1 and out == ""
+    assert err.startswith("memfs: line 3: refused: ") and "usage" in err and "2 lines before it appended" in err
+    assert len(err.strip().splitlines()) == 1
+    with memfs.open_session(store, "s", read_only=True) as h:
+        assert h.manifest["event_count"] == 2
+    rejected = [json.loads(x) for x in (store / "s" / "rejected.jsonl").read_text().splitlines()]
+    assert len(rejected) == 1 and rejected[0]["line"] == lines[2]
+
+
+def test_append_json_output_and_a_last_line_without_newline(capsys, store, tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_text(GOOD[0] + "\n" + "not json")
+    code, out, err = run(capsys, "append", "s", source, "--json", "--store", store)
+    result = json.loads(out)
+    assert code == 1 and result["appended"] == 1 and result["line"] == 2 and not result["ok"]
+    assert "JSON" in result["reason"]
+    source.write_text(GOOD[1])  # no trailing newline: still one final line
+    code, out, _ = run(capsys, "append", "s", source, "--json", "--store", store)
+    assert code == 0 and json.loads(out) == {"session": "s", "appended": 1, "ok": True, "line": None, "reason": None}
+
+
+def test_append_to_a_session_held_by_another_process_fails(capsys, store, tmp_path):
+    from memfs.store import lock
+
+    path = make(store, "s")
+    held = lock.acquire(path)
+    try:
+        source = tmp_path / "in.jsonl"
+        source.write_text(GOOD[0] + "\n")
+        code, _, err = run(capsys, "append", "s", source, "--store", store)
+    finally:
+        lock.release(held)
+    assert code == 1 and "another process" in err
+
+
+# --- search ------------------------------------------------------------------------------
+
+
+def test_search_human_and_json(capsys, store):
+    make(store, "s")
+    make(store, "t", [ev("turn.started"), ev("item.completed", item={"id": "x", "type": "agent_message",
+                                                                      "text": "unrelated words"}),
+                      ev("turn.completed", usage={})])
+    code, out, _ = run(capsys, "search", "retry loop", "--json", "--store", store)
+    results = json.loads(out)
+    assert code == 0 and [r["chunk_id"] for r in results] == ["s:0"]
+    code, out, _ = run(capsys, "search", "retry loop", "--store", store)
+    score, chunk, snippet = out.strip().split("\t")
+    assert chunk == "s:0" and float(score) > 0 and "retry loop" in snippet
+    code, out, _ = run(capsys, "search", "retry", "--session", "t", "--store", store)
+    assert code == 0 and out.strip() == "no results"
+
+
+# --- gc, pin, unpin ----------------------------------------------------------------------
+
+
+def test_gc_human_json_and_dry_run(capsys, store):
+    make(store, "old", age_days=60, completed=True)
+    make(store, "new", completed=True)
+    code, out, _ = run(capsys, "gc", "--dry-run", "--store", store)
+    assert code == 0 and "would remove old" in out and (store / "old").exists()
+    code, out, _ = run(capsys, "gc", "--json", "--store", store)
+    report = json.loads(out)
+    assert code == 0 and [r["name"] for r in report["removed"]] == ["old"]
+    assert report["removed"][0]["reason"] == "age" and report["bytes_freed"] > 0
+    assert not (store / "old").exists()
+    code, out, _ = run(capsys, "gc", "--store", store)
+    assert out.strip() == "nothing to remove"
+
+
+def test_gc_policy_flags_and_preserve(capsys, store):
+    for i in range(3):
+        make(store, f"s{i}", age_days=i + 1, completed=True)
+    code, out, _ = run(capsys, "gc", "--max-sessions", "1", "--preserve", "s2", "--store", store)
+    assert code == 0
+    assert "remove s1 (beyond the newest 1" in out and "removed 1 session" in out
+    assert sorted(p.name for p in store.iterdir()) == ["s0", "s2"]
+    assert run(capsys, "gc", "--max-sessions", "-1", "--store", store)[0] == 2
+
+
+def test_gc_policy_from_a_config_file(capsys, store, tmp_path):
+    for i in range(3):
+        make(store, f"s{i}", age_days=i + 1, completed=True)
+    config = tmp_path / "memfs.toml"
+    config.write_text(f'store = "{store}"\n[retention]\nmax_sessions = 2\n')
+    code, out, _ = run(capsys, "gc", "--json", "--config", config)
+    assert [r["name"] for r in json.loads(out)["removed"]] == ["s2"]
+    code, out, _ = run(capsys, "gc", "--json", "--config", config, "--max-sessions", "1")  # flag wins
+    assert [r["name"] for r in json.loads(out)["removed"]] == ["s1"]
+
+
+def test_gc_refuses_a_symlinked_root(capsys, tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    code, _, err = run(capsys, "gc", "--store", tmp_path / "link")
+    assert code == 1 and err.startswith("memfs: refusing symlink")
+
+
+def test_pin_and_unpin(capsys, store):
+    make(store, "s", age_days=60, completed=True)
+    code, out, _ = run(capsys, "pin", "s", "--reason", "bug evidence", "--store", store)
+    assert code == 0 and out.strip() == "pinned s: bug evidence"
+    assert run(capsys, "pin", "s", "--store", store)[0] == 2  # --reason is required
+    assert json.loads(run(capsys, "gc", "--json", "--store", store)[1])["removed"] == []
+    code, out, _ = run(capsys, "unpin", "s", "--json", "--store", store)
+    assert code == 0 and json.loads(out) == {"session": "s", "unpinned": True}
+    code, out, _ = run(capsys, "unpin", "s", "--store", store)
+    assert code == 0 and "was not pinned" in out
+    assert run(capsys, "pin", "ghost", "--reason", "x", "--store", store)[0] == 1
+
+
+# --- pack --------------------------------------------------------------------------------
+
+
+def test_pack_create_and_verify(capsys, store, tmp_path):
+    path = make(store, "s")
+    code, out, _ = run(capsys, "pack", "create", "s", "--store", store)
+    assert code == 0 and out.startswith(f"wrote {path / 'derived' / 'audit-pack.json'}")
+    code, out, _ = run(capsys, "pack", "verify", "s", "--store", store)
+    assert code == 0 and out.startswith("verified: ")
+    (path / "extra.txt").write_text("new")
+    code, out, _ = run(capsys, "pack", "verify", "s", "--store", store)
+    assert code == 0 and "unaccounted extra.txt" in " ".join(out.split())
+    with open(path / "events.jsonl", "ab") as f:
+        f.write(b"x")
+    code, out, _ = run(capsys, "pack", "verify", "s", "--json", "--store", store)
+    result = json.loads(out)
+    assert code == 1 and result["mismatches"] == ["events.jsonl"] and result["verified"] is False
+    code, out, _ = run(capsys, "pack", "verify", "s", "--store", store)
+    assert code == 1 and "NOT verified" in out and "mismatch    events.jsonl" in out
+
+
+def test_pack_to_a_file_and_an_invalid_pack(capsys, store, tmp_path):
+    make(store, "s")
+    out_file = tmp_path / "pack.json"
+    code, out, _ = run(capsys, "pack", "create", "s", "-o", out_file, "--json", "--store", store)
+    assert code == 0 and json.loads(out)["path"] == str(out_file)
+    pack = json.loads(out_file.read_text())
+    pack["entries"].append({"path": "../x", "bytes": 0, "sha256": "0" * 64})
+    out_file.write_text(json.dumps(pack))
+    code, out, _ = run(capsys, "pack", "verify", "s", out_file, "--store", store)
+    assert code == 1 and out.startswith("invalid pack") and "unsafe path" in out
+    code, _, err = run(capsys, "pack", "verify", "s", tmp_path / "none.json", "--store", store)
+    assert code == 1 and err.startswith("memfs: ")
+
+
+# --- migrate -----------------------------------------------------------------------------
+
+
+def test_migrate(capsys, tmp_path):
+    ws = tmp_path / "ws"
+    (ws / ".vtcode" / "history").mkdir(parents=True)
+    (ws / ".vtcode" / "logs").mkdir()
+    (ws / ".vtcode" / "history" / "h1.json").write_text('{"summary": "x"}')
+    (ws / ".vtcode" / "logs" / "trajectory-r1.jsonl").write_text("{}\n")
+    code, out, _ = run(capsys, "migrate", ws, "--dry-run")
+    assert code == 0 and "would import .vtcode/history/h1.json -> h1" in out
+    assert not (ws / ".vtcode" / "sessions").exists()
+    code, out, _ = run(capsys, "migrate", ws, "--json")
+    report = json.loads(out)
+    assert code == 0 and report["imported"] == 2
+    assert sorted(p.name for p in (ws / ".vtcode" / "sessions").iterdir()) == ["h1", "traj-r1"]
+    code, out, _ = run(capsys, "migrate", ws, "--remove-legacy", "--store", tmp_path / "other")
+    assert code == 0 and "removed .vtcode/history/" in out
+    assert sorted(p.name for p in (tmp_path / "other").iterdir()) == ["h1", "traj-r1"]
+    assert not (ws / ".vtcode" / "history").exists()
+
+
+def test_migrate_reports_conflicts_with_exit_1(capsys, tmp_path):
+    ws = tmp_path / "ws"
+    (ws / ".vtcode" / "history").mkdir(parents=True)
+    (ws / ".vtcode" / "history" / "h1.json").write_text("not json")
+    code, out, _ = run(capsys, "migrate", ws)
+    assert code == 1 and "skip .vtcode/history/h1.json: invalid" in out
+
+
+# --- fsck --------------------------------------------------------------------------------
+
+
+def test_fsck_exit_codes_and_output(capsys, store):
+    make(store, "good")
+    bad = make(store, "bad")
+    code, out, _ = run(capsys, "fsck", "--store", store)
+    assert code == 0 and "good: ok" in out and "bad: ok" in out
+    (bad / "manifest.json").write_text("garbage")
+    with open(bad / "events.jsonl", "ab") as f:
+        f.write(b'{"torn')
+    code, out, _ = run(capsys, "fsck", "bad", "--store", store)
+    assert code == 1 and out.startswith("bad: repaired") and "torn tail: 6" in out
+    code, out, _ = run(capsys, "fsck", "bad", "--json", "--store", store)
+    assert code == 0 and json.loads(out)[0]["result"] == "ok"
+    with open(bad / "events.jsonl", "ab") as f:
+        f.write(b"\xff\n")
+    code, out, _ = run(capsys, "fsck", "--json", "--store", store)
+    results = {r["name"]: r for r in json.loads(out)}
+    assert code == 1 and results["bad"]["result"] == "damaged" and results["bad"]["skipped_lines"] == 1
+    assert results["good"]["result"] == "ok"
+    code, out, _ = run(capsys, "fsck", "ghost", "--store", store)
+    assert code == 1 and "ghost: error" in out
+
+
+# --- mount and umount --------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_mount(monkeypatch):
+    """Stand-in for memfs.fs.mount: records what the CLI hands it (no FUSE needed)."""
+    calls = {}
+    module = types.ModuleType("memfs.fs.mount")
+    module.run = lambda config: calls.setdefault("run", config) and 0
+    module.unmount = lambda mountpoint: calls.setdefault("unmount", mountpoint) and 0
+    monkeypatch.setitem(sys.modules, "memfs.fs.mount", module)
+    return calls
+
+
+def test_mount_builds_the_config_from_arguments(capsys, fake_mount, tmp_path):
+    code, _, _ = run(capsys, "mount", tmp_path / "store", tmp_path / "mnt", "--session", "s1", "--read-only",
+                     "--uid", "1000", "--gid", "100", "--durability", "fsync", "--max-events", "5",
+                     "--log-level", "debug")
+    config = fake_mount["run"]
+    assert code == 0 and isinstance(config, Config)
+    assert config.sessions_root() == tmp_path / "store" and config.mountpoint == str(tmp_path / "mnt")
+    assert (config.session, config.read_only, config.uid, config.gid) == ("s1", True, 1000, 100)
+    assert (config.durability, config.max_events, config.log_level) == ("fsync", 5, "DEBUG")
+    assert config.allow_other is False and config.max_line_bytes == 16 * 1024 * 1024
+
+
+def test_mount_flags_override_the_config_file(capsys, fake_mount, tmp_path):
+    conf = tmp_path / "mount.toml"
+    conf.write_text('workspace = "ws"\nmountpoint = "mnt"\ndurability = "buffered"\nallow_other = true\n'
+                    '[search]\nmax_results = 9\n')
+    assert run(capsys, "mount", "--config", conf)[0] == 0
+    config = fake_mount.pop("run")
+    assert config.sessions_root() == tmp_path / "ws" / ".vtcode" / "sessions"
+    assert config.mountpoint == str(tmp_path / "mnt") and config.durability == "buffered"
+    assert config.allow_other and config.max_results == 9
+    assert run(capsys, "mount", "--config", conf, "--store", tmp_path / "s", "--durability", "write",
+               tmp_path / "elsewhere")[0] == 0
+    config = fake_mount["run"]
+    assert config.sessions_root() == tmp_path / "s" and config.workspace is None
+    assert config.durability == "write" and config.mountpoint == str(tmp_path / "elsewhere")
+
+
+def test_mount_with_a_bad_config_fails_cleanly(capsys, fake_mount, tmp_path):
+    conf = tmp_path / "mount.toml"
+    conf.write_text('mountpiont = "typo"\n')
+    code, _, err = run(capsys, "mount", "--config", conf, tmp_path)
+    assert code == 1 and "unknown key 'mountpiont'" in err and "run" not in fake_mount
+
+
+def test_umount(capsys, fake_mount, tmp_path):
+    assert run(capsys, "umount", tmp_path / "mnt")[0] == 0
+    assert fake_mount["unmount"] == str(tmp_path / "mnt")
+
+
+# --- the progress bar --------------------------------------------------------------------
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_draws_only_on_a_terminal():
+    quiet = io.StringIO()
+    with cli.ProgressBar("x", quiet) as bar:
+        bar(1, 2)
+        bar(2, 2)
+    assert quiet.getvalue() == ""
+    tty = _Tty()
+    with cli.ProgressBar("fsck", tty) as bar:
+        bar(2, 2)
+    assert "fsck [" in tty.getvalue() and "2/2" in tty.getvalue() and tty.getvalue().endswith("\r")
+
+
+# --- the configuration file --------------------------------------------------------------
+
+
+def test_the_example_config_documents_every_setting_with_its_default():
+    example = REPO / "mount.example.toml"
+    text = example.read_text()
+    loaded = load_config(example)
+    assert loaded == Config()
+    for key in ("store", "workspace", "mountpoint", "session", "read_only", "allow_other", "uid", "gid",
+                "durability", "max_events", "max_line_bytes", "[retention]", "max_sessions",
+                "max_age_days", "[search]", "max_results", "min_score", "log_level", "daemon"):
+        assert key in text, key
+
+
+def test_config_errors_name_the_key(tmp_path):
+    conf = tmp_path / "c.toml"
+    for body, message in [('nope = 1\n', "unknown key 'nope'"),
+                          ('[retention]\nmax_session = 3\n', "unknown key retention.max_session"),
+                          ('max_events = "10"\n', "max_events must be an integer"),
+                          ('read_only = 1\n', "read_only must be true or false"),
+                          ('max_events = true\n', "max_events must be an integer"),
+                          ('durability = "sometimes"\n', "durability must be one of"),
+                          ('store = "a"\nworkspace = "b"\n', "either store or workspace"),
+                          ('max_events = -1\n', "max_events must not be negative"),
+                          ('= broken', "not valid TOML")]:
+        conf.write_text(body)
+        with pytest.raises(ConfigError, match=message):
+            load_config(conf)
+
+
+def test_config_paths_are_relative_to_the_file(tmp_path):
+    conf = tmp_path / "sub" / "c.toml"
+    conf.parent.mkdir()
+    conf.write_text('store = "data"\nmountpoint = "/abs/mnt"\n[retention]\nmax_age_days = 7.5\n')
+    config = load_config(conf)
+    assert config.sessions_root() == tmp_path / "sub" / "data"
+    assert config.mountpoint == "/abs/mnt" and config.retention.max_age_days == 7.5
+
+
+def test_overrides():
+    base = Config(workspace="ws")
+    new = apply_overrides(base, {"store": "s", "max_sessions": 3, "search.min_score": 0.5, "uid": None})
+    assert new.store == "s" and new.workspace is None and new.max_sessions == 3 and new.min_score == 0.5
+    assert base.workspace == "ws" and base.max_sessions == 50  # the original is untouched
+    with pytest.raises(ConfigError):
+        apply_overrides(base, {"colour": "red"})
+    with pytest.raises(ConfigError):
+        apply_overrides(base, {"durability": "never"})
+
+
+def test_default_store_follows_xdg(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert Config().sessions_root() == tmp_path / "memfs" / "sessions"
+    assert os.fspath(Config(workspace="w").sessions_root()) == "w/.vtcode/sessions"
