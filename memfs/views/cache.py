@@ -125,7 +125,7 @@ class ViewState:
 
     def _commit(self, handle, report, rewrites, version, m, fold, rebuild, offset, start, lines) -> None:
         if rebuild:
-            if report is self.report and rewrites != self.rewrites and not handle.read_only:
+            if not handle.read_only and fold.turns.index.base > 1:
                 self._prune_turns(fold.turns.index.base)
             self.fold = fold
             self.trajectory = Trajectory()
