@@ -263,3 +263,9 @@ def test_ignored_goal_events(session):
     ]
     offsets = [h["offset"] for h in g["history"]]
     assert offsets == sorted(offsets) and len(set(offsets)) == 6
+
+
+def test_a_plan_item_timestamp_dates_the_update(session):
+    session.append_many([STARTED, {"type": "item.completed", "item": {
+        "id": "p", "type": "plan", "text": "- [ ] a", "context": {"timestamp": "2026-04-04T00:00:00Z"}}}])
+    assert views.progress(session)["updated_at"] == "2026-04-04T00:00:00Z"

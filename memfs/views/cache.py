@@ -26,6 +26,8 @@ Counters for tests and benchmarks: the module-level :data:`stats` and each state
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import itertools
 import os
 import threading
@@ -42,6 +44,29 @@ from memfs.views.trajectory import Trajectory
 
 VIEW_NAMES = ("memory.json", "trajectory.jsonl", "summary.md", "progress.json", "progress.md", "goal.json")
 TURNS_DIR = "turns"
+
+
+# Folding this many bytes or more pauses the cyclic garbage collector (see _gc_paused).
+BULK_BYTES = 1 << 20
+
+
+@contextlib.contextmanager
+def _gc_paused(pause: bool):
+    """Pause the cyclic GC during a bulk fold, when it was running.
+
+    A fold allocates a few dicts per line (JSON decoding) and keeps many (facts, per-turn
+    records); the collector then runs thousands of times over an ever larger heap and doubles
+    the cost of a rebuild. Nothing in a fold creates cycles, so pausing loses nothing; other
+    threads' garbage is collected once the fold ends.
+    """
+    if not pause or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 @dataclass
@@ -103,7 +128,8 @@ class ViewState:
                 load_evicted_facts(self.path, fold.facts)
             lines0 = fold.lines
             try:
-                stop = fold.feed(handle.iter_lines(start, end))
+                with _gc_paused(end - start > BULK_BYTES):
+                    stop = fold.feed(handle.iter_lines(start, end))
             except BaseException as exc:
                 self.fold = None  # possibly half-fed: the next refresh rebuilds
                 if isinstance(exc, OSError) and handle.rewrites != rewrites:

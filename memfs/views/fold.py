@@ -166,7 +166,9 @@ class Fold:
     def _plan(self, item: dict, rec: TurnRecord | None) -> None:
         text = item.get("text")
         if type(text) is str:
-            self.ledger.set_plan(text, self._stamp({}, rec))
+            context = item.get("context")
+            at = context.get("timestamp") if type(context) is dict else None
+            self.ledger.set_plan(text, at if type(at) is str else self._stamp({}, rec))
 
     def _completed_item(self, item: dict, rec: TurnRecord | None) -> None:
         itype = item.get("type")

@@ -16,11 +16,12 @@ Rules (the spec's, and the decisions taken where it is silent):
   most one stall per turn, applied at the first of those events. Events outside any turn
   neither advance nor stall.
 * ``goal`` is the GoalTracker's current objective (``""`` without a goal).
-* Timestamps (``stalled_since``, ``updated_at``) come from the log, so the view stays a pure
-  function of it: the causing event's ``completed_at``, else the turn's ``turn.started``
-  ``context.timestamp``, else the turn's entry ``ts`` in the turn index, else the session's
-  ``created_at``. ``updated_at`` is the stamp of the last change (plan, advance, stall) or
-  the session's ``created_at``.
+* Timestamps (``stalled_since``, ``updated_at``) come from the log where it has them, so the
+  view does not change when it is merely regenerated: the causing event's ``completed_at`` (a
+  plan item's ``context.timestamp``), else the turn's ``turn.started`` ``context.timestamp``,
+  else the turn's ``ts`` in the turn index (when the store saw the turn open; a rescan
+  re-stamps it), else the session's ``created_at``. ``updated_at`` is the time of the last
+  change (plan, advance, stall), or the session's ``created_at`` before any.
 * ``previous_session_id``, ``handoff_summary``, ``known_issues``, ``git_checkpoint`` have no
   event to come from yet: null / ``[]``.
 """
