@@ -17,6 +17,7 @@ import memfs
 from memfs import cli
 from memfs.config import Config, ConfigError, apply_overrides, load_config
 from memfs.store.meta import format_rfc3339
+from mounting import cleanup, is_mounted, needs_fuse, start
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -504,3 +505,17 @@ def test_default_store_follows_xdg(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     assert Config().sessions_root() == tmp_path / "memfs" / "sessions"
     assert os.fspath(Config(workspace="w").sessions_root()) == "w/.vtcode/sessions"
+
+
+@needs_fuse
+def test_a_real_mount_and_umount(capsys, tmp_path):
+    """End to end through FUSE: `memfs mount` serves the store, `memfs umount` takes it down."""
+    make(tmp_path / "store", "s")
+    m = start(tmp_path / "store", tmp_path / "mnt")
+    try:
+        assert (tmp_path / "mnt" / "sessions" / "s" / "events.jsonl").read_bytes().count(b"\n") == 4
+        assert run(capsys, "umount", tmp_path / "mnt")[0] == 0
+        assert m.proc.wait(15) == 0
+        assert not is_mounted(tmp_path / "mnt")
+    finally:
+        cleanup(m)

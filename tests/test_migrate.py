@@ -55,6 +55,9 @@ def test_history_and_trajectories_are_imported(workspace):
     ]
     assert (root / "abc" / "derived" / "memory.json").read_text() == json.dumps(MEMORY)
     assert (root / "traj-20240101-run" / "derived" / "trajectory.jsonl").read_bytes() == TRAJECTORY
+    # a verbatim copy outside derived/, which views regenerate
+    assert (root / "abc" / "imported" / "abc.json").read_text() == json.dumps(MEMORY)
+    assert (root / "traj-20240101-run" / "imported" / "trajectory-20240101-run.jsonl").read_bytes() == TRAJECTORY
     m = manifest(root, "abc")
     assert m["created_at"] == m["updated_at"] == format_rfc3339(T_HISTORY)
     assert (m["status"], m["turn_count"], m["event_count"], m["in_turn"]) == ("completed", 0, 0, False)
@@ -111,6 +114,8 @@ def test_remove_legacy_keeps_what_was_not_imported(workspace):
 
 def test_a_rerun_is_harmless_and_conflicts_are_reported(workspace):
     migrate_workspace(workspace)
+    root = workspace / ".vtcode" / "sessions"
+    (root / "abc" / "derived" / "memory.json").write_text("{}")  # views regenerated it
     again = migrate_workspace(workspace)
     assert {i.status for i in again.items} == {"already-imported"}
     (workspace / ".vtcode" / "history" / "abc.json").write_text('{"changed": true}')
@@ -118,8 +123,7 @@ def test_a_rerun_is_harmless_and_conflicts_are_reported(workspace):
     abc = next(i for i in third.items if i.session == "abc")
     assert abc.status == "conflict" and not abc.removed
     assert (workspace / ".vtcode" / "history" / "abc.json").exists()
-    root = workspace / ".vtcode" / "sessions"
-    assert (root / "abc" / "derived" / "memory.json").read_text() == json.dumps(MEMORY)
+    assert (root / "abc" / "imported" / "abc.json").read_text() == json.dumps(MEMORY)
 
 
 def test_dry_run_changes_nothing(workspace):

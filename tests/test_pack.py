@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import memfs
+from memfs.errors import NotFound
 from memfs.store.pack import create_pack, verify_pack
 
 EVENTS = [
@@ -130,5 +131,5 @@ def test_a_pack_written_elsewhere_and_inside_under_another_name(session, tmp_pat
 def test_a_missing_pack_or_session_is_an_error(session):
     with pytest.raises(FileNotFoundError):
         verify_pack(session.parent, "sess-1")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(NotFound):
         create_pack(session.parent, "nope")

@@ -206,7 +206,7 @@ def test_pin_and_unpin(tmp_path):
 
 
 def test_pin_of_an_unknown_session_fails(tmp_path):
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(memfs.errors.NotFound):
         pin(tmp_path, "nope", "x")
 
 

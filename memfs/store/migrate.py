@@ -5,6 +5,10 @@
 * ``.vtcode/logs/<stem>.jsonl`` → session ``traj-<stem without a leading "trajectory-">``
   whose ``derived/trajectory.jsonl`` is that file, byte for byte.
 
+The source is also kept verbatim as ``imported/<file name>``: ``derived/`` is regenerated from
+the log (which is empty for an import), so the copy outside it is what guarantees that
+nothing is lost, even after ``--remove-legacy``.
+
 Each imported session gets an empty ``events.jsonl``, an empty turn index and a
 ``completed`` manifest whose ``created_at`` and ``updated_at`` are the source file's mtime,
 plus ``"imported_from"`` (the source path relative to the workspace; an extra field, which
@@ -15,8 +19,8 @@ Decisions recorded here:
 
 * A session is assembled in a hidden temporary folder of the sessions root and renamed into
   place, so an interrupted migration never leaves a half-imported session.
-* An existing session of the same name is never touched: when it already holds identical
-  content the source counts as ``already-imported`` (a re-run is harmless), otherwise it is a
+* An existing session of the same name is never touched: when its ``imported/`` copy is
+  identical the source counts as ``already-imported`` (a re-run is harmless), otherwise it is a
   ``conflict`` and is reported.
 * A history file that is not a JSON object is ``invalid`` and skipped. Symlinks (folders or
   files) are never followed; only regular files directly inside the folders are read.
@@ -53,6 +57,7 @@ from memfs.store.paths import (
 
 Progress = Callable[[int, int], None]
 LEGACY = {"history": (".json", "memory.json"), "logs": (".jsonl", "trajectory.jsonl")}
+IMPORTED_DIR = "imported"
 
 
 def session_id_for(folder: str, filename: str) -> str:
@@ -150,14 +155,15 @@ def _import(root: Path, source: Path, session_id: str, view_name: str, mtime: fl
     tmp = root / f".migrate-{name}.{os.getpid()}.{os.urandom(4).hex()}"
     ensure_private_dir(tmp)
     try:
-        ensure_private_dir(tmp / INDEX_DIR)
-        ensure_private_dir(tmp / DERIVED_DIR)
+        for sub in (INDEX_DIR, DERIVED_DIR, IMPORTED_DIR):
+            ensure_private_dir(tmp / sub)
         os.close(open_nofollow(tmp / EVENTS, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
-        src = _read_source(source)
-        try:
-            atomic_write(tmp / DERIVED_DIR / view_name, _copy_into(src))
-        finally:
-            os.close(src)
+        for target in (tmp / IMPORTED_DIR / source.name, tmp / DERIVED_DIR / view_name):
+            src = _read_source(source)
+            try:
+                atomic_write(target, _copy_into(src))
+            finally:
+                os.close(src)
         atomic_write(tmp / TURNS, TurnIndex().to_json())
         ts = format_rfc3339(mtime)
         manifest = Manifest(session_id, ts, ts, status="completed").to_dict()
@@ -211,7 +217,7 @@ def migrate_workspace(workspace: str | os.PathLike, root: str | os.PathLike | No
                 continue
             target = root / item.session
             if os.path.lexists(target):
-                if _same_content(target / DERIVED_DIR / view_name, source):
+                if _same_content(target / IMPORTED_DIR / filename, source):
                     item.status = "already-imported"
                 else:
                     item.status, item.reason = "conflict", f"session {item.session!r} already exists"

@@ -12,7 +12,7 @@ Retention, in order:
 4. remove candidates older than ``max_age_days``.
 
 Candidates are direct child directories of the root that are real directories (never a
-symlink), named as memfs names sessions, not pinned (``retention-pin.json``), not preserved,
+symlink), not hidden (a leading dot), not pinned (``retention-pin.json``), not preserved,
 not live (``session.lock`` held), with a readable manifest whose status is not ``active``.
 Paths are always ``root / <directory entry name>``; a manifest's ``session_id`` is never used
 to build one. A symlinked sessions root is refused as a whole.
@@ -44,10 +44,11 @@ from typing import Callable, Iterable
 
 import orjson
 
-from memfs.errors import SessionBusy, SymlinkRefused
+from memfs.errors import NotFound, SessionBusy, SymlinkRefused
 from memfs.store import lock as liveness
 from memfs.store.meta import now_rfc3339, parse_rfc3339, read_manifest
 from memfs.store.paths import MANIFEST, PIN, atomic_write, read_file, refuse_symlink, remove_file, sanitize
+from memfs.store.root import is_session_dir
 
 Progress = Callable[[int, int], None]  # (done, total)
 DAY = 86400.0
@@ -64,13 +65,13 @@ class Policy:
 def find_session(root: str | os.PathLike, session: str) -> Path:
     """The directory of ``session`` (a raw id or a directory name) under ``root``.
 
-    Raises ``FileNotFoundError`` when there is none and :class:`SymlinkRefused` when it is a
+    Raises :class:`NotFound` when there is none and :class:`SymlinkRefused` when it is a
     symlink.
     """
     path = Path(root) / sanitize(session)
     refuse_symlink(path)
     if not path.is_dir():
-        raise FileNotFoundError(f"no session {session!r} in {root}")
+        raise NotFound(f"no session {session!r} in {root}")
     return path
 
 
@@ -191,19 +192,22 @@ def _entries(root: Path) -> list[os.DirEntry]:
 
 
 def _is_session_entry(entry: os.DirEntry) -> bool:
-    return entry.is_dir(follow_symlinks=False) and sanitize(entry.name) == entry.name
+    """A real directory not hidden: hidden names are never sessions (sanitize strips leading
+    dots) and ``memfs migrate`` assembles sessions in hidden folders."""
+    return entry.is_dir(follow_symlinks=False) and not entry.name.startswith(".")
 
 
 def list_sessions(root: str | os.PathLike) -> list[SessionInfo]:
     """Every session of the store, most recently updated first (ties by name).
 
-    Symlinked entries, plain files and names memfs would never give a session are not
+    The sessions are what the mount lists (:func:`memfs.store.root.is_session_dir`: real
+    directories holding a log or a manifest); symlinked entries and stray files are not
     sessions. Manifest reads are cached until the manifest changes.
     """
     root = Path(root)
     sessions = []
     for entry in _entries(root):
-        if not _is_session_entry(entry):
+        if not _is_session_entry(entry) or not is_session_dir(root / entry.name):
             continue
         path = root / entry.name
         info = _cached_info(path)
