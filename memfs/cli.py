@@ -191,13 +191,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         if args.view:
             from memfs.views import render_view
 
-            data = render_view(handle, args.view)
-            if isinstance(data, str):
-                data = data.encode()
-            elif not isinstance(data, (bytes, bytearray, memoryview)):
-                data = orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n"
+            data = render_view(handle, args.view)  # the view's exact bytes
             sys.stdout.flush()
-            sys.stdout.buffer.write(bytes(data))
+            sys.stdout.buffer.write(data)
             sys.stdout.buffer.flush()
             return 0
         if args.turn is not None:

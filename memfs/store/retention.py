@@ -54,7 +54,7 @@ Progress = Callable[[int, int], None]  # (done, total)
 DAY = 86400.0
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Policy:
     """Retention policy (SPEC §7)."""
 
@@ -267,7 +267,7 @@ def _mark_completed(path: Path) -> bool:
     except SessionBusy:
         return False
     try:
-        info, raw = _manifest_info(path)
+        _, raw = _manifest_info(path)
         if raw is None or raw.get("status") != "active":
             return False
         raw["status"] = "completed"
