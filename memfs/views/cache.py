@@ -12,9 +12,9 @@ retained log and the bytes of each view last rendered. Reading a view first *ref
   retained turn ordinal, after the eviction summaries' facts.
 
 A refresh reads ``rewrites``, ``version`` and the live manifest before folding up to the
-manifest's ``persisted_file_len`` and retries if a cap rewrite raced it. After folding, the
-turn counters must agree with the live manifest; if they do not, it rebuilds once (and then
-trusts its own fold of the bytes).
+manifest's ``persisted_file_len`` and retries if a cap rewrite raced it. After an incremental
+fold, the turn counters must agree with the live manifest; if they do not, it rebuilds (and a
+whole fold that still disagrees is trusted: it is the views' own reading of the bytes).
 
 Only the view being read is rendered, and only when the fold changed since it was last
 rendered (``epoch``). A view whose bytes changed is queued for the backing store
@@ -95,6 +95,7 @@ class ViewState:
         self.version = -1
         self.offset = 0  # log bytes folded: just past the last complete line seen
         self.fold: Fold | None = None
+        self.agrees = True  # the last whole fold matched the store's turn counters
         self.trajectory = Trajectory()
         self.generation = 0  # changes at every rebuild: facts[:n] are stable within one
         self.epoch = 0  # changes whenever the fold changes
@@ -139,10 +140,15 @@ class ViewState:
                 self.fold = None
                 continue
             turns = fold.turns
-            expected_last = m["turn_count"] + (1 if m["in_turn"] else 0)
-            if (turns.in_turn != m["in_turn"] or turns.index.last_ordinal != expected_last) and not rebuild:
+            agrees = (turns.in_turn == m["in_turn"]
+                      and turns.index.last_ordinal == m["turn_count"] + (1 if m["in_turn"] else 0))
+            if not rebuild and not agrees and self.agrees:
                 force = True  # our incremental fold disagrees with the store: redo it whole
                 continue
+            if rebuild:
+                # a whole fold that disagrees (an index written by another writer that counts
+                # lines differently) is trusted as is, and not re-checked until the next rebuild
+                self.agrees = agrees
             self._commit(handle, report, rewrites, version, m, fold, rebuild,
                          stop if stop >= 0 else start, start, fold.lines - lines0)
             return True
