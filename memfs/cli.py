@@ -447,11 +447,10 @@ def _nonneg_float(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    where = common.add_argument_group("store")
-    which = where.add_mutually_exclusive_group()
+    which = common.add_mutually_exclusive_group()
     which.add_argument("--store", metavar="DIR", help="the sessions root (default: $XDG_DATA_HOME/memfs/sessions)")
     which.add_argument("--workspace", metavar="DIR", help="a VT Code workspace: use DIR/.vtcode/sessions")
-    where.add_argument("--config", metavar="FILE", help="a TOML config file (see mount.example.toml); flags override it")
+    common.add_argument("--config", metavar="FILE", help="a TOML config file (see mount.example.toml); flags override it")
     as_json = argparse.ArgumentParser(add_help=False)
     as_json.add_argument("--json", action="store_true", help="machine-readable JSON output")
 
