@@ -8,6 +8,7 @@ symlink, and the one atomic-replace helper every metadata and derived file goes 
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 from typing import Callable
@@ -141,22 +142,13 @@ def remove_file(path: Path) -> bool:
         return False
 
 
-def remove_tree(path: Path) -> int:
-    """Delete a directory tree without following any symlink; return the bytes freed.
+def remove_tree(path: Path) -> None:
+    """Delete a directory tree without following any symlink.
 
-    A symlink met inside is removed as a link (its target is untouched); ``path`` itself must
-    be a real directory.
+    ``path`` itself must be a real directory. ``shutil.rmtree`` walks by directory file
+    descriptors, so a directory swapped for a symlink mid-walk is not followed either.
     """
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
         raise SymlinkRefused(f"not a real directory: {path}")
-    freed = 0
-    with os.scandir(path) as entries:
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                freed += remove_tree(Path(entry.path))
-            else:
-                freed += entry.stat(follow_symlinks=False).st_size
-                os.unlink(entry.path)
-    os.rmdir(path)
-    return freed
+    shutil.rmtree(path)
