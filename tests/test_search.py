@@ -279,6 +279,7 @@ def test_per_session_and_root_corpus_statistics_differ():
     root = {r["chunk_id"]: r["score"] for r in index.search("retry loop", max_results=20, now=NOW)}
     only_b = {r["chunk_id"]: r["score"] for r in index.search("retry loop", sessions=["b"], max_results=20, now=NOW)}
     assert set(only_b) == {"b:0"}
+    assert index.search("retry loop", sessions="b", now=NOW) == index.search("retry loop", sessions=["b"], now=NOW)
     assert abs(only_b["b:0"] - dict(ref_search(corpus, "retry loop", only={"b"}))["b:0"]) <= 1e-9
     assert abs(root["b:0"] - dict(ref_search(corpus, "retry loop", k=20))["b:0"]) <= 1e-9
     # "retry" is rare in b alone but common across both: its idf (and so the score) differs

@@ -65,7 +65,7 @@ _COMPACT_MIN_DEAD = 4096
 
 
 class _Column:
-    """A growable int32 numpy column (doubling capacity; O(1) amortized append)."""
+    """A growable int32 numpy column (doubling capacity; O(1) amortized per value)."""
 
     __slots__ = ("data", "n")
 
@@ -73,11 +73,15 @@ class _Column:
         self.data = np.zeros(capacity, dtype=np.int32)
         self.n = 0
 
-    def append(self, value: int) -> None:
-        if self.n == len(self.data):
-            self.data = np.resize(self.data, 2 * len(self.data))
-        self.data[self.n] = value
-        self.n += 1
+    def extend(self, values) -> None:
+        values = np.asarray(values, dtype=np.int32)
+        end = self.n + len(values)
+        if end > len(self.data):
+            grown = np.zeros(max(end, 2 * len(self.data)), dtype=np.int32)
+            grown[: self.n] = self.data[: self.n]
+            self.data = grown
+        self.data[self.n: end] = values
+        self.n = end
 
     def view(self) -> np.ndarray:
         return self.data[: self.n]
@@ -194,17 +198,14 @@ class SearchIndex:
 
     def _add_facts(self, s: _Session, facts: Iterable[Mapping]) -> None:
         vocab = self._vocab
+        first_gid = gid = self._doc_len.n
+        first_local = len(s.facts)
+        lengths = []
         for fact in facts:
             text = fact["fact"]
             tokens = tokenize(text)
-            gid = self._doc_len.n
-            local = len(s.facts)
             s.facts.append((text, fact.get("turn"), fact.get("offset")))
-            s.gids.append(gid)
-            s.total_len += len(tokens)
-            self._doc_len.append(len(tokens))
-            self._doc_slot.append(s.slot)
-            self._doc_local.append(local)
+            lengths.append(len(tokens))
             counts: dict[str, int] = {}
             for t in tokens:
                 counts[t] = counts.get(t, 0) + 1
@@ -212,10 +213,16 @@ class SearchIndex:
                 postings = vocab.get(t)
                 if postings is None:
                     vocab[t] = postings = array("i")
-                postings.append(gid)
-                postings.append(tf)
-            self._live_docs += 1
-            self._live_len += len(tokens)
+                postings.extend((gid, tf))
+            gid += 1
+        added, total = len(lengths), sum(lengths)
+        s.gids.extend(range(first_gid, gid))
+        self._doc_len.extend(lengths)
+        self._doc_slot.extend([s.slot] * added)
+        self._doc_local.extend(range(first_local, first_local + added))
+        s.total_len += total
+        self._live_docs += added
+        self._live_len += total
 
     def _drop(self, s: _Session) -> None:
         del self._sessions[s.name]
@@ -269,11 +276,14 @@ class SearchIndex:
         """The best facts for ``query``, as SPEC §5 result dicts, best first.
 
         ``sessions=None`` searches every session as one corpus; a list of names searches those
-        sessions as one corpus (a single name: that session's own statistics). ``now`` (unix
+        sessions as one corpus (a single name, or a bare string: that session's own
+        statistics). ``now`` (unix
         seconds, default the current time) is what the recency factor measures age from.
         """
         tokens = query_tokens(query)
         max_results = min(int(max_results), MAX_RESULTS)
+        if isinstance(sessions, str):
+            sessions = [sessions]
         if not tokens or max_results <= 0:
             return []
         multiplicity: dict[str, int] = {}

@@ -60,13 +60,13 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
     dropped from the index.
     """
     index = SearchIndex()
-    seen: dict[str, tuple[int, int]] = {}  # name → (version, rewrites) last indexed
+    seen: dict[str, tuple[int, int, int]] = {}  # name → (handle, version, rewrites) last indexed
     sync_lock = threading.Lock()
 
     def refresh(names: list[str]) -> None:
         for name in names:
             handle = store.open(name)
-            key = (handle.version, handle.rewrites)
+            key = (id(handle), handle.version, handle.rewrites)
             if seen.get(name) != key:
                 sync_from_handle(index, handle)
                 seen[name] = key

@@ -39,6 +39,8 @@ def _lower(token: str) -> str:
 
 def tokenize(text: str) -> list[str]:
     """All tokens of ``text`` in order (SPEC §5)."""
+    if text.isascii():  # ASCII lowercase maps letters to letters: lowering first is the same
+        return _TOKEN.findall(text.lower())
     return [_lower(m) for m in _TOKEN.findall(text)]
 
 
