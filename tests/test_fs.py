@@ -308,3 +308,36 @@ def test_sigterm_flushes_and_remount_shows_everything(tmp_path):
         assert lines(s / "events.jsonl") == [THREAD, TURN, MSG]
         sh(f"echo '{DONE}' >> events.jsonl", s)
         assert json.loads((s / "manifest.json").read_text())["turn_count"] == 1
+
+
+def test_daemon_mode_umount_and_config_file(tmp_path):
+    from mounting import is_mounted
+
+    store, mnt = tmp_path / "store", tmp_path / "mnt"
+    mnt.mkdir()
+    config = tmp_path / "memfs.toml"
+    config.write_text(f'store = "{store}"\nread_only = false\ndurability = "fsync"\nmax_events = 5\n')
+    result = subprocess.run([sys.executable, "-m", "memfs", "mount", "--config", str(config), "--daemon", str(mnt)],
+                            capture_output=True, text=True, timeout=30)
+    try:
+        assert result.returncode == 0, result.stderr
+        pid = int(result.stdout.strip())
+        assert is_mounted(mnt) and os.path.exists(f"/proc/{pid}")
+        s = make_session(type("M", (), {"mnt": mnt})(), "d")
+        for i in range(4):  # a cap of 5 from the file: turns get evicted
+            sh(f"printf '%s\\n' '{TURN}' '{DONE}' >> events.jsonl", s)
+        manifest = json.loads((s / "manifest.json").read_text())
+        assert manifest["turn_count"] == 4 and manifest["event_count"] <= 5
+        assert manifest["retained_turn_base"] > 1
+        umount = subprocess.run([sys.executable, "-m", "memfs", "umount", str(mnt)], capture_output=True, text=True,
+                                timeout=30)
+        assert umount.returncode == 0, umount.stderr
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{pid}") and not is_mounted(mnt)
+    finally:
+        if is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
+    on_disk = json.loads((store / "d" / "manifest.json").read_text())
+    assert on_disk["turn_count"] == 4 and on_disk["persisted_file_len"] == (store / "d" / "events.jsonl").stat().st_size

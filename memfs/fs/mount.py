@@ -3,7 +3,7 @@
 :func:`run` takes a :class:`memfs.config.Config`. SIGINT and SIGTERM end the loop; every open
 session is then flushed with its metadata persisted, and only then is the mount removed.
 With ``daemon`` the process forks once the mount is up, the parent prints the server's pid
-and returns.
+and returns; the server logs to :func:`daemon_log_path`.
 """
 
 from __future__ import annotations
@@ -132,9 +132,25 @@ def run(config) -> int:
     return 0
 
 
+def daemon_log_path() -> Path:
+    """Where a daemon logs: ``$XDG_STATE_HOME/memfs/memfs.log`` (``~/.local/state/...``)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "memfs" / "memfs.log"
+
+
 def _detach_stdio() -> None:
+    """A daemon keeps no terminal or pipe open (whoever started it may wait for EOF); its log
+    goes to :func:`daemon_log_path`."""
+    path = daemon_log_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s memfs[%(process)d] %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    for old in root.handlers[:]:
+        root.removeHandler(old)
+    root.addHandler(handler)
     devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1):
+    for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
 
