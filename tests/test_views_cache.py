@@ -284,3 +284,16 @@ def test_concurrent_readers_and_a_writer(session):
             t.join()
     assert not errors
     assert current_render(session) == fresh_render(session)
+
+
+def test_store_copies_are_coalesced_and_written_by_flush(session, monkeypatch):
+    monkeypatch.setattr(persist, "DELAY", 3600.0)  # nothing becomes due by itself during the test
+    assert persist.flush(10)
+    writes = persist.writes()
+    for i in range(5):
+        session.append(item("agent_message", text=f"note {i}"))
+        latest = views.render_view(session, "memory.json")
+    assert persist.writes() == writes and not (session.path / "derived" / "memory.json").exists()
+    assert persist.flush(10)
+    assert persist.writes() == writes + 1  # five refreshes, one copy: the newest
+    assert (session.path / "derived" / "memory.json").read_bytes() == latest
