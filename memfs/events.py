@@ -5,11 +5,24 @@ Two entry points, one per use:
 * :func:`parse_line` — for an *append*. Full validation of the envelope and of every known
   event type; a bare event (``{"type": ...}`` with no envelope) is wrapped in an envelope
   carrying :data:`SCHEMA_VERSION`, its own bytes kept verbatim inside. Raises
-  :class:`~memfs.errors.ValidationError` with one specific reason on refusal.
+  :class:`~memfs.errors.ValidationError` with one specific reason on refusal, for example
+  ``turn.failed: "message" must be a string``.
 * :func:`decode_stored` — for a *rescan* of bytes already in a log. Never raises: it returns
   ``None`` for a line the rescan must skip (blank, not UTF-8, not JSON, not an envelope, a
   malformed lifecycle event). Non-lifecycle events are accepted without field checks there,
   so a log written by an older or laxer writer keeps its lines.
+
+Decisions recorded here where the spec is silent:
+
+* A line is an *envelope* when it has both a string ``schema_version`` and an object
+  ``event``; otherwise, when it has ``event`` or ``schema_version`` at all, it is a malformed
+  envelope; otherwise, with a ``type``, it is a bare event.
+* Counters the spec calls "integer" that count or measure something (``wait_ms``,
+  ``image_count``, ``num_turns``, message counts, token counts) must be non-negative, as the
+  unsigned fields of the VT Code types they mirror; a JSON boolean is never an integer.
+* Fields the spec names without a type (``tool_name``, ``trigger``, ``mode``, ``delta``, …)
+  must be strings; ``arguments`` of a command execution may be any value.
+* Optional fields may be absent or ``null``.
 
 No I/O happens here.
 """
@@ -17,7 +30,7 @@ No I/O happens here.
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import orjson
 
@@ -45,21 +58,23 @@ LIFECYCLE_KINDS = {
     "turn.completed": Kind.TURN_COMPLETED,
     "turn.failed": Kind.TURN_FAILED,
 }
+_OTHER = Kind.OTHER
 
 
-class Record:
+class Record(NamedTuple):
     """An accepted line: the exact bytes to store (no trailing newline) and its decoding.
 
-    A plain slotted class rather than a dataclass: it is built once per appended line.
+    A named tuple because it is built once per appended line and a tuple is the cheapest
+    object Python builds (see :func:`parse_line`).
     """
 
-    __slots__ = ("line", "type", "event", "kind")
+    line: bytes
+    type: str
+    event: dict
+    kind: Kind
 
-    def __init__(self, line: bytes, type: str, event: dict, kind: Kind):
-        self.line = line
-        self.type = type
-        self.event = event
-        self.kind = kind
+
+_new_record = tuple.__new__  # Record(...) through its generated __new__ costs 2.5x more
 
 
 # --- field checks -------------------------------------------------------------------------
@@ -102,13 +117,19 @@ def equal_to(value: str) -> Check:
 # Simple checks are compiled to inline ``type(v) is T`` tests (see _compile); a Python call per
 # field would cost more than parsing the JSON.
 _INLINE = {id(STR): "type(v) is str", id(BOOL): "type(v) is bool", id(INT): "type(v) is int",
-           id(UINT): "type(v) is int and v >= 0", id(OBJECT): "type(v) is dict"}
+           id(UINT): "type(v) is int and v >= 0", id(OBJECT): "type(v) is dict",
+           id(NUMBER): "type(v) is int or type(v) is float"}
+
+_MISSING = object()
 
 
-def _compile(required: dict, optional: dict, prefix: str) -> Callable[[dict], None]:
-    """Build a checker for one field table: it raises :class:`_Bad` on the first wrong field.
+def _compile(required: dict, optional: dict, prefix: str,
+             extras: tuple[Callable[[dict], None], ...] = ()) -> Callable[[dict], None]:
+    """Build one checker for a field table: it raises :class:`_Bad` on the first wrong field.
 
-    Required fields must be present and pass; optional ones must pass when present and not null.
+    Required fields must be present and pass; optional ones must pass when present and not
+    null; then each of ``extras`` is called with the object. One generated function per
+    table, so a valid event costs one Python call.
     """
     lines = ["def check(obj):"]
     env: dict[str, Any] = {"_Bad": _Bad, "_MISSING": _MISSING}
@@ -124,12 +145,12 @@ def _compile(required: dict, optional: dict, prefix: str) -> Callable[[dict], No
             lines.append(f"    v = obj.get({name!r})")
             cond = f"v is not None and not ({test})"
         lines.append(f"    if {cond}: raise _Bad({prefix + name!r}, {check[1]!r})")
+    for n, extra in enumerate(extras):
+        env[f"x{n}"] = extra
+        lines.append(f"    x{n}(obj)")
     lines.append("    return None")
     exec("\n".join(lines), env)
     return env["check"]
-
-
-_MISSING = object()
 
 
 _USAGE_FIELDS = ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")
@@ -155,51 +176,57 @@ _CONTEXT_OPTIONAL = {
 _check_context = _compile({}, _CONTEXT_OPTIONAL, "context.")
 
 _FILE_CHANGE_KIND = one_of("add", "delete", "update")
-
-# ThreadItem fields by item type: (required, optional).
-_ITEM_FIELDS: dict[str, tuple[dict, dict]] = {
-    "agent_message": ({"text": STR}, {}),
-    "plan": ({"text": STR}, {}),
-    "reasoning": ({"text": STR}, {"stage": STR}),
-    "decision": ({"summary": STR, "rationale": STR}, {}),
-    "command_execution": (
-        {"command": STR, "status": one_of("completed", "failed", "in_progress")},
-        {"aggregated_output": STR, "exit_code": INT, "arguments": ANY},
-    ),
-    "tool_invocation": ({"tool_name": STR, "status": STR}, {}),
-    "tool_output": ({"call_id": STR, "status": STR}, {"output": STR}),
-    "file_change": ({"status": one_of("completed", "failed")}, {}),
-    "mcp_tool_call": ({"tool_name": STR}, {}),
-    "web_search": ({"query": STR}, {}),
-    "harness": ({"event": STR}, {"message": STR}),
-    "error": ({"message": STR}, {}),
-}
-
-
-_ITEM_CHECKS = {t: _compile(req, opt, "item.") for t, (req, opt) in _ITEM_FIELDS.items()}
-_check_item_base = _compile({"id": STR, "type": STR}, {"context": OBJECT}, "item.")
 _check_change = _compile({"path": STR, "kind": _FILE_CHANGE_KIND}, {}, "")
 
 
-def _check_item(item: Any) -> None:
+def _file_changes(item: dict) -> None:
+    changes = item.get("changes")
+    if type(changes) is not list:
+        raise _Bad("item.changes", "a list of {path, kind}")
+    for i, change in enumerate(changes):
+        if type(change) is not dict:
+            raise _Bad(f"item.changes[{i}]", "an object")
+        try:
+            _check_change(change)
+        except _Bad as bad:
+            raise _Bad(f"item.changes[{i}].{bad.path}", bad.what) from None
+
+
+# ThreadItem fields by item type: (required, optional, extras). Every item also has a string
+# ``id``, a string ``type`` and an optional ``context`` object (_ITEM_BASE).
+_ITEM_BASE = ({"id": STR, "type": STR}, {"context": OBJECT})
+_ITEM_FIELDS: dict[str, tuple[dict, dict, tuple]] = {
+    "agent_message": ({"text": STR}, {}, ()),
+    "plan": ({"text": STR}, {}, ()),
+    "reasoning": ({"text": STR}, {"stage": STR}, ()),
+    "decision": ({"summary": STR, "rationale": STR}, {}, ()),
+    "command_execution": (
+        {"command": STR, "status": one_of("completed", "failed", "in_progress")},
+        {"aggregated_output": STR, "exit_code": INT, "arguments": ANY},
+        (),
+    ),
+    "tool_invocation": ({"tool_name": STR, "status": STR}, {}, ()),
+    "tool_output": ({"call_id": STR, "status": STR}, {"output": STR}, ()),
+    "file_change": ({"status": one_of("completed", "failed")}, {}, (_file_changes,)),
+    "mcp_tool_call": ({"tool_name": STR}, {}, ()),
+    "web_search": ({"query": STR}, {}, ()),
+    "harness": ({"event": STR}, {"message": STR}, ()),
+    "error": ({"message": STR}, {}, ()),
+}
+
+_ITEM_CHECKS = {
+    t: _compile({**_ITEM_BASE[0], **req}, {**_ITEM_BASE[1], **opt}, "item.", extras)
+    for t, (req, opt, extras) in _ITEM_FIELDS.items()
+}
+_check_item_base = _compile(*_ITEM_BASE, "item.")  # an item of an unknown type
+
+
+def _check_item_event(event: dict) -> None:
+    """The whole check of ``item.*`` events (no other fields): one call, then the item's."""
+    item = event.get("item")
     if type(item) is not dict:
         raise _Bad("item", "an object")
-    _check_item_base(item)
-    check = _ITEM_CHECKS.get(item["type"])
-    if check is None:
-        return  # unknown item type: only id and type are checked
-    check(item)
-    if item["type"] == "file_change":
-        changes = item.get("changes")
-        if type(changes) is not list:
-            raise _Bad("item.changes", "a list of {path, kind}")
-        for i, change in enumerate(changes):
-            if type(change) is not dict:
-                raise _Bad(f"item.changes[{i}]", "an object")
-            try:
-                _check_change(change)
-            except _Bad as bad:
-                raise _Bad(f"item.changes[{i}].{bad.path}", bad.what) from None
+    _ITEM_CHECKS.get(item.get("type"), _check_item_base)(item)
 
 
 def _usage_required(event: dict) -> None:
@@ -213,7 +240,7 @@ def _usage_optional(event: dict) -> None:
         _check_usage(event["usage"], "usage")
 
 
-def _turn_started_extra(event: dict) -> None:
+def _turn_context(event: dict) -> None:
     context = event.get("context")
     if context is not None:
         if type(context) is not dict:
@@ -221,22 +248,18 @@ def _turn_started_extra(event: dict) -> None:
         _check_context(context)
 
 
-def _matrix_extra(event: dict) -> None:
+def _matrix_spec(event: dict) -> None:
     if type(event["spec"].get("id")) is not str:
         raise _Bad("spec.id", "a string")
 
 
-def _item_extra(event: dict) -> None:
-    _check_item(event.get("item"))
-
-
-# Event fields by type: (required, optional, extra check or None).
-_EVENT_FIELDS: dict[str, tuple[dict, dict, Callable[[dict], None] | None]] = {
-    "thread.started": ({"thread_id": STR}, {}, None),
+# Event fields by type: (required, optional, extras), or the check itself.
+_EVENT_FIELDS: dict[str, tuple[dict, dict, tuple] | Callable[[dict], None]] = {
+    "thread.started": ({"thread_id": STR}, {}, ()),
     "thread.completed": (
         {"thread_id": STR, "session_id": STR, "outcome_code": STR, "subtype": STR, "num_turns": UINT},
         {"completed_at": STR, "result": STR, "stop_reason": STR, "total_cost_usd": NUMBER},
-        _usage_required,
+        (_usage_required,),
     ),
     "thread.compact_boundary": (
         {
@@ -247,7 +270,7 @@ _EVENT_FIELDS: dict[str, tuple[dict, dict, Callable[[dict], None] | None]] = {
             "compacted_message_count": UINT,
         },
         {},
-        None,
+        (),
     ),
     "context.reset": (
         {
@@ -259,35 +282,35 @@ _EVENT_FIELDS: dict[str, tuple[dict, dict, Callable[[dict], None] | None]] = {
             "tool_budget_reset": BOOL,
         },
         {},
-        None,
+        (),
     ),
-    "turn.started": ({}, {"token_breakdown": OBJECT}, _turn_started_extra),
-    "turn.completed": ({}, {"completed_at": STR, "in_progress_exec_sessions": STR_LIST}, _usage_required),
-    "turn.failed": ({"message": STR}, {"completed_at": STR}, _usage_optional),
-    "turn.blocked": ({"message": STR}, {"completed_at": STR, "last_tool": STR}, _usage_optional),
-    "item.started": ({}, {}, _item_extra),
-    "item.updated": ({}, {}, _item_extra),
-    "item.completed": ({}, {}, _item_extra),
-    "permission.requested": ({"tool_name": STR}, {}, None),
+    "turn.started": ({}, {"token_breakdown": OBJECT}, (_turn_context,)),
+    "turn.completed": ({}, {"completed_at": STR, "in_progress_exec_sessions": STR_LIST}, (_usage_required,)),
+    "turn.failed": ({"message": STR}, {"completed_at": STR}, (_usage_optional,)),
+    "turn.blocked": ({"message": STR}, {"completed_at": STR, "last_tool": STR}, (_usage_optional,)),
+    "item.started": _check_item_event,
+    "item.updated": _check_item_event,
+    "item.completed": _check_item_event,
+    "permission.requested": ({"tool_name": STR}, {}, ()),
     "permission.resolved": (
         {"tool_name": STR, "decision": one_of("allow", "deny", "cancelled", "followup"), "wait_ms": UINT},
         {},
-        None,
+        (),
     ),
     "interjected": (
         {"source": one_of("direct", "queue"), "image_count": UINT, "redirect_kind": equal_to("interjection")},
         {},
-        None,
+        (),
     ),
-    "plan.delta": ({"thread_id": STR, "turn_id": STR, "item_id": STR, "delta": STR}, {}, None),
-    "plan.approval.requested": ({"thread_id": STR, "turn_id": STR}, {}, None),
-    "plan.approval.resolved": ({"thread_id": STR, "turn_id": STR, "decision": STR, "automatic": BOOL}, {}, None),
-    "matrix.updated": ({"spec": OBJECT}, {}, _matrix_extra),
-    "error": ({"message": STR}, {}, None),
+    "plan.delta": ({"thread_id": STR, "turn_id": STR, "item_id": STR, "delta": STR}, {}, ()),
+    "plan.approval.requested": ({"thread_id": STR, "turn_id": STR}, {}, ()),
+    "plan.approval.resolved": ({"thread_id": STR, "turn_id": STR, "decision": STR, "automatic": BOOL}, {}, ()),
+    "matrix.updated": ({"spec": OBJECT}, {}, (_matrix_spec,)),
+    "error": ({"message": STR}, {}, ()),
 }
 
-
-_EVENT_CHECKS = {t: (_compile(req, opt, ""), extra) for t, (req, opt, extra) in _EVENT_FIELDS.items()}
+_EVENT_CHECKS = {t: spec if callable(spec) else _compile(*spec[:2], "", spec[2]) for t, spec in _EVENT_FIELDS.items()}
+KNOWN_TYPES = frozenset(_EVENT_CHECKS)
 
 
 def check_event(event: dict) -> str | None:
@@ -295,37 +318,49 @@ def check_event(event: dict) -> str | None:
 
     ``event`` must already be a dict with a string ``type``. Unknown types are valid.
     """
-    etype = event["type"]
-    checks = _EVENT_CHECKS.get(etype)
-    if checks is None:
-        return None
-    check, extra = checks
-    try:
-        check(event)
-        if extra is not None:
-            extra(event)
-    except _Bad as bad:
-        return f'{etype}: "{bad.path}" must be {bad.what}'
+    check = _EVENT_CHECKS.get(event["type"])
+    if check is not None:
+        try:
+            check(event)
+        except _Bad as bad:
+            return f'{event["type"]}: "{bad.path}" must be {bad.what}'
     return None
 
 
 # --- lines ----------------------------------------------------------------------------------
 
 
-def _json_reason(exc: orjson.JSONDecodeError) -> str:
-    msg = str(exc)
-    if "UTF-8" in msg or "utf-8" in msg:
-        return "line is not valid UTF-8"
-    return f"line is not valid JSON: {msg}"
-
-
 def strip_line(raw: bytes) -> bytes:
     """Drop one trailing ``\\n`` and then one trailing ``\\r``: the writer's line, as stored."""
-    if raw.endswith(b"\n"):
+    if raw[-1:] == b"\n":
         raw = raw[:-1]
-    if raw.endswith(b"\r"):
+    if raw[-1:] == b"\r":
         raw = raw[:-1]
     return raw
+
+
+def _undecodable_reason(line: bytes, exc: orjson.JSONDecodeError) -> str:
+    if not line.strip():
+        return "line is blank: expected one JSON object"
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return "line is not valid UTF-8"
+    return f"line is not valid JSON: {exc}"
+
+
+def _unwrap_slow(obj: Any, line: bytes) -> tuple[dict, bytes]:
+    """The event and stored bytes of a decoded line that is not a well-formed envelope:
+    a bare event is wrapped; anything else is refused with its reason."""
+    if type(obj) is not dict:
+        raise ValidationError("line is not a JSON object")
+    if "event" in obj or "schema_version" in obj:
+        if type(obj.get("schema_version")) is not str:
+            raise ValidationError('envelope: "schema_version" must be a string')
+        raise ValidationError('envelope: "event" must be an object')
+    if "type" in obj:
+        return obj, _ENVELOPE_HEAD + line + b"}"  # bare event: wrapped, its bytes verbatim
+    raise ValidationError('line is neither an envelope {"schema_version","event"} nor a bare event with "type"')
 
 
 def parse_line(raw: bytes) -> Record:
@@ -334,58 +369,61 @@ def parse_line(raw: bytes) -> Record:
     ``raw`` may end with ``\\n`` (and ``\\r\\n``); it must not contain any other newline.
     Raises :class:`ValidationError` with a one-line reason.
     """
-    line = strip_line(raw)
-    if b"\n" in line:
-        raise ValidationError("line contains a newline: append one JSON object per line")
-    if not line.strip():
-        raise ValidationError("line is blank: expected one JSON object")
+    # The common case (a well-formed envelope) is the straight path through this function;
+    # everything unusual is handled out of line.
+    line = raw[:-1] if raw[-1:] == b"\n" else raw
+    if line[-1:] == b"\r":
+        line = line[:-1]
     try:
-        obj = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise ValidationError(_json_reason(exc)) from None
-    if type(obj) is not dict:
-        raise ValidationError("line is not a JSON object")
-
-    if "event" in obj or "schema_version" in obj:
-        if type(obj.get("schema_version")) is not str:
-            raise ValidationError('envelope: "schema_version" must be a string')
-        event = obj.get("event")
-        if type(event) is not dict:
-            raise ValidationError('envelope: "event" must be an object')
-        stored = line
-    elif "type" in obj:
-        event = obj
-        stored = _ENVELOPE_HEAD + line + b"}"  # bare event: wrapped, its bytes verbatim
+        obj = _loads(line)
+    except _JSONDecodeError as exc:
+        raise ValidationError(_undecodable_reason(line, exc)) from None
+    if line.find(10) >= 0:  # JSON may span lines; a stored line may not (find beats `in`)
+        raise ValidationError("line contains a newline: append one JSON object per line")
+    if type(obj) is dict and type(obj.get("event")) is dict and type(obj.get("schema_version")) is str:
+        event, stored = obj["event"], line
     else:
-        raise ValidationError('line is neither an envelope {"schema_version","event"} nor a bare event with "type"')
-
+        event, stored = _unwrap_slow(obj, line)
     etype = event.get("type")
     if type(etype) is not str:
         raise ValidationError('event: "type" must be a string')
-    reason = check_event(event)
-    if reason is not None:
-        raise ValidationError(reason)
-    return Record(stored, etype, event, LIFECYCLE_KINDS.get(etype, Kind.OTHER))
+    check = _EVENT_CHECKS.get(etype)
+    if check is not None:
+        try:
+            check(event)
+        except _Bad as bad:
+            raise ValidationError(f'{etype}: "{bad.path}" must be {bad.what}') from None
+    return _new_record(Record, (stored, etype, event, _KINDS.get(etype, _OTHER)))
+
+
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+_KINDS = LIFECYCLE_KINDS
+_LIFECYCLE_CHECKS = {etype: _EVENT_CHECKS[etype] for etype in LIFECYCLE_KINDS}
 
 
 def decode_stored(line: bytes) -> tuple[Kind, dict] | None:
     """Decode a line already in a log, with the rescan's acceptance rules (SPEC §3.3).
 
-    Returns ``(kind, event)`` or ``None`` when the rescan must skip the line.
+    Returns ``(kind, event)`` or ``None`` when the rescan must skip the line: blank, not
+    UTF-8, not JSON, not an envelope with a string ``schema_version`` and an ``event`` object
+    with a string ``type``, or a lifecycle event that fails its checks.
     """
     try:
-        obj = orjson.loads(line)
-    except orjson.JSONDecodeError:
+        obj = _loads(line)
+    except _JSONDecodeError:
         return None
-    if type(obj) is not dict or type(obj.get("schema_version")) is not str:
+    if type(obj) is not dict:
         return None
     event = obj.get("event")
-    if type(event) is not dict:
+    if type(event) is not dict or type(obj.get("schema_version")) is not str:
         return None
     etype = event.get("type")
-    if type(etype) is not str:
-        return None
-    kind = LIFECYCLE_KINDS.get(etype, Kind.OTHER)
-    if kind is not Kind.OTHER and check_event(event) is not None:
+    kind = _KINDS.get(etype)
+    if kind is None:
+        return (_OTHER, event) if type(etype) is str else None
+    try:
+        _LIFECYCLE_CHECKS[etype](event)
+    except _Bad:
         return None
     return kind, event

@@ -8,21 +8,42 @@ from typing import Iterator
 CHUNK = 1 << 20
 
 
-def scan_lines(fd: int, start: int, end: int) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(offset, line)`` for each complete line of ``[start, end)``, ``\\n`` excluded.
+def scan_chunks(fd: int, start: int, end: int, chunk: int = CHUNK) -> Iterator[tuple[int, list[bytes]]]:
+    """Yield ``(offset, lines)`` for the complete lines of ``[start, end)``, ``\\n`` excluded:
+    ``offset`` is where the first of ``lines`` starts, each next line starts one byte after
+    the previous one ends.
 
-    Reads 1 MiB at a time with ``pread``; an unterminated tail is not yielded.
+    Reads ``chunk`` bytes at a time with ``pread`` (memory stays bounded by the chunk and the
+    longest line); an unterminated tail is not yielded. A batch per chunk rather than a
+    generator step per line: the rescan's loop is the hot path of an open.
     """
-    pos, carry, carry_off = start, b"", start
+    pos, carry, carry_off = start, bytearray(), start
     while pos < end:
-        data = os.pread(fd, min(CHUNK, end - pos), pos)
+        data = os.pread(fd, min(chunk, end - pos), pos)
         if not data:
             break
         pos += len(data)
-        lines = (carry + data if carry else data).split(b"\n")
-        carry = lines.pop()
-        off = carry_off
+        nl = data.rfind(b"\n")
+        if nl < 0:  # inside a long line: just collect it
+            carry += data
+            continue
+        if carry:
+            carry += data[: nl + 1]
+            lines = bytes(carry).split(b"\n")
+        else:
+            lines = data[: nl + 1].split(b"\n") if nl + 1 < len(data) else data.split(b"\n")
+        lines.pop()  # the empty piece after the last \n
+        carry = bytearray(data[nl + 1 :])
+        yield carry_off, lines
+        carry_off = pos - len(carry)
+
+
+def scan_lines(fd: int, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(offset, line)`` for each complete line of ``[start, end)``, ``\\n`` excluded.
+
+    An unterminated tail is not yielded.
+    """
+    for off, lines in scan_chunks(fd, start, end):
         for line in lines:
             yield off, line
             off += len(line) + 1
-        carry_off = off

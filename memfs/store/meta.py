@@ -3,14 +3,30 @@
 
 The turn index is kept in columns (``array('q')``) rather than one object per turn, so a
 rescan of a 1 GB log holds a few bytes per turn; closed entries never change, so their JSON is
-rendered once and reused on every persist.
+rendered once and reused on every persist (after an open, the bytes of the ``turns.json`` just
+read are reused instead of rendering them again).
+
+``index/turns.cache`` (a memfs extension, decision recorded here): parsing a 100,000-turn
+``turns.json`` takes longer than the open budget (50 ms), so when the index has at least
+:data:`CACHE_MIN_ENTRIES` entries a binary copy of its columns is written right after
+``turns.json``. It names the exact ``turns.json`` it was written after (inode, size, mtime,
+ctime); open uses it only when that file is still the same one, and otherwise reads
+``turns.json`` itself. Deleting it loses nothing. Its columns carry a CRC-32, and it is only
+ever written from an in-memory index that is consistent by construction (the state machine's
+offsets only grow) — so the per-entry checks of §3.3 hold for it without running them again
+at open; the checks that tie the index to the manifest and the log still run.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import os
+import sys
+import zlib
 from array import array
 from dataclasses import asdict, dataclass
+from operator import lt
+from typing import Callable
 
 import orjson
 
@@ -76,6 +92,7 @@ class ManifestRead:
     manifest: Manifest
     complete: bool
     has_turn_count: bool
+    has_base: bool = False
 
 
 _INT_FIELDS = ("turn_count", "event_count", "persisted_file_len", "retained_turn_base")
@@ -114,7 +131,20 @@ def read_manifest(data: bytes, fallback_id: str) -> ManifestRead | None:
     if m.retained_turn_base < 1:
         complete = False
     has_turn_count = type(obj.get("turn_count")) is int and obj["turn_count"] >= 0
-    return ManifestRead(m, complete, has_turn_count)
+    has_base = type(obj.get("retained_turn_base")) is int and obj["retained_turn_base"] >= 1
+    return ManifestRead(m, complete, has_turn_count, has_base)
+
+
+CACHE_MIN_ENTRIES = 2048
+_CACHE_MAGIC = b"memfs turns.cache 1\n"
+_ENTRIES_HEAD = b'{"entries":['
+_ENTRIES_TAIL = b"]}"
+_ENTRY_HEAD = b',{"turn_number":'
+
+
+def file_key(st: os.stat_result) -> list[int]:
+    """What identifies one version of a file that is only ever replaced by rename."""
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 class TurnIndex:
@@ -124,20 +154,40 @@ class TurnIndex:
     events arrive. Closed entries are immutable.
     """
 
-    __slots__ = ("base", "start", "end", "count", "ts", "outcome", "_json", "_json_n")
+    __slots__ = ("base", "start", "end", "count", "_ts", "_ts_blob", "outcome", "_json", "_json_n",
+                 "json_source", "entries_checked")
 
     def __init__(self, base: int = 1):
         self.base = base
         self.start = array("q")
         self.end = array("q")
         self.count = array("q")
-        self.ts: list[str] = []
+        self._ts: list[str] | None = []
+        self._ts_blob = b""  # the ts column as read from a cache, split on first use
         self.outcome = bytearray()
         self._json = bytearray()  # rendered JSON of entries [0, _json_n), comma-joined
         self._json_n = 0
+        # returns the bytes of the turns.json these entries were read from (None when it is
+        # gone or changed): used once, to reuse the closed entries' JSON instead of rendering
+        self.json_source: Callable[[], bytes | None] | None = None
+        # True when the entries come from a turns.cache: their own order was checked when the
+        # in-memory index they copy was built (see the module docstring)
+        self.entries_checked = False
 
     def __len__(self) -> int:
         return len(self.start)
+
+    @property
+    def ts(self) -> list[str]:
+        """The ``ts`` column (creation time of each entry)."""
+        if self._ts is None:
+            self._ts = zlib.decompress(self._ts_blob).decode().split("\n") if self.start else []
+            self._ts_blob = b""
+        return self._ts
+
+    @ts.setter
+    def ts(self, value: list[str]) -> None:
+        self._ts, self._ts_blob = value, b""
 
     @property
     def last_ordinal(self) -> int:
@@ -172,10 +222,13 @@ class TurnIndex:
         self.ts.append(ts)
         self.outcome.append(OPEN)
 
+    def _forget_json(self) -> None:
+        self._json, self._json_n, self.json_source = bytearray(), 0, None
+
     def rebase(self, base: int) -> None:
         """Renumber the entries to start at ``base``."""
         self.base = base
-        self._json, self._json_n = bytearray(), 0
+        self._forget_json()
 
     def drop_front(self, k: int, shift: int) -> None:
         """Forget the first ``k`` entries and move every offset ``shift`` bytes down."""
@@ -185,13 +238,26 @@ class TurnIndex:
         del self.count[:k]
         del self.ts[:k]
         del self.outcome[:k]
-        self._json = bytearray()
-        self._json_n = 0
+        self._forget_json()
+
+    def closed_count(self) -> int:
+        """How many leading entries are closed (all but an open last one)."""
+        n = len(self.start)
+        return n - 1 if n and self.outcome[-1] == OPEN else n
 
     def to_json(self) -> bytes:
         """``{"entries":[...]}``, rendering only entries closed since the last call."""
+        return b"".join(self.json_chunks())
+
+    def json_chunks(self) -> tuple[bytes, memoryview, bytes]:
+        """:meth:`to_json` in three pieces (no copy of the closed entries' JSON): what the
+        persist writes."""
         n = len(self.start)
-        closed = n - 1 if n and self.outcome[-1] == OPEN else n
+        closed = self.closed_count()
+        if self.json_source is not None:
+            source, self.json_source = self.json_source, None
+            if self._json_n == 0:
+                self._adopt_json(source(), closed)
         if closed < self._json_n:  # an entry was reopened: cannot happen, but stay correct
             self._json, self._json_n = bytearray(), 0
         for i in range(self._json_n, closed):
@@ -202,7 +268,27 @@ class TurnIndex:
         tail = b""
         if closed < n:
             tail = (b"," if self._json else b"") + orjson.dumps(self.entry(n - 1))
-        return b'{"entries":[' + bytes(self._json) + tail + b"]}"
+        return _ENTRIES_HEAD, memoryview(self._json), tail + _ENTRIES_TAIL
+
+    def _adopt_json(self, data: bytes | None, closed: int) -> None:
+        """Take the JSON of the first ``closed`` entries from ``data``, the ``turns.json``
+        that holds exactly these entries, when it is in the compact form memfs writes."""
+        n = len(self.start)
+        if not data or not closed or not data.startswith(_ENTRIES_HEAD) or not data.endswith(_ENTRIES_TAIL):
+            return
+        body = memoryview(data)[len(_ENTRIES_HEAD) : -len(_ENTRIES_TAIL)]
+        if closed < n:  # cut the open last entry off, and make sure that is what was cut
+            cut = data.rfind(_ENTRY_HEAD, 0, len(data) - len(_ENTRIES_TAIL)) - len(_ENTRIES_HEAD)
+            if cut < 0:
+                return
+            try:
+                last = orjson.loads(body[cut + 1 :])
+            except orjson.JSONDecodeError:
+                return
+            if type(last) is not dict or last.get("turn_number") != self.last_ordinal:
+                return
+            body = body[:cut]
+        self._json, self._json_n = bytearray(body), closed
 
     @classmethod
     def parse(cls, data: bytes) -> TurnIndex | None:
@@ -213,38 +299,96 @@ class TurnIndex:
             if type(entries) is not list:
                 return None
             numbers = [e["turn_number"] for e in entries]
+            columns = ([e["start_offset"] for e in entries], [e["end_offset"] for e in entries],
+                       [e["event_count"] for e in entries])
             idx = cls(numbers[0] if numbers else 1)
-            idx.start = array("q", [e["start_offset"] for e in entries])
-            idx.end = array("q", [e["end_offset"] for e in entries])
-            idx.count = array("q", [e["event_count"] for e in entries])
-            idx.ts = [e.get("ts", "") for e in entries]
+            idx.start, idx.end, idx.count = (array("q", c) for c in columns)
+            idx.ts = [ts if type(ts := e.get("ts", "")) is str else "" for e in entries]
             idx.outcome = bytearray(_OUTCOME_CODES.get(e.get("outcome"), UNKNOWN) for e in entries)
-        except (orjson.JSONDecodeError, KeyError, TypeError, OverflowError, IndexError):
+        except (orjson.JSONDecodeError, KeyError, TypeError, OverflowError, IndexError, AttributeError):
             return None
-        # array('q') accepts only ints (bools are ints too: refuse them explicitly)
-        if any(type(x) is not int for x in numbers):
+        # array('q') refuses floats and strings but takes bools: JSON true is not an offset
+        if any(type(x) is not int for column in (numbers, *columns) for x in column):
             return None
         if numbers != list(range(idx.base, idx.base + len(numbers))):
             return None
+        idx._adopt_json(data, idx.closed_count())
+        return idx
+
+    def to_cache(self, key: list[int]) -> bytes | None:
+        """The ``turns.cache`` bytes for these entries, written after the ``turns.json``
+        whose :func:`file_key` is ``key``; None when a ``ts`` cannot be stored."""
+        ts = self.ts
+        if any("\n" in t for t in ts):
+            return None
+        payload = b"".join((self.start.tobytes(), self.end.tobytes(), self.count.tobytes(), self.outcome,
+                            zlib.compress("\n".join(ts).encode(), 1)))
+        header = {"key": key, "n": len(self.start), "base": self.base, "order": sys.byteorder,
+                  "bytes": len(payload), "crc32": zlib.crc32(payload)}
+        return b"".join((_CACHE_MAGIC, orjson.dumps(header), b"\n", payload))
+
+    @classmethod
+    def from_cache(cls, data: bytes, key: list[int]) -> TurnIndex | None:
+        """Entries from ``turns.cache`` bytes, or None unless they were written after the
+        ``turns.json`` whose :func:`file_key` is ``key``."""
+        if not data.startswith(_CACHE_MAGIC):
+            return None
+        nl = data.find(b"\n", len(_CACHE_MAGIC))
+        try:
+            header = orjson.loads(data[len(_CACHE_MAGIC) : nl])
+            n, base, size = header["n"], header["base"], header["bytes"]
+            if header["key"] != key or header["order"] != sys.byteorder:
+                return None
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return None
+        pos = nl + 1
+        if type(n) is not int or type(base) is not int or len(data) != pos + size or size < 25 * n:
+            return None
+        if zlib.crc32(memoryview(data)[pos:]) != header.get("crc32"):
+            return None
+        idx = cls(base)
+        idx.entries_checked = True
+        for name in ("start", "end", "count"):
+            column = array("q")
+            column.frombytes(data[pos : pos + 8 * n])
+            setattr(idx, name, column)
+            pos += 8 * n
+        idx.outcome = bytearray(data[pos : pos + n])
+        idx._ts, idx._ts_blob = None, data[pos + n :]
         return idx
 
     def consistent_with(self, manifest: Manifest, file_len: int) -> bool:
         """The §3.3 checks on entries: positive counts, ordered non-overlapping offsets within
-        the file, ordinals contiguous from ``retained_turn_base`` to ``turn_count`` (+1 open)."""
+        the file, ordinals contiguous from ``retained_turn_base`` to ``turn_count`` (+1 open).
+
+        Also (decision recorded here): only an open last entry may be ``open`` and only when
+        the manifest says ``in_turn``; an open turn ends at the end of the log (every line
+        after ``turn.started`` extends it); the entries hold no more events than the log.
+        """
         n = len(self.start)
-        last = manifest.turn_count + (1 if manifest.in_turn else 0)
+        in_turn = manifest.in_turn
+        last = manifest.turn_count + (1 if in_turn else 0)
         if n == 0:
-            return manifest.retained_turn_base == last + 1
+            return not in_turn and manifest.retained_turn_base == last + 1
         if self.base != manifest.retained_turn_base or self.last_ordinal != last:
             return False
-        if min(self.count) <= 0:
+        first_open = self.outcome.find(OPEN)
+        if first_open >= 0 and not (in_turn and first_open == n - 1):
             return False
-        prev_end = 0
-        for s, e in zip(self.start, self.end):
-            if s < prev_end or e < s:
-                return False
-            prev_end = e
-        return prev_end <= file_len
+        if in_turn and self.end[-1] != file_len:
+            return False
+        count = self.count
+        if sum(count) > manifest.event_count or self.start[0] < 0 or self.end[-1] > file_len:
+            return False
+        if self.entries_checked:
+            return True
+        if min(count) <= 0:
+            return False
+        start, end = self.start, self.end
+        if not all(map(lt, start, end)):
+            return False
+        # each turn starts at or after the previous one's end: start[1:] >= end[:-1]
+        return not any(map(lt, memoryview(start)[1:], memoryview(end)[:-1]))
 
 
 @dataclass(slots=True)
