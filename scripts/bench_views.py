@@ -14,7 +14,6 @@ Usage: ``.venv/bin/python scripts/bench_views.py [--events N] [--samples K] [--s
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import sys

@@ -297,3 +297,19 @@ def test_store_copies_are_coalesced_and_written_by_flush(session, monkeypatch):
     assert persist.flush(10)
     assert persist.writes() == writes + 1  # five refreshes, one copy: the newest
     assert (session.path / "derived" / "memory.json").read_bytes() == latest
+
+
+def test_a_symlinked_derived_dir_is_never_followed(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "eviction-summary-0000000000000000aaaaaaaaaaaaaaaa.json").write_text(
+        '{"grounded_facts":["planted fact"]}')
+    with memfs.open_session(tmp_path / "root", "sym") as h:
+        (h.path / "derived").symlink_to(elsewhere)
+        h.append(item("agent_message", text="real fact"))
+        assert views.list_names(h) == list(views.VIEW_NAMES)
+        assert [f["fact"] for f in views.memory_view(h)["grounded_facts"]] == ["real fact"]
+        with pytest.raises(memfs.SymlinkRefused):
+            views.render_view(h, "eviction-summary-0000000000000000aaaaaaaaaaaaaaaa.json")
+        assert persist.flush(10)
+        assert sorted(os.listdir(elsewhere)) == ["eviction-summary-0000000000000000aaaaaaaaaaaaaaaa.json"]

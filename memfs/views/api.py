@@ -12,7 +12,7 @@ import orjson
 
 from memfs.errors import TurnNotFound
 from memfs.store.evict import SUMMARY_PREFIX
-from memfs.store.paths import DERIVED_DIR, read_file
+from memfs.store.paths import DERIVED_DIR, read_file, refuse_symlink
 from memfs.views.cache import TURNS_DIR, VIEW_NAMES, state_for
 from memfs.views.memory import summary_names
 
@@ -36,6 +36,7 @@ def render_view(handle, name: str) -> bytes:
             raise TurnNotFound(f"no such turn view: {name}")
         return _turn_bytes(handle, int(m.group(1)))
     if _SUMMARY_NAME.fullmatch(name):
+        refuse_symlink(handle.path / DERIVED_DIR)
         return read_file(handle.path / DERIVED_DIR / name)
     raise FileNotFoundError(f"no such derived view: {name}")
 

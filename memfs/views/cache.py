@@ -30,16 +30,15 @@ import contextlib
 import gc
 import itertools
 import os
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from memfs.store.meta import now_rfc3339
-from memfs.store.paths import DERIVED_DIR
-from memfs.views import goal as goal_view
 from memfs.views import memory, persist, progress, summary
 from memfs.views.fold import Fold
-from memfs.views.memory import indented, load_evicted_facts
+from memfs.views.memory import indented, load_evicted_facts, real_derived_dir
 from memfs.views.trajectory import Trajectory
 
 VIEW_NAMES = ("memory.json", "trajectory.jsonl", "summary.md", "progress.json", "progress.md", "goal.json")
@@ -179,8 +178,12 @@ class ViewState:
 
     def _prune_turns(self, base: int) -> None:
         """Remove the store's copies of turns a cap rewrite evicted."""
+        derived = real_derived_dir(self.path)
+        turns = derived / TURNS_DIR if derived is not None else None
         try:
-            names = os.listdir(self.path / DERIVED_DIR / TURNS_DIR)
+            if turns is None or not stat.S_ISDIR(os.lstat(turns).st_mode):
+                return  # never list through a symlink
+            names = os.listdir(turns)
         except OSError:
             return
         for name in names:

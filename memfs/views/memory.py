@@ -24,6 +24,7 @@ Decisions recorded here where the spec is silent:
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import orjson
@@ -89,11 +90,25 @@ class FactList:
         return b"[\n" + self._json + b"\n  ]"
 
 
-def summary_names(session_dir: Path) -> list[str]:
-    """The stored ``eviction-summary-*.json`` file names of a session, sorted (oldest first)."""
+def real_derived_dir(session_dir: Path) -> Path | None:
+    """``<session>/derived`` when it is a real directory (never a symlink), else None."""
+    path = session_dir / DERIVED_DIR
     try:
-        names = os.listdir(session_dir / DERIVED_DIR)
-    except (FileNotFoundError, NotADirectoryError):
+        return path if stat.S_ISDIR(os.lstat(path).st_mode) else None
+    except OSError:
+        return None
+
+
+def summary_names(session_dir: Path) -> list[str]:
+    """The stored ``eviction-summary-*.json`` file names of a session, sorted (oldest first).
+
+    A ``derived`` that is a symlink is not followed: it lists nothing."""
+    derived = real_derived_dir(session_dir)
+    if derived is None:
+        return []
+    try:
+        names = os.listdir(derived)
+    except OSError:
         return []
     return sorted(n for n in names if n.startswith(SUMMARY_PREFIX) and n.endswith(".json"))
 

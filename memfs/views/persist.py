@@ -29,6 +29,7 @@ import threading
 import time
 from pathlib import Path
 
+from memfs.errors import SymlinkRefused
 from memfs.store.paths import DERIVED_DIR, atomic_write, ensure_private_dir, remove_file
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,8 @@ class _Writer:
             self.writes += 1
         except FileNotFoundError:
             pass  # the session went away meanwhile
+        except SymlinkRefused as exc:
+            log.warning("derived view not copied: %s", exc)
         except Exception:  # a view copy must never take its caller (or the thread) down
             log.exception("could not write derived view %s/%s", session_dir, rel)
 
