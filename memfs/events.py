@@ -339,9 +339,14 @@ def strip_line(raw: bytes) -> bytes:
     return raw
 
 
+_NEWLINE_REASON = "line contains a newline: append one JSON object per line"
+
+
 def _undecodable_reason(line: bytes, exc: orjson.JSONDecodeError) -> str:
     if not line.strip():
         return "line is blank: expected one JSON object"
+    if b"\n" in line:  # likely several lines given as one: say so rather than "not JSON"
+        return _NEWLINE_REASON
     try:
         line.decode("utf-8")
     except UnicodeDecodeError:
@@ -379,7 +384,7 @@ def parse_line(raw: bytes) -> Record:
     except _JSONDecodeError as exc:
         raise ValidationError(_undecodable_reason(line, exc)) from None
     if line.find(10) >= 0:  # JSON may span lines; a stored line may not (find beats `in`)
-        raise ValidationError("line contains a newline: append one JSON object per line")
+        raise ValidationError(_NEWLINE_REASON)
     if type(obj) is dict and type(obj.get("event")) is dict and type(obj.get("schema_version")) is str:
         event, stored = obj["event"], line
     else:

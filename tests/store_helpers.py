@@ -1,0 +1,95 @@
+"""Shared helpers of the session-store tests: event lines, opening, and reading the store's
+files directly (never through the code under test)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+import memfs
+
+SV = "0.18.0"
+
+
+def env(etype: str, **fields) -> bytes:
+    """A compact enveloped event line (no newline)."""
+    return orjson.dumps({"schema_version": SV, "event": {"type": etype, **fields}})
+
+
+def bare(etype: str, **fields) -> bytes:
+    return orjson.dumps({"type": etype, **fields})
+
+
+START = env("turn.started")
+DONE = env("turn.completed", usage={"input_tokens": 10, "output_tokens": 2})
+FAILED = env("turn.failed", message="tests failed")
+THREAD_START = env("thread.started", thread_id="thread-1")
+THREAD_DONE = env("thread.completed", thread_id="thread-1", session_id="s", subtype="success",
+                  outcome_code="completed", usage={"input_tokens": 1}, num_turns=1)
+
+
+def msg(text: str, item_id: str = "m") -> bytes:
+    return env("item.completed", item={"id": item_id, "type": "agent_message", "text": text})
+
+
+def turn(tag: str, n_msgs: int = 2, end: bytes = DONE) -> list[bytes]:
+    """``turn.started``, ``n_msgs`` agent messages tagged ``tag``, then ``end``."""
+    return [START, *(msg(f"{tag} message {i}", f"{tag}-{i}") for i in range(n_msgs)), end]
+
+
+def open_s(root: Path, sid: str = "s", **kw) -> memfs.SessionHandle:
+    """open_session with metadata persisted at every boundary (the spec's exact behaviour)."""
+    kw.setdefault("metadata_interval", 0)
+    kw.setdefault("max_events", 0)
+    return memfs.open_session(root, sid, **kw)
+
+
+def disk_json(path: Path):
+    return orjson.loads(path.read_bytes())
+
+
+def disk_manifest(session_dir: Path) -> dict:
+    return disk_json(session_dir / "manifest.json")
+
+
+def disk_index(session_dir: Path) -> list[dict]:
+    return disk_json(session_dir / "index" / "turns.json")["entries"]
+
+
+def log_lines(session_dir: Path) -> list[bytes]:
+    """The lines of events.jsonl (each without its newline); the file must end with one."""
+    data = (session_dir / "events.jsonl").read_bytes()
+    assert data == b"" or data.endswith(b"\n")
+    return data.split(b"\n")[:-1]
+
+
+def without_times(manifest: dict) -> dict:
+    return {k: v for k, v in manifest.items() if k not in ("created_at", "updated_at")}
+
+
+def without_ts(entries: list[dict]) -> list[dict]:
+    return [{k: v for k, v in e.items() if k != "ts"} for e in entries]
+
+
+def state_of(handle: memfs.SessionHandle) -> tuple[dict, list[dict]]:
+    """The live manifest (no timestamps) and index (no ts) of a handle."""
+    return without_times(handle.manifest), without_ts(handle.turn_index)
+
+
+def forget_metadata(session_dir: Path) -> None:
+    """Remove everything the log's state is cached in, as if no metadata was ever written."""
+    for name in ("manifest.json", "index/turns.json", "index/turns.cache"):
+        try:
+            os.unlink(session_dir / name)
+        except FileNotFoundError:
+            pass
+
+
+def run_python(code: str, *args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter (a real second process)."""
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=timeout, **kw)
