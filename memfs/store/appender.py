@@ -7,12 +7,30 @@ the valid lines before the first invalid one are committed and the write reports
 bytes (a short write). The caller's retry of the remainder then starts with the bad line,
 which is refused (recorded in ``rejected.jsonl`` once, when the refusal is reported) — so
 ``cat`` and ``tee`` report "Bad message".
+
+Failures of the store itself (decisions recorded here):
+
+* A failed write of the log (``ENOSPC``, ``EIO``) takes nothing: the write raises that
+  ``OSError`` and the fragment kept from earlier writes stays kept, so the writer's retry of
+  the same bytes (once space is free) appends each line exactly once. When some lines of the
+  write reached the log before the failure, the write is short instead, covering exactly
+  those lines, and the retry of the remainder reports the error.
+* A failed cap eviction after the lines were committed (the summary hook failed, or the
+  rewrite hit ``ENOSPC``) does not fail the write: its lines are in the log and a retry would
+  duplicate them. It is logged; the cap is tried again after the next append.
+* A refused line whose refusal cannot be recorded (``rejected.jsonl`` unwritable) raises that
+  ``OSError`` and takes nothing, like a failed log write.
 """
 
 from __future__ import annotations
 
-from memfs.errors import LineTooLong, ValidationError
+import logging
+
+from memfs.errors import CapRewriteError, LineTooLong, ValidationError
+from memfs.events import Record
 from memfs.store.log import SessionHandle
+
+log = logging.getLogger("memfs.store")
 
 
 class LineAppender:
@@ -26,7 +44,7 @@ class LineAppender:
 
     def write(self, data: bytes) -> int:
         """Append the complete lines of ``partial + data``; return how many bytes of ``data``
-        were taken (all of them unless a line was refused).
+        were taken (all of them unless a line was refused or the log could not take more).
 
         Raises the :class:`ValidationError` when the first line it would commit is refused;
         that line (with the fragment before it) is recorded and dropped.
@@ -36,44 +54,57 @@ class LineAppender:
         last_nl = buf.rfind(b"\n")
         if last_nl < 0:
             if len(buf) > self.max_line_bytes:
-                self.partial = bytearray()
                 self._refuse(buf, LineTooLong(
                     f"line is over the limit of {self.max_line_bytes} bytes (max_line_bytes)"))
             self.partial = bytearray(buf)
             return len(data)
 
-        records, taken = [], 0
+        records: list[Record] = []
+        ends: list[int] = []  # where each validated line ends in ``buf`` (its \n included)
+        end = 0
         for line in buf[:last_nl].split(b"\n"):
             try:
                 records.append(self.handle.validate(line))
             except ValidationError as exc:
                 if records:
                     break  # a short write: the retry will report this line
-                self.partial = bytearray()
                 self._refuse(line, exc)
-            taken += len(line) + 1
-        else:
-            self.handle.append_records(records)
-            if len(buf) - last_nl - 1 > self.max_line_bytes:
-                self.partial = bytearray()  # short write: the retry reports the long line
-                return last_nl + 1 - carried
-            self.partial = bytearray(buf[last_nl + 1 :])
-            return len(data)
-        self.partial = bytearray()
-        self.handle.append_records(records)
-        return taken - carried
+            end += len(line) + 1
+            ends.append(end)
+        taken = self._commit(records, ends)
+        if taken < last_nl + 1 or len(buf) - last_nl - 1 > self.max_line_bytes:
+            self.partial = bytearray()  # a short write: the writer's retry brings the rest
+            return taken - carried
+        self.partial = bytearray(buf[last_nl + 1 :])
+        return len(data)
 
     def close(self) -> None:
-        """Validate a pending fragment as the final line; raise if it is refused."""
+        """Validate a pending fragment as the final line; raise if it is refused (or if the
+        log cannot take it: then it stays pending, and a later close may retry)."""
         if not self.partial:
             return
-        fragment, self.partial = bytes(self.partial), bytearray()
+        fragment = bytes(self.partial)
         try:
             record = self.handle.validate(fragment)
         except ValidationError as exc:
             self._refuse(fragment, exc)
-        self.handle.append_records([record])
+        self._commit([record], [len(fragment)])
+        self.partial = bytearray()
+
+    def _commit(self, records: list[Record], ends: list[int]) -> int:
+        """Append ``records``; return the bytes of the buffer that are now committed."""
+        try:
+            self.handle.append_records(records)
+        except (OSError, CapRewriteError) as exc:
+            accepted = getattr(exc, "accepted", 0)
+            if not accepted:
+                raise
+            log.warning("%s: %d of %d line(s) appended, then: %s", self.handle.name, accepted, len(records), exc)
+            return ends[accepted - 1]
+        return ends[-1]
 
     def _refuse(self, line: bytes, error: ValidationError) -> None:
-        self.handle.reject(line, error, pid=self.pid)
+        """Record the refused line, drop the fragment it included, raise ``error``."""
+        self.handle.reject(line, error, pid=self.pid)  # an OSError here keeps the fragment
+        self.partial = bytearray()
         raise error

@@ -20,10 +20,20 @@ at ``flush``/``close``, or by :meth:`SessionHandle.tick` (which the filesystem c
 periodically). Log bytes are never delayed by this, and a crash inside the window only makes
 the next open rescan (metadata always carries the file length it describes). Pass
 ``metadata_interval=0`` to persist at every boundary.
+
+A failed write of log bytes (``ENOSPC``, ``EIO``) takes back exactly the lines that did not
+reach the file: the file is truncated to the last complete write (no torn line stays for the
+next append to merge into), and the state returns to its last mark — taken at the start of
+every append call and after every write of the pending bytes — so a line reported as failed
+is never committed later. Lines written before the failure stay committed; the raised
+``OSError`` carries their count as ``accepted``. A failed *metadata* persist at a turn
+boundary does not fail the append (its lines are in the log): it is logged and retried, and
+until then the next open rescans.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -64,6 +74,8 @@ DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 DEFAULT_METADATA_INTERVAL = 0.05
 
 SummaryHook = Callable[[Path, str, list], None]
+
+log = logging.getLogger("memfs.store")
 
 
 @dataclass(slots=True)
@@ -148,6 +160,9 @@ class _Shared:
         self.last_change = time.time()
         self.closed = False
         self.version = 0  # bumped on every change; a cheap staleness check for views
+        self.appended = 0  # records added by this process, ever (counts what a mark covers)
+        self.call_start = 0  # ``appended`` when the current append call began
+        self.mark_at: tuple = ()  # the state a failed write returns to (see :meth:`mark`)
         self.rewrites = 0  # bumped when the file is rewritten (cap): offsets changed meaning
         self._sync_cv = threading.Condition(threading.Lock())
         self._syncing = False
@@ -284,6 +299,7 @@ class _Shared:
         offset = self.flushed_len + len(self.pending)
         self.pending += record.line
         self.pending += b"\n"
+        self.appended += 1
         kind = record.kind
         boundary = apply(self.state, kind, offset, offset + len(record.line) + 1,
                          now_rfc3339() if kind is Kind.TURN_STARTED else "")
@@ -303,9 +319,47 @@ class _Shared:
 
     def write_pending(self) -> None:
         if self.pending:
-            write_all(self.fd, self.pending)
+            try:
+                write_all(self.fd, self.pending)
+            except OSError:
+                # part of the bytes may be in the file: cut them, so the next append cannot
+                # merge into a torn line (O_APPEND writes at the file's real end)
+                os.ftruncate(self.fd, self.flushed_len)
+                raise
             self.flushed_len += len(self.pending)
             self.pending = bytearray()
+        self.mark()
+
+    def mark(self) -> None:
+        """Remember the state as it is now (the log's bytes and ``pending`` describe it
+        exactly): :meth:`rollback` returns here. O(1): ``apply`` only adds index entries and
+        changes the last one, and a cap rewrite marks again once it has shifted the state."""
+        s, index = self.state, self.state.index
+        n = len(index)
+        last = (index.end[-1], index.count[-1], index.outcome[-1]) if n else (0, 0, 0)
+        self.mark_at = (len(self.pending), self.appended, s.turn_count, s.event_count, s.status, s.in_turn,
+                        index.base, n, last)
+
+    def rollback(self) -> int:
+        """After a failed write: forget the lines added since the last mark (they are not in
+        the file); return how many records of the current call the mark covers."""
+        pending_len, appended, turn_count, event_count, status, in_turn, base, n, last = self.mark_at
+        self.pending = self.pending[:pending_len]  # a copy: the failed write may still hold a view
+        s, index = self.state, self.state.index
+        if index.base != base or len(index) < n:  # cannot happen: a rewrite marks again
+            raise RuntimeError("session state changed shape since its last mark")
+        for column in (index.start, index.end, index.count, index.ts, index.outcome):
+            del column[n:]
+        if n:
+            index.end[-1], index.count[-1], index.outcome[-1] = last
+        s.turn_count, s.event_count, s.status, s.in_turn = turn_count, event_count, status, in_turn
+        self.version += 1
+        return appended - self.call_start
+
+    def begin(self) -> None:
+        """Start of one append call (caller holds ``mutex``)."""
+        self.call_start = self.appended
+        self.mark()
 
     def sync_to(self, target: int) -> None:
         """Return once the file is durable up to ``target`` bytes (group commit: one caller
@@ -332,7 +386,13 @@ class _Shared:
     def request_persist(self) -> None:
         self.meta_dirty = True
         if time.monotonic() - self.last_persist >= self.metadata_interval:
-            self.persist()
+            self.write_pending()  # a failure here is the log's: it fails the append
+            try:
+                self.persist()
+            except OSError as exc:
+                # the lines are in the log; stale metadata only makes the next open rescan
+                log.warning("%s: metadata not persisted (retried later): %s", self.dir.name, exc)
+                self.last_persist = time.monotonic()
 
     def manifest(self) -> Manifest:
         s = self.state
@@ -479,38 +539,54 @@ class SessionHandle:
         """
         s = self._writable()
         record = s.check_line(_as_bytes(line), pid)
-        with s.mutex:
-            try:
-                s.add(record)
-                if s.max_events and s.state.event_count > s.max_events:
-                    enforce_cap(s)
-            finally:
-                sync_target = s.commit()
-        if sync_target:
-            s.sync_to(sync_target)
+        sync_target = 0
+        try:
+            with s.mutex:
+                s.begin()
+                try:
+                    try:
+                        s.add(record)
+                        if s.max_events and s.state.event_count > s.max_events:
+                            enforce_cap(s)
+                    finally:
+                        sync_target = s.commit()
+                except OSError as exc:
+                    exc.accepted = s.rollback()
+                    sync_target = s.commit() if exc.accepted else 0
+                    raise
+        finally:
+            if sync_target:
+                s.sync_to(sync_target)
 
     def append_many(self, lines: Iterable[bytes | str | dict], *, pid: int | None = None) -> int:
         """Append lines in order; return how many were accepted.
 
         Stops at the first refused line: the lines before it stay committed and the raised
-        :class:`ValidationError` has ``accepted`` set to their count. In ``fsync`` mode the
-        whole batch shares one ``fdatasync``.
+        :class:`ValidationError` has ``accepted`` set to their count. A failed write raises
+        ``OSError`` with ``accepted`` set to the lines that reached the file (the others are
+        taken back). In ``fsync`` mode the whole batch shares one ``fdatasync``.
         """
         s = self._writable()
         accepted = 0
         sync_target = 0
         try:
             with s.mutex:
+                s.begin()
                 try:
-                    for line in lines:
-                        record = s.check_line(_as_bytes(line), pid)
-                        s.add(record)
-                        accepted += 1
-                        if s.max_events and s.state.event_count > s.max_events:
-                            enforce_cap(s)
-                finally:
-                    if accepted:
-                        sync_target = s.commit()
+                    try:
+                        for line in lines:
+                            record = s.check_line(_as_bytes(line), pid)
+                            s.add(record)
+                            accepted += 1
+                            if s.max_events and s.state.event_count > s.max_events:
+                                enforce_cap(s)
+                    finally:
+                        if accepted:
+                            sync_target = s.commit()
+                except OSError as exc:
+                    exc.accepted = accepted = s.rollback()
+                    sync_target = s.commit() if accepted else 0
+                    raise
         except (ValidationError, CapRewriteError) as exc:
             exc.accepted = accepted
             raise
@@ -529,18 +605,32 @@ class SessionHandle:
         record_rejected(self._s.dir, line, str(error), error.errno_name, pid)
 
     def append_records(self, records: Iterable[Record]) -> None:
-        """Append records that :meth:`validate` accepted, as one append call."""
+        """Append records that :meth:`validate` accepted, as one append call.
+
+        A failed write raises ``OSError`` whose ``accepted`` counts the records that reached
+        the file (the rest are taken back); a :class:`CapRewriteError` likewise carries
+        ``accepted`` (those records are committed, the cap is retried after the next append).
+        """
         s = self._writable()
         sync_target = 0
         try:
             with s.mutex:
+                s.begin()
                 try:
-                    for record in records:
-                        s.add(record)
-                        if s.max_events and s.state.event_count > s.max_events:
-                            enforce_cap(s)
-                finally:
-                    sync_target = s.commit()
+                    try:
+                        for record in records:
+                            s.add(record)
+                            if s.max_events and s.state.event_count > s.max_events:
+                                enforce_cap(s)
+                    finally:
+                        sync_target = s.commit()
+                except OSError as exc:
+                    exc.accepted = s.rollback()
+                    sync_target = s.commit() if exc.accepted else 0
+                    raise
+                except CapRewriteError as exc:
+                    exc.accepted = s.appended - s.call_start
+                    raise
         finally:
             if sync_target:
                 s.sync_to(sync_target)

@@ -34,7 +34,12 @@ def record_rejected(session_dir: Path, raw: bytes, reason: str, errno_name: str,
         record["line_b64"] = base64.b64encode(raw).decode()
     fd = open_nofollow(session_dir / REJECTED, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
-        write_all(fd, orjson.dumps(record) + b"\n")
+        size = os.fstat(fd).st_size
+        try:
+            write_all(fd, orjson.dumps(record) + b"\n")
+        except OSError:
+            os.ftruncate(fd, size)  # no torn record for the next one to merge into (ENOSPC)
+            raise
     finally:
         os.close(fd)
 
