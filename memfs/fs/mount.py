@@ -28,6 +28,7 @@ from memfs.store.root import Store, StoreSettings
 
 log = logging.getLogger("memfs.fs")
 TICK_SECONDS = 0.05  # how often coalesced metadata is persisted (see memfs.store.log)
+FAILURE_LOG_SECONDS = 60.0  # a persist that keeps failing is logged this often
 
 
 def fuse_options(config) -> set[str]:
@@ -69,11 +70,17 @@ async def _serve(store: Store) -> None:
                     return
 
         async def persist_coalesced_metadata():
+            logged: dict[str, float] = {}  # session -> when its failing persist was last logged
             while True:
                 await trio.sleep(TICK_SECONDS)
                 for handle in store.held():
                     try:
                         handle.tick()
+                    except OSError as exc:  # a full or failing disk: retried at every tick, logged
+                        now = trio.current_time()  # once a minute, not 20 times a second
+                        if now - logged.get(handle.name, -FAILURE_LOG_SECONDS) >= FAILURE_LOG_SECONDS:
+                            logged[handle.name] = now
+                            log.warning("persisting metadata of %s: %s (retrying)", handle.name, exc)
                     except Exception:
                         log.exception("persisting metadata of %s", handle.name)
 
