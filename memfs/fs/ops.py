@@ -28,6 +28,7 @@ from typing import Callable
 import pyfuse3
 import trio
 
+from memfs import views
 from memfs.errors import MemfsError, NotFound
 from memfs.fs import content
 from memfs.fs.errors import fail, guarded, log
@@ -279,6 +280,7 @@ class Operations(pyfuse3.Operations):
         session = self._session_entry(parent_inode, name)
         await trio.to_thread.run_sync(self.store.remove, session)
         self.inodes.drop_session(session)
+        views.forget(self.store.root / session)
 
     # --- refused changes -----------------------------------------------------------------------
 
