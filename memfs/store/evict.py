@@ -85,8 +85,7 @@ def enforce_cap(s) -> None:
         return
     k, cut = plan
     # 1. everything durable before anything is rewritten
-    s.write_pending()
-    s.sync_to(s.flushed_len)
+    s.durable()
     file_len = s.flushed_len
     _after_step(1)
     # 2. recount the prefix as a rescan would
@@ -119,15 +118,11 @@ def enforce_cap(s) -> None:
             pos += n
 
     atomic_write(s.dir / EVENTS, copy_remainder)
-    s.fd = open_nofollow(s.dir / EVENTS, os.O_RDWR | os.O_APPEND)
-    os.close(old_fd)
+    s.replace_log(open_nofollow(s.dir / EVENTS, os.O_RDWR | os.O_APPEND), cut)
     _after_step(5)
     # 6. shift the state and persist it
     state.index.drop_front(k, cut)
     state.event_count -= len(evicted)
-    s.flushed_len = s.synced_len = file_len - cut
-    s.version += 1
-    s.rewrites += 1
     s.persist()
     remove_file(s.dir / CAP_MARKER)
     _after_step(6)

@@ -12,29 +12,40 @@ Durability (§3.2):
 * ``fsync`` — each append returns after ``fdatasync``; concurrent appends from several threads
   share one ``fdatasync`` (group commit).
 
-Metadata (manifest + turn index) is persisted at turn boundaries and 64 KiB flushes in the
-§3.2 order. Decision recorded here: because one persist costs three fsyncs (~2 ms), persists
-requested less than ``metadata_interval`` seconds (default 0.05) after the previous one are
-coalesced — the metadata is marked dirty and written at the next boundary after the interval,
-at ``flush``/``close``, or by :meth:`SessionHandle.tick` (which the filesystem calls
-periodically). Log bytes are never delayed by this, and a crash inside the window only makes
-the next open rescan (metadata always carries the file length it describes). Pass
-``metadata_interval=0`` to persist at every boundary.
+Metadata (manifest + turn index) is persisted at turn boundaries, after every 64 KiB of log
+bytes (in every mode: in ``buffered`` mode that is the 64 KiB flush), on ``flush``, ``close``
+and cap rewrites, in the §3.2 order. Decisions recorded here:
+
+* Because one persist costs three fsyncs (~5 ms here), persists requested less than
+  ``metadata_interval`` seconds (default 0.05) after the previous one are coalesced — the
+  metadata is marked dirty and written at the next boundary after the interval, at
+  ``flush``/``close``, or by :meth:`SessionHandle.tick` (which the filesystem calls
+  periodically). The interval also stretches to ten times the last persist's duration, so a
+  session whose index is huge (a persist rewrites ``turns.json`` whole) spends at most about a
+  tenth of its time persisting. Log bytes are never delayed by this, and a crash inside the
+  window only makes the next open rescan (metadata always carries the file length it
+  describes). ``metadata_interval=0`` persists at every boundary, whatever it costs.
+* ``close`` persists whenever the metadata on disk does not describe the log (also mid-turn
+  in ``write`` mode), so a clean close always reopens on the fast path.
+* ``updated_at`` is the time of the last append call (or cap rewrite) that changed the log.
 
 A failed write of log bytes (``ENOSPC``, ``EIO``) takes back exactly the lines that did not
 reach the file: the file is truncated to the last complete write (no torn line stays for the
-next append to merge into), and the state returns to its last mark — taken at the start of
-every append call and after every write of the pending bytes — so a line reported as failed
-is never committed later. Lines written before the failure stay committed; the raised
-``OSError`` carries their count as ``accepted``. A failed *metadata* persist at a turn
-boundary does not fail the append (its lines are in the log): it is logged and retried, and
-until then the next open rescans.
+next append to merge into), and the state returns to where it was before those lines —
+a single :meth:`~SessionHandle.append` writes its line before applying it whenever it has to
+write at all, and a batch call returns to its mark, taken at the start of the call and after
+every write of the pending bytes — so a line reported as failed is never committed later.
+Lines written before the failure stay committed; the raised ``OSError`` carries their count
+as ``accepted``. A failed *metadata* persist at a turn boundary does not fail the append (its
+lines are in the log): it is logged and retried, and until then the next open rescans.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -43,19 +54,24 @@ from typing import Callable, Iterable, Iterator
 
 import orjson
 
-from memfs.errors import CapRewriteError, LineTooLong, ReadOnlySession, SessionClosed, TurnNotFound, ValidationError
+from memfs.errors import CapRewriteError, LineTooLong, ReadOnlySession, SessionClosed, SymlinkRefused, TurnNotFound, ValidationError
 from memfs.events import Kind, Record, decode_stored, parse_line
 from memfs.store import lock as liveness
 from memfs.store.evict import enforce_cap
-from memfs.store.lines import CHUNK, scan_lines
+from memfs.store.lines import CHUNK, scan_chunks, scan_lines
 from memfs.store.machine import TurnState, apply, renumber
-from memfs.store.meta import OPEN, CapMarker, Manifest, TurnIndex, format_rfc3339, now_rfc3339, read_manifest
+from memfs.store.meta import (CACHE_MIN_ENTRIES, OPEN, CapMarker, Manifest, ManifestRead, TurnIndex, file_key,
+                              format_rfc3339, now_rfc3339, read_manifest)
 from memfs.store.paths import (
     CAP_MARKER,
     EVENTS,
+    FILE_MODE,
     INDEX_DIR,
     MANIFEST,
+    PIN,
+    REJECTED,
     TURNS,
+    TURNS_CACHE,
     atomic_write,
     ensure_private_dir,
     open_nofollow,
@@ -72,10 +88,22 @@ BUFFER_LIMIT = 64 * 1024
 DEFAULT_MAX_EVENTS = 10_000
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 DEFAULT_METADATA_INTERVAL = 0.05
+PERSIST_SHARE = 10  # the coalescing interval is at least this many times the last persist's cost
+
+TORN_TAIL = "torn-tail"  # the reason rejected.jsonl gives for an unterminated last line (§3.3)
 
 SummaryHook = Callable[[Path, str, list], None]
 
 log = logging.getLogger("memfs.store")
+
+_BUFFERED, _WRITE, _FSYNC = range(3)
+_MODE_CODES = {mode: i for i, mode in enumerate(DURABILITY_MODES)}
+_TURN_STARTED = Kind.TURN_STARTED
+# kinds whose line is a turn boundary whatever the state (SPEC §3.1), indexed by Kind
+_BOUNDARY = tuple(k in (Kind.THREAD_COMPLETED, Kind.TURN_COMPLETED, Kind.TURN_FAILED) for k in Kind)
+_time = time.time
+_monotonic = time.monotonic
+_write = os.write
 
 
 @dataclass(slots=True)
@@ -90,52 +118,76 @@ class OpenReport:
     torn_tail_bytes: int = 0
     stale_marker: bool = False
     recovered_marker: bool = False
+    index_source: str = ""  # fast path: "turns.json", or "turns.cache" (see memfs.store.meta)
 
 
 def rescan(fd: int, file_len: int, report: OpenReport) -> TurnState:
-    """Rebuild the turn state from the log's bytes, numbering turns from 1.
+    """Rebuild the turn state from the log's bytes ``[0, file_len)``, numbering turns from 1.
 
     Never fails on content: lines :func:`decode_stored` refuses are skipped (their bytes still
-    advance offsets).
+    advance offsets). Streams the file a chunk at a time: memory stays bounded by the chunk,
+    the longest line and a few bytes per turn.
     """
     state = TurnState()
     ts = now_rfc3339()
-    for offset, line in scan_lines(fd, 0, file_len):
-        report.scanned_lines += 1
-        decoded = decode_stored(line)
-        if decoded is None:
-            report.skipped_lines += 1
-            continue
-        apply(state, decoded[0], offset, offset + len(line) + 1, ts)
+    decode = decode_stored
+    scanned = skipped = 0
+    for offset, lines in scan_chunks(fd, 0, file_len):
+        scanned += len(lines)
+        for line in lines:
+            end = offset + len(line) + 1
+            decoded = decode(line)
+            if decoded is None:
+                skipped += 1
+            else:
+                apply(state, decoded[0], offset, end, ts)
+            offset = end
+    report.scanned_lines += scanned
+    report.skipped_lines += skipped
     report.scanned_bytes = file_len
     return state
 
 
-def _rescan_base(state: TurnState, old: Manifest | None, old_index: TurnIndex | None,
+def _rescan_base(state: TurnState, old: ManifestRead | None, old_index: TurnIndex | None,
                  marker: CapMarker | None, file_len: int) -> int:
     """The ordinal of the first turn a rescan found, keeping ordinals stable (SPEC §3.7).
 
-    A matching cap marker names it. A log shorter than the metadata described (a cap rewrite
-    whose marker was lost) is matched against the old index by shifted offset. Otherwise the
-    old ``retained_turn_base`` holds. In every case ``turn_count`` never decreases, so an
-    emptied log continues at ``turn_count + 1``.
+    In order of trust: a matching cap marker names it; else the rescan's first turn is looked
+    up in the old index (by offset, shifted when the log is shorter than the manifest
+    described — a cap rewrite whose marker was lost); else the old manifest's
+    ``retained_turn_base``; else 1. In every case ``turn_count`` never decreases, so an emptied
+    log continues at ``turn_count + 1``.
     """
     closed = len(state.index) - (1 if state.in_turn else 0)
-    base = 1
+    manifest = old.manifest if old is not None else None
+    base = None
     if marker is not None and marker.matches(file_len):
         base = marker.retained_turn_base
-    elif old is not None:
-        base = old.retained_turn_base
-        if file_len < old.persisted_file_len and old_index is not None and len(state.index):
-            shift = old.persisted_file_len - file_len
-            first = state.index.start[0] + shift
-            for i, start in enumerate(old_index.start):
-                if start == first:
-                    base = old_index.base + i
-                    break
-    if old is not None:
-        base = max(base, old.turn_count - closed + 1)
+    elif len(state.index) and old_index is not None and len(old_index):
+        shift = 0
+        if manifest is not None and file_len < manifest.persisted_file_len:
+            shift = manifest.persisted_file_len - file_len
+        first = state.index.start[0] + shift
+        i = bisect.bisect_left(old_index.start, first)
+        if i < len(old_index) and old_index.start[i] == first:
+            base = old_index.base + i
+    if base is None and old is not None and old.has_base:
+        base = manifest.retained_turn_base
+    if base is None:
+        base = 1
+    if old is not None and old.has_turn_count:
+        base = max(base, manifest.turn_count - closed + 1)
     return max(base, 1)
+
+
+def _closing_lines(fd: int, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """scan_lines over a private ``fd`` that is closed when the iteration ends, is closed or
+    is collected (primed once by its creator, so even an unused iterator closes it)."""
+    try:
+        yield None  # type: ignore[misc]
+        yield from scan_lines(fd, start, end)
+    finally:
+        os.close(fd)
 
 
 class _Shared:
@@ -150,22 +202,29 @@ class _Shared:
         self.max_events = max_events
         self.max_line_bytes = max_line_bytes
         self.summary_hook = summary_hook
+        self.mode = _MODE_CODES[durability]
         self.metadata_interval = metadata_interval
+        self.persist_gap = metadata_interval  # the coalescing interval in force (see module doc)
         self.mutex = threading.RLock()
         self.refs = 1
         self.key: tuple[int, int] | None = None
         self.pending = bytearray()
         self.meta_dirty = False
         self.last_persist = 0.0
-        self.last_change = time.time()
+        self.last_change = _time()
         self.closed = False
         self.version = 0  # bumped on every change; a cheap staleness check for views
+        self.persisted_version = 0  # ``version`` the metadata on disk describes
         self.appended = 0  # records added by this process, ever (counts what a mark covers)
-        self.call_start = 0  # ``appended`` when the current append call began
+        self.call_start = 0  # ``appended`` when the current batch call began
+        self.in_batch = False  # a batch call is running: writes re-mark (see :meth:`mark`)
         self.mark_at: tuple = ()  # the state a failed write returns to (see :meth:`mark`)
         self.rewrites = 0  # bumped when the file is rewritten (cap): offsets changed meaning
+        self.dropped = 0  # bytes cut from the front by this process's cap rewrites
+        self.cache_on_disk = False
         self._sync_cv = threading.Condition(threading.Lock())
         self._syncing = False
+        self.fd: int | None = None
         self.lock_file = None if read_only else liveness.acquire(session_dir)
         try:
             self._open(session_id)
@@ -177,12 +236,14 @@ class _Shared:
 
     def _open(self, session_id: str) -> None:
         events = self.dir / EVENTS
+        refuse_symlink(self.dir / INDEX_DIR)
         if self.read_only:
             try:
                 self.fd = open_nofollow(events, os.O_RDONLY)
             except FileNotFoundError:
                 self.fd = None
         else:
+            self._assert_private_files()
             self.fd = open_nofollow(events, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         file_len = os.fstat(self.fd).st_size if self.fd is not None else 0
         report = self.report = OpenReport()
@@ -195,15 +256,13 @@ class _Shared:
         except FileNotFoundError:
             pass
         try:
-            old_index = TurnIndex.parse(read_file(self.dir / TURNS))
-        except FileNotFoundError:
-            pass
-        try:
             marker = CapMarker.parse(read_file(self.dir / CAP_MARKER))
             if marker is None:
                 marker = CapMarker(-1, -1, 1)  # unreadable: stale
         except FileNotFoundError:
             pass
+        self.cache_on_disk = os.path.lexists(self.dir / TURNS_CACHE)
+        old_index = self._read_index(prefer_cache=old is not None and old.complete)
 
         manifest = old.manifest if old is not None else None
         reason = ""
@@ -233,22 +292,57 @@ class _Shared:
         else:
             report.fast_path = False
             report.reason = reason
+            report.index_source = ""
             state = rescan(self.fd, file_len, report) if self.fd is not None else TurnState()
             if marker is not None and marker.matches(file_len):
                 report.recovered_marker = True
-            base = _rescan_base(state, manifest if old is not None and old.has_turn_count else None,
-                                old_index, marker, file_len)
-            renumber(state, base)
+            renumber(state, _rescan_base(state, old, old_index, marker, file_len))
             self.state = state
-        self.flushed_len = self.synced_len = file_len
+        self.flushed_len = self.synced = file_len
+        self.persist_at = file_len + BUFFER_LIMIT
         if not self.read_only:
-            if not reason and marker is None:
-                return
             if reason:
                 self.persist()
             if marker is not None:
                 report.stale_marker = not report.recovered_marker
                 remove_file(self.dir / CAP_MARKER)
+
+    def _assert_private_files(self) -> None:
+        """Re-assert 0600 on the session's files and refuse any that is a symlink (§1)."""
+        for name in (MANIFEST, TURNS, TURNS_CACHE, REJECTED, CAP_MARKER, PIN):
+            path = self.dir / name
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                raise SymlinkRefused(f"refusing symlink inside the store: {path}")
+            if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != FILE_MODE:
+                os.chmod(path, FILE_MODE)
+
+    def _read_index(self, prefer_cache: bool) -> TurnIndex | None:
+        """The turn index on disk: from ``turns.cache`` when it was written after the current
+        ``turns.json``, else by parsing ``turns.json``; None when neither is usable."""
+        path = self.dir / TURNS
+        if prefer_cache and self.cache_on_disk:
+            try:
+                st = os.lstat(path)
+                if stat.S_ISLNK(st.st_mode):
+                    raise SymlinkRefused(f"refusing symlink inside the store: {path}")
+                key = file_key(st)
+                index = TurnIndex.from_cache(read_file(self.dir / TURNS_CACHE), key)
+            except FileNotFoundError:
+                index = None
+            if index is not None:
+                index.json_source = lambda: _read_if_unchanged(path, key)
+                self.report.index_source = "turns.cache"
+                return index
+        try:
+            index = TurnIndex.parse(read_file(path))
+        except FileNotFoundError:
+            return None
+        self.report.index_source = "turns.json"
+        return index
 
     def _repair_torn_tail(self, file_len: int) -> int:
         """Move an unterminated last line to ``rejected.jsonl`` and truncate it away."""
@@ -263,7 +357,7 @@ class _Shared:
                 break
             pos = lo
         tail = os.pread(self.fd, file_len - pos, pos)
-        record_rejected(self.dir, tail, "torn-tail: unterminated last line removed at open", "EIO")
+        record_rejected(self.dir, tail, TORN_TAIL, "EIO")
         os.ftruncate(self.fd, pos)
         os.fsync(self.fd)
         self.report.torn_tail_bytes = len(tail)
@@ -282,6 +376,8 @@ class _Shared:
             raise ReadOnlySession("session is open read-only")
         if self.closed:
             raise SessionClosed("session handle is closed")
+        if type(raw) is not bytes:
+            raw = _as_bytes(raw)
         if len(raw) > self.max_line_bytes:
             err: ValidationError = LineTooLong(
                 f"line is {len(raw)} bytes, over the limit of {self.max_line_bytes} (max_line_bytes)")
@@ -294,41 +390,96 @@ class _Shared:
             record_rejected(self.dir, raw, str(err), err.errno_name, pid)
         raise err
 
-    def add(self, record: Record) -> None:
-        """Append an accepted record (caller holds ``mutex``); bytes go to ``pending``."""
-        offset = self.flushed_len + len(self.pending)
-        self.pending += record.line
-        self.pending += b"\n"
+    def append_one(self, record: Record) -> int:
+        """One append call of one record (caller holds ``mutex``); return the offset to sync
+        to (``fsync`` mode) or 0.
+
+        Whenever this line has to reach the file now — ``write``/``fsync`` mode, a turn
+        boundary, 64 KiB — the bytes are written *before* the state changes, so a failed write
+        leaves nothing to take back but the line itself.
+        """
+        self.last_change = _time()
+        line = record[0]
+        kind = record[3]
+        pending = self.pending
+        offset = self.flushed_len + len(pending)
+        end = offset + len(line) + 1
+        pending += line
+        pending += b"\n"
+        state = self.state
+        boundary = _BOUNDARY[kind]
+        mode = self.mode
+        if mode or boundary or len(pending) >= BUFFER_LIMIT:
+            try:
+                self.write_pending()
+            except OSError as exc:
+                # earlier buffered lines stay pending (their appends succeeded); this one goes
+                self.pending = self.pending[: len(pending) - len(line) - 1]
+                exc.accepted = 0
+                raise
+        apply(state, kind, offset, end, now_rfc3339() if kind is _TURN_STARTED else "")
         self.appended += 1
-        kind = record.kind
-        boundary = apply(self.state, kind, offset, offset + len(record.line) + 1,
-                         now_rfc3339() if kind is Kind.TURN_STARTED else "")
         self.version += 1
-        if boundary or len(self.pending) >= BUFFER_LIMIT:
+        if boundary or end >= self.persist_at:
+            self.request_persist()
+        if self.max_events and state.event_count > self.max_events:
+            try:
+                enforce_cap(self)
+            except OSError as exc:
+                exc.accepted = 1  # the line is accepted (in the log or still buffered)
+                raise
+        return self.dropped + self.flushed_len if mode == _FSYNC else 0
+
+    def add(self, record: Record) -> None:
+        """Add one record of a batch call (caller holds ``mutex`` and called :meth:`begin`);
+        bytes go to ``pending`` and are written at boundaries, 64 KiB and :meth:`commit`."""
+        line = record[0]
+        pending = self.pending
+        offset = self.flushed_len + len(pending)
+        end = offset + len(line) + 1
+        pending += line
+        pending += b"\n"
+        self.appended += 1
+        kind = record[3]
+        boundary = apply(self.state, kind, offset, end, now_rfc3339() if kind is _TURN_STARTED else "")
+        self.version += 1
+        if boundary or len(pending) >= BUFFER_LIMIT:
             self.write_pending()
+            self.request_persist()
+        elif end >= self.persist_at:
             self.request_persist()
 
     def commit(self) -> int:
-        """End of one append call: honour the durability mode; return the offset to sync to
+        """End of one batch call: honour the durability mode; return the offset to sync to
         (``fsync`` mode) or 0."""
-        self.last_change = time.time()
-        if self.durability == "buffered":
+        mode = self.mode
+        if mode == _BUFFERED:
             return 0
         self.write_pending()
-        return self.flushed_len if self.durability == "fsync" else 0
+        return self.dropped + self.flushed_len if mode == _FSYNC else 0
 
     def write_pending(self) -> None:
-        if self.pending:
+        """Write the buffered bytes; on failure cut the file back to what it held before."""
+        pending = self.pending
+        if pending:
             try:
-                write_all(self.fd, self.pending)
+                n = _write(self.fd, pending)
+                if n != len(pending):
+                    write_all(self.fd, memoryview(pending)[n:])
             except OSError:
                 # part of the bytes may be in the file: cut them, so the next append cannot
                 # merge into a torn line (O_APPEND writes at the file's real end)
                 os.ftruncate(self.fd, self.flushed_len)
                 raise
-            self.flushed_len += len(self.pending)
+            self.flushed_len += len(pending)
             self.pending = bytearray()
-        self.mark()
+        if self.in_batch:
+            self.mark()
+
+    def durable(self) -> None:
+        """Write the buffered bytes and return once the whole log is on disk."""
+        self.write_pending()
+        self.sync_to(self.dropped + self.flushed_len)
 
     def mark(self) -> None:
         """Remember the state as it is now (the log's bytes and ``pending`` describe it
@@ -357,21 +508,28 @@ class _Shared:
         return appended - self.call_start
 
     def begin(self) -> None:
-        """Start of one append call (caller holds ``mutex``)."""
+        """Start of one batch call (caller holds ``mutex``); :meth:`end` must follow."""
+        self.last_change = _time()
         self.call_start = self.appended
+        self.in_batch = True
         self.mark()
 
+    def end(self) -> None:
+        self.in_batch = False
+
     def sync_to(self, target: int) -> None:
-        """Return once the file is durable up to ``target`` bytes (group commit: one caller
-        runs ``fdatasync`` while the others wait for it and share its result)."""
+        """Return once the file is durable up to ``target`` — a position counted from the
+        session's first byte in this process, so that a cap rewrite in between (which makes
+        everything durable) does not move it. Group commit: one caller runs ``fdatasync``
+        while the others wait for it and share its result."""
         cv = self._sync_cv
         with cv:
-            while self.synced_len < target:
+            while self.synced < target:
                 if self._syncing:
                     cv.wait()
                     continue
                 self._syncing = True
-                goal, fd = self.flushed_len, self.fd
+                goal, fd = self.dropped + self.flushed_len, self.fd
                 cv.release()
                 try:
                     os.fdatasync(fd)
@@ -379,20 +537,38 @@ class _Shared:
                     cv.acquire()
                     self._syncing = False
                     cv.notify_all()
-                self.synced_len = max(self.synced_len, goal)
+                self.synced = max(self.synced, goal)
+
+    def replace_log(self, fd: int, cut: int) -> None:
+        """A cap rewrite replaced the log by its bytes from ``cut`` on, durable and open as
+        ``fd`` (caller holds ``mutex``; nothing is pending)."""
+        with self._sync_cv:
+            while self._syncing:  # a group-commit fdatasync may still use the old descriptor
+                self._sync_cv.wait()
+            old, self.fd = self.fd, fd
+            self.dropped += cut
+            self.flushed_len -= cut
+            self.synced = max(self.synced, self.dropped + self.flushed_len)
+        os.close(old)
+        self.last_change = _time()
+        self.version += 1
+        self.rewrites += 1
 
     # --- metadata --------------------------------------------------------------------------
 
     def request_persist(self) -> None:
+        """Metadata should be persisted (a boundary, or 64 KiB since the last request): now,
+        or once the coalescing interval has passed."""
         self.meta_dirty = True
-        if time.monotonic() - self.last_persist >= self.metadata_interval:
+        self.persist_at = self.file_len + BUFFER_LIMIT
+        if _monotonic() - self.last_persist >= self.persist_gap:
             self.write_pending()  # a failure here is the log's: it fails the append
             try:
                 self.persist()
             except OSError as exc:
                 # the lines are in the log; stale metadata only makes the next open rescan
                 log.warning("%s: metadata not persisted (retried later): %s", self.dir.name, exc)
-                self.last_persist = time.monotonic()
+                self.last_persist = _monotonic()
 
     def manifest(self) -> Manifest:
         s = self.state
@@ -402,34 +578,75 @@ class _Shared:
                         s.status, s.in_turn, self.file_len, s.index.base)
 
     def persist(self) -> None:
-        """§3.2 order: log bytes durable, then the index, then the manifest that names the
-        length they describe."""
-        self.write_pending()
-        self.sync_to(self.flushed_len)
+        """§3.2 order: log bytes durable, then the index (and its cache), then the manifest
+        that names the length they describe."""
+        started = _monotonic()
+        self.durable()
         ensure_private_dir(self.dir / INDEX_DIR)
-        atomic_write(self.dir / TURNS, self.state.index.to_json())
+        index = self.state.index
+        head, body, tail = index.json_chunks()
+        try:
+            atomic_write(self.dir / TURNS, lambda fd: [write_all(fd, chunk) for chunk in (head, body, tail)])
+        finally:
+            body.release()  # the index grows this buffer again at the next boundary
+        if len(index) >= CACHE_MIN_ENTRIES:
+            data = index.to_cache(file_key(os.lstat(self.dir / TURNS)))
+            if data is not None:
+                atomic_write(self.dir / TURNS_CACHE, data)
+                self.cache_on_disk = True
+        elif self.cache_on_disk:
+            remove_file(self.dir / TURNS_CACHE)
+            self.cache_on_disk = False
         atomic_write(self.dir / MANIFEST, self.manifest().to_json())
         self.meta_dirty = False
-        self.last_persist = time.monotonic()
+        self.persisted_version = self.version
+        self.persist_at = self.file_len + BUFFER_LIMIT
+        self.last_persist = now = _monotonic()
+        if self.metadata_interval:
+            self.persist_gap = max(self.metadata_interval, PERSIST_SHARE * (now - started))
 
     # --- closing ---------------------------------------------------------------------------
 
     def _release_files(self) -> None:
-        if getattr(self, "fd", None) is not None:
-            os.close(self.fd)
-            self.fd = None
-        if self.lock_file is not None:
-            liveness.release(self.lock_file)
-            self.lock_file = None
+        try:
+            if self.fd is not None:
+                with self._sync_cv:
+                    while self._syncing:
+                        self._sync_cv.wait()
+                    fd, self.fd = self.fd, None
+                os.close(fd)
+        finally:
+            if self.lock_file is not None:
+                lock_file, self.lock_file = self.lock_file, None
+                liveness.release(lock_file)
 
     def shutdown(self) -> None:
-        """Last handle closed: flush, persist, release the lock."""
+        """Last handle closed: flush, persist (whenever the metadata on disk does not describe
+        the log), release the lock."""
         try:
-            if not self.read_only and self.fd is not None and (self.pending or self.meta_dirty):
+            if not self.read_only and self.fd is not None and (
+                    self.pending or self.meta_dirty or self.version != self.persisted_version):
                 self.persist()
         finally:
             self.closed = True
             self._release_files()
+
+
+def _read_if_unchanged(path: Path, key: list[int]) -> bytes | None:
+    """The bytes of ``path`` if it is still the file ``key`` identifies, else None."""
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except (OSError, SymlinkRefused):
+        return None
+    try:
+        if file_key(os.fstat(fd)) != key:
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 _REGISTRY: dict[tuple[int, int], _Shared] = {}
@@ -535,28 +752,17 @@ class SessionHandle:
         :class:`~memfs.errors.ValidationError` carrying the reason and is recorded in
         ``rejected.jsonl``; it never reaches ``events.jsonl``. If the event cap cannot be
         enforced, :class:`~memfs.errors.CapRewriteError` is raised *after* the event was
-        accepted.
+        accepted. A failed write raises ``OSError`` (``accepted`` 0: the line was taken back;
+        1: it is in the log and what failed came after).
         """
-        s = self._writable()
-        record = s.check_line(_as_bytes(line), pid)
-        sync_target = 0
-        try:
-            with s.mutex:
-                s.begin()
-                try:
-                    try:
-                        s.add(record)
-                        if s.max_events and s.state.event_count > s.max_events:
-                            enforce_cap(s)
-                    finally:
-                        sync_target = s.commit()
-                except OSError as exc:
-                    exc.accepted = s.rollback()
-                    sync_target = s.commit() if exc.accepted else 0
-                    raise
-        finally:
-            if sync_target:
-                s.sync_to(sync_target)
+        s = self._s
+        if self._closed or self._read_only:
+            self._writable()
+        record = s.check_line(line, pid)
+        with s.mutex:
+            sync_target = s.append_one(record)
+        if sync_target:
+            s.sync_to(sync_target)
 
     def append_many(self, lines: Iterable[bytes | str | dict], *, pid: int | None = None) -> int:
         """Append lines in order; return how many were accepted.
@@ -575,7 +781,7 @@ class SessionHandle:
                 try:
                     try:
                         for line in lines:
-                            record = s.check_line(_as_bytes(line), pid)
+                            record = s.check_line(line, pid)
                             s.add(record)
                             accepted += 1
                             if s.max_events and s.state.event_count > s.max_events:
@@ -587,6 +793,8 @@ class SessionHandle:
                     exc.accepted = accepted = s.rollback()
                     sync_target = s.commit() if accepted else 0
                     raise
+                finally:
+                    s.end()
         except (ValidationError, CapRewriteError) as exc:
             exc.accepted = accepted
             raise
@@ -631,6 +839,8 @@ class SessionHandle:
                 except CapRewriteError as exc:
                     exc.accepted = s.appended - s.call_start
                     raise
+                finally:
+                    s.end()
         finally:
             if sync_target:
                 s.sync_to(sync_target)
@@ -646,7 +856,7 @@ class SessionHandle:
         s = self._s
         if s.meta_dirty and not self._read_only and not self._closed:
             with s.mutex:
-                if s.meta_dirty and time.monotonic() - s.last_persist >= s.metadata_interval:
+                if s.meta_dirty and _monotonic() - s.last_persist >= s.persist_gap:
                     s.persist()
 
     # reading
@@ -664,8 +874,9 @@ class SessionHandle:
 
     def reconstruct_turn(self, n: int) -> list[dict]:
         """The decoded events of retained turn ``n`` (undecodable lines skipped)."""
-        start, end, _ = self.turn_range(n)
-        data = self.read_bytes(start, end - start)
+        with self._s.mutex:  # range and bytes from one version of the log
+            start, end, _ = self.turn_range(n)
+            data = self.read_bytes(start, end - start)
         events = []
         for line in data.split(b"\n"):
             decoded = decode_stored(line) if line else None
@@ -676,17 +887,21 @@ class SessionHandle:
     def iter_lines(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, bytes]]:
         """Stream ``(offset, line)`` over the log's complete lines from ``start``.
 
-        The pending buffer is written first; lines appended while iterating are not seen.
+        The pending buffer is written first; lines appended while iterating are not seen. The
+        iterator reads through its own descriptor, so a cap rewrite meanwhile cannot make it
+        read another file: it goes on reading the log as it was (compare :attr:`rewrites`).
         """
         s = self._s
         with s.mutex:
             if not s.read_only:
                 s.write_pending()
             limit = s.flushed_len if end is None else min(end, s.flushed_len)
-            fd = s.fd
-        if fd is None:
-            return iter(())
-        return scan_lines(fd, start, limit)
+            if s.fd is None:
+                return iter(())
+            fd = os.dup(s.fd)
+        lines = _closing_lines(fd, start, limit)
+        next(lines)
+        return lines
 
     # closing
 
@@ -747,6 +962,9 @@ def open_session(root: str | os.PathLike, session_id: str, *, max_events: int = 
         refuse_symlink(session_dir)
         if not session_dir.is_dir():
             raise FileNotFoundError(f"no session {session_id!r} in {root}")
+        if not read_only:
+            ensure_private_dir(session_dir)
+            ensure_private_dir(session_dir / INDEX_DIR)
     else:
         ensure_private_dir(root)
         ensure_private_dir(session_dir)
@@ -758,7 +976,7 @@ def open_session(root: str | os.PathLike, session_id: str, *, max_events: int = 
         if shared is not None:
             shared.refs += 1
             if not read_only and _STRENGTH[durability] > _STRENGTH[shared.durability]:
-                shared.durability = durability
+                shared.durability, shared.mode = durability, _MODE_CODES[durability]
             return SessionHandle(shared, read_only)
         if read_only:
             shared = _Shared(session_dir, session_id, read_only=True, durability=durability,

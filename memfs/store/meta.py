@@ -247,11 +247,15 @@ class TurnIndex:
 
     def to_json(self) -> bytes:
         """``{"entries":[...]}``, rendering only entries closed since the last call."""
-        return b"".join(self.json_chunks())
+        head, body, tail = self.json_chunks()
+        try:
+            return b"".join((head, body, tail))
+        finally:
+            body.release()  # the buffer grows again at the next call
 
     def json_chunks(self) -> tuple[bytes, memoryview, bytes]:
         """:meth:`to_json` in three pieces (no copy of the closed entries' JSON): what the
-        persist writes."""
+        persist writes. The caller must release the middle one (a view of a buffer that grows)."""
         n = len(self.start)
         closed = self.closed_count()
         if self.json_source is not None:

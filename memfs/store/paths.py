@@ -7,6 +7,7 @@ symlink, and the one atomic-replace helper every metadata and derived file goes 
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -25,6 +26,7 @@ REJECTED = "rejected.jsonl"
 PIN = "retention-pin.json"
 INDEX_DIR = "index"
 TURNS = "index/turns.json"
+TURNS_CACHE = "index/turns.cache"  # memfs extension: see memfs.store.meta
 CAP_MARKER = "index/pending-cap-rewrite.json"
 DERIVED_DIR = "derived"
 
@@ -78,7 +80,7 @@ def open_nofollow(path: Path, flags: int, mode: int = FILE_MODE) -> int:
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     except OSError as exc:
-        if exc.errno == 40:  # ELOOP: the last component is a symlink
+        if exc.errno == errno.ELOOP:  # the last component is a symlink
             raise SymlinkRefused(f"refusing symlink inside the store: {path}") from None
         raise
     if flags & (os.O_WRONLY | os.O_RDWR):

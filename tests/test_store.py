@@ -1,0 +1,476 @@
+"""The session log through the library API (SPEC §1, §3.2, §3.4–§3.6, §3.8): appending and
+reading back, buffering and metadata persistence, several handles and processes, liveness,
+permissions, symlinks and rejected lines."""
+
+from __future__ import annotations
+
+import os
+import stat
+import textwrap
+import threading
+
+import orjson
+import pytest
+
+import memfs
+from memfs.errors import LineTooLong, ReadOnlySession, SessionBusy, SessionClosed, SymlinkRefused, TurnNotFound, ValidationError
+from memfs.events import SCHEMA_VERSION
+from store_helpers import (DONE, FAILED, START, THREAD_DONE, THREAD_START, disk_index, disk_manifest, env, log_lines,
+                           msg, open_s, run_python, turn)
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_round_trip_over_several_turns(tmp_path):
+    turns = [turn("one", 1), turn("two", 3, end=FAILED), turn("three", 0)]
+    lines = [THREAD_START, *turns[0], msg("between turns"), *turns[1], *turns[2], THREAD_DONE]
+    with open_s(tmp_path, "sess-1") as h:
+        for line in lines:
+            assert h.append(line) is None
+        assert h.manifest["turn_count"] == 3
+        assert h.manifest["event_count"] == len(lines)
+        assert h.manifest["status"] == "completed"
+        assert h.manifest["in_turn"] is False
+        assert h.manifest["session_id"] == "sess-1"
+        for n, expected in enumerate(turns, start=1):
+            assert h.reconstruct_turn(n) == [orjson.loads(line)["event"] for line in expected]
+            start, end, outcome = h.turn_range(n)
+            assert h.read_bytes(start, end - start) == b"".join(line + b"\n" for line in expected)
+            assert outcome == ("failed" if n == 2 else "completed")
+        live = h.turn_index
+    assert log_lines(tmp_path / "sess-1") == lines
+    assert [e["turn_number"] for e in live] == [1, 2, 3]
+    assert [e["event_count"] for e in live] == [3, 5, 2]
+    with open_s(tmp_path, "sess-1") as h:
+        assert h.open_report.fast_path
+        assert h.turn_index == live
+        assert h.reconstruct_turn(2) == [orjson.loads(line)["event"] for line in turns[1]]
+
+
+def test_append_takes_bytes_text_and_dicts(tmp_path):
+    with open_s(tmp_path) as h:
+        h.append(START + b"\n")
+        h.append('{"type":"item.completed","item":{"id":"x","type":"agent_message","text":"é"}}\r\n')
+        h.append({"type": "turn.completed", "usage": {}})
+        assert h.reconstruct_turn(1)[1]["item"]["text"] == "é"
+    stored = log_lines(tmp_path / "s")
+    assert stored[0] == START
+    assert stored[1] == (b'{"schema_version":"' + SCHEMA_VERSION.encode() + b'","event":'
+                         + '{"type":"item.completed","item":{"id":"x","type":"agent_message","text":"é"}}'.encode() + b"}")
+
+
+def test_buffered_mode_leaves_the_file_empty_until_a_turn_boundary(tmp_path):
+    events = tmp_path / "s" / "events.jsonl"
+    with open_s(tmp_path, durability="buffered") as h:
+        h.append(START)
+        h.append(msg("a"))
+        assert events.stat().st_size == 0
+        assert h.file_len == len(START) + len(msg("a")) + 2  # the live length counts the buffer
+        h.append(DONE)  # boundary
+        assert events.stat().st_size == h.file_len
+        h.append(START)
+        assert events.stat().st_size == h.file_len - len(START) - 1
+        h.append(THREAD_DONE)  # thread.completed is a boundary too
+        assert events.stat().st_size == h.file_len
+        h.append(msg("outside"))
+        assert events.stat().st_size < h.file_len
+        assert h.read_bytes().endswith(msg("outside") + b"\n")  # a read writes the buffer
+        assert events.stat().st_size == h.file_len
+
+
+def test_write_mode_writes_each_line_before_returning(tmp_path):
+    events = tmp_path / "s" / "events.jsonl"
+    with open_s(tmp_path, durability="write") as h:
+        for i, line in enumerate([START, msg("a"), msg("b")], start=1):
+            h.append(line)
+            assert events.stat().st_size == h.file_len
+            assert len(log_lines(tmp_path / "s")) == i
+
+
+def test_64k_flush_persists_metadata_mid_turn(tmp_path):
+    sdir = tmp_path / "s"
+    events = sdir / "events.jsonl"
+    with open_s(tmp_path, durability="buffered") as h:
+        h.append(START)
+        line = msg("x" * 1000)
+        appended = 1
+        while events.stat().st_size == 0:
+            h.append(line)
+            appended += 1
+            assert appended < 100, "64 KiB of buffered lines never reached the file"
+        size = events.stat().st_size
+        assert size >= 64 * 1024
+        assert size == h.file_len
+        manifest = disk_manifest(sdir)
+        assert manifest["persisted_file_len"] == size
+        assert manifest["in_turn"] is True
+        assert manifest["event_count"] == appended
+        index = disk_index(sdir)
+        assert index[-1]["outcome"] == "open"
+        assert index[-1]["end_offset"] == size
+        assert index[-1]["event_count"] == appended
+
+
+def test_flush_mid_turn_then_reopen_keeps_the_open_turn(tmp_path):
+    with open_s(tmp_path, durability="buffered") as h:
+        h.append(DONE)  # no open turn: only counted
+        h.append(START)
+        h.append(msg("a"))
+        h.flush()
+        assert disk_manifest(tmp_path / "s")["in_turn"] is True
+    with open_s(tmp_path) as h:
+        assert h.open_report.fast_path
+        assert h.manifest["in_turn"] is True
+        assert h.turn_index[-1]["outcome"] == "open"
+        h.append(msg("b"))
+        h.append(DONE)
+        assert h.manifest["turn_count"] == 1
+        assert h.manifest["in_turn"] is False
+        entry = h.turn_index[0]
+        assert (entry["turn_number"], entry["event_count"], entry["outcome"]) == (1, 4, "completed")
+        assert entry["start_offset"] == len(DONE) + 1
+        assert entry["end_offset"] == h.file_len
+        assert [e["type"] for e in h.reconstruct_turn(1)] == [
+            "turn.started", "item.completed", "item.completed", "turn.completed"]
+
+
+def test_flush_mid_turn_survives_a_killed_process(tmp_path):
+    code = textwrap.dedent("""
+        import os, sys, memfs
+        from store_helpers import START, msg
+        h = memfs.open_session(sys.argv[1], "s", durability="buffered", metadata_interval=0)
+        h.append(START); h.append(msg("a")); h.flush()
+        h.append(msg("lost: buffered, never flushed"))
+        os._exit(0)
+    """)
+    res = run_python(code, str(tmp_path), env={**os.environ, "PYTHONPATH": os.path.dirname(__file__)})
+    assert res.returncode == 0, res.stderr
+    with open_s(tmp_path) as h:
+        assert h.open_report.fast_path
+        assert h.manifest["event_count"] == 2 and h.manifest["in_turn"] is True
+        h.append(DONE)
+        assert h.turn_index[0]["event_count"] == 3
+        assert h.manifest["turn_count"] == 1
+
+
+def test_metadata_follows_the_spec_order_at_boundaries(tmp_path):
+    sdir = tmp_path / "s"
+    with open_s(tmp_path, durability="write") as h:
+        for line in turn("a"):
+            h.append(line)
+        manifest = disk_manifest(sdir)
+        assert manifest["turn_count"] == 1
+        assert manifest["persisted_file_len"] == (sdir / "events.jsonl").stat().st_size
+        assert disk_index(sdir) == h.turn_index
+        assert manifest == h.manifest
+        assert set(manifest) >= {"session_id", "schema_version", "created_at", "updated_at", "turn_count",
+                                 "event_count", "status", "in_turn", "persisted_file_len", "retained_turn_base"}
+        assert manifest["schema_version"] == 1
+        assert manifest["created_at"].endswith("+00:00") and manifest["updated_at"].endswith("+00:00")
+
+
+def test_close_persists_metadata_even_mid_turn_in_write_mode(tmp_path):
+    with open_s(tmp_path, durability="write", metadata_interval=3600) as h:
+        h.append(START)
+        h.append(msg("a"))
+    manifest = disk_manifest(tmp_path / "s")
+    assert manifest["event_count"] == 2 and manifest["in_turn"] is True
+    with open_s(tmp_path) as h:
+        assert h.open_report.fast_path
+
+
+def test_metadata_coalescing_is_caught_up_by_flush_and_tick(tmp_path):
+    sdir = tmp_path / "s"
+    with open_s(tmp_path, durability="write", metadata_interval=3600) as h:
+        for line in turn("a") + turn("b"):
+            h.append(line)
+        assert disk_manifest(sdir)["turn_count"] < 2  # coalesced: the spec's default is not this
+        h.flush()
+        assert disk_manifest(sdir)["turn_count"] == 2
+    with open_s(tmp_path, durability="write", metadata_interval=0.001) as h:
+        for line in turn("c"):
+            h.append(line)
+        h.tick()
+        assert disk_manifest(sdir)["turn_count"] == 3
+
+
+def test_fsync_mode_and_group_commit_from_threads(tmp_path):
+    with open_s(tmp_path, durability="fsync") as h:
+        h.append(START)
+
+        def writer(k):
+            for i in range(20):
+                h.append(msg(f"w{k} {i}"))
+
+        threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        h.append(DONE)
+        assert h.manifest["event_count"] == 82
+        assert h.turn_index[0]["event_count"] == 82
+    lines = log_lines(tmp_path / "s")
+    assert len(lines) == 82
+    for k in range(4):  # each thread's lines in its order
+        mine = [orjson.loads(line)["event"]["item"]["text"] for line in lines[1:-1]]
+        mine = [t for t in mine if t.startswith(f"w{k} ")]
+        assert mine == [f"w{k} {i}" for i in range(20)]
+
+
+def test_append_many_shares_one_call(tmp_path):
+    with open_s(tmp_path, durability="fsync") as h:
+        assert h.append_many(turn("a", 5)) == 7
+        with pytest.raises(ValidationError) as info:
+            h.append_many([START, msg("ok"), b"not json", msg("never")])
+        assert info.value.accepted == 2
+        assert h.manifest["event_count"] == 9
+    assert len(log_lines(tmp_path / "s")) == 9
+
+
+def test_refused_lines_go_to_rejected_jsonl_only(tmp_path):
+    sdir = tmp_path / "s"
+    with open_s(tmp_path, max_line_bytes=200) as h:
+        h.append(START)
+        with pytest.raises(ValidationError, match='turn.failed: "message" must be a string'):
+            h.append(env("turn.failed", message=3), pid=4242)
+        with pytest.raises(LineTooLong) as info:
+            h.append(msg("y" * 300))
+        assert info.value.errno_name == "EFBIG"
+        with pytest.raises(ValidationError, match="not valid UTF-8"):
+            h.append(b'{"type":"x","v":"\xff"}')
+        assert h.manifest["event_count"] == 1
+        assert h.turn_index[0]["event_count"] == 1
+    assert log_lines(sdir) == [START]
+    records = [orjson.loads(line) for line in (sdir / "rejected.jsonl").read_bytes().splitlines()]
+    assert [r["errno"] for r in records] == ["EBADMSG", "EFBIG", "EBADMSG"]
+    first = records[0]
+    assert set(first) >= {"at", "reason", "errno", "bytes", "line", "pid"}
+    assert first["reason"] == 'turn.failed: "message" must be a string'
+    assert first["pid"] == 4242 and records[1]["pid"] == os.getpid()
+    assert first["line"] == env("turn.failed", message=3).decode()
+    assert first["bytes"] == len(env("turn.failed", message=3))
+    assert records[2]["line"] == '{"type":"x","v":"\ufffd"}'  # lossy UTF-8
+
+
+def test_validate_reject_and_append_records(tmp_path):
+    with open_s(tmp_path) as h:
+        records = [h.validate(line) for line in turn("a")]
+        with pytest.raises(ValidationError) as info:
+            h.validate(b"{}")
+        assert not (tmp_path / "s" / "rejected.jsonl").exists()  # validation alone records nothing
+        h.reject(b"{}", info.value)
+        h.append_records(records)
+        assert h.manifest["turn_count"] == 1
+    assert len((tmp_path / "s" / "rejected.jsonl").read_bytes().splitlines()) == 1
+
+
+def test_reading_api(tmp_path):
+    lines = [START, msg("a"), msg("b"), DONE]
+    with open_s(tmp_path) as h:
+        v0 = h.version
+        h.append_many(lines)
+        assert h.version != v0
+        assert h.path == tmp_path / "s" and h.name == "s" and h.session_id == "s"
+        data = h.read_bytes()
+        assert data == b"".join(line + b"\n" for line in lines)
+        assert h.read_bytes(len(lines[0]) + 1, len(lines[1])) == lines[1]
+        assert h.read_bytes(10_000) == b""
+        offsets = [0]
+        for line in lines[:-1]:
+            offsets.append(offsets[-1] + len(line) + 1)
+        assert list(h.iter_lines()) == list(zip(offsets, lines))
+        assert list(h.iter_lines(offsets[2])) == list(zip(offsets[2:], lines[2:]))
+        assert list(h.iter_lines(0, offsets[2])) == list(zip(offsets[:2], lines[:2]))
+        assert orjson.loads(h.manifest_json()) == h.manifest
+        assert orjson.loads(h.turn_index_json()) == {"entries": h.turn_index}
+        for n in (0, 2, -1):
+            with pytest.raises(TurnNotFound):
+                h.reconstruct_turn(n)
+        with pytest.raises(TurnNotFound):
+            h.turn_range(2)
+
+
+def test_read_only_handles(tmp_path):
+    with open_s(tmp_path) as h:
+        h.append_many(turn("a"))
+    ro = open_s(tmp_path, read_only=True)
+    try:
+        assert not memfs.is_live(tmp_path / "s")  # a read-only open takes no lock
+        assert ro.read_only and ro.manifest["turn_count"] == 1
+        assert len(ro.reconstruct_turn(1)) == 4
+        with pytest.raises(ReadOnlySession):
+            ro.append(START)
+        with pytest.raises(ReadOnlySession):
+            ro.flush()
+        with open_s(tmp_path) as w:  # a writer may open alongside it
+            w.append(START)
+    finally:
+        ro.close()
+    with pytest.raises(FileNotFoundError):
+        open_s(tmp_path, "missing", read_only=True)
+    with pytest.raises(FileNotFoundError):
+        open_s(tmp_path, "missing", create=False)
+
+
+def test_closed_handle_refuses_use(tmp_path):
+    h = open_s(tmp_path)
+    h.close()
+    h.close()  # idempotent
+    with pytest.raises(SessionClosed):
+        h.append(START)
+
+
+def test_two_handles_in_one_process_share_one_state(tmp_path):
+    sdir = tmp_path / "s"
+    a = open_s(tmp_path)
+    b = open_s(tmp_path, durability="fsync")
+    a.append(START)
+    b.append(msg("from b"))
+    assert a.manifest["event_count"] == b.manifest["event_count"] == 2
+    assert a.turn_index == b.turn_index
+    ro = open_s(tmp_path, read_only=True)
+    assert ro.manifest["event_count"] == 2  # shares the writable state of this process
+    ro.close()
+    a.close()
+    assert memfs.is_live(sdir)  # b still holds it
+    b.append(DONE)
+    assert b.manifest["turn_count"] == 1
+    b.close()
+    assert not memfs.is_live(sdir)
+    assert disk_manifest(sdir)["event_count"] == 3
+
+
+HOLD = textwrap.dedent("""
+    import sys, memfs
+    h = memfs.open_session(sys.argv[1], "s")
+    print("ready", flush=True)
+    sys.stdin.readline()
+    h.close()
+""")
+
+TRY_OPEN = textwrap.dedent("""
+    import sys, memfs
+    try:
+        with memfs.open_session(sys.argv[1], "s") as h:
+            h.append({"type": "turn.started"})
+        print("opened")
+    except memfs.SessionBusy as exc:
+        print("busy:", exc)
+""")
+
+
+def test_second_process_cannot_open_for_writing_while_the_first_holds_it(tmp_path):
+    sdir = tmp_path / "s"
+    with open_s(tmp_path) as h:
+        assert memfs.is_live(sdir)
+        res = run_python(TRY_OPEN, str(tmp_path))
+        assert res.stdout.startswith("busy:"), res.stderr
+        assert log_lines(sdir) == []
+    assert not memfs.is_live(sdir)
+    assert run_python(TRY_OPEN, str(tmp_path)).stdout.strip() == "opened"
+    assert log_lines(sdir) == [START]
+
+
+def test_this_process_cannot_open_what_another_process_holds(tmp_path):
+    import subprocess
+    import sys
+
+    open_s(tmp_path).close()
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        assert memfs.is_live(tmp_path / "s")
+        with pytest.raises(SessionBusy):
+            open_s(tmp_path)
+        with open_s(tmp_path, read_only=True) as ro:  # never refused for the lock
+            assert ro.manifest["event_count"] == 0
+    finally:
+        proc.communicate("\n", timeout=30)
+    assert proc.returncode == 0
+    assert not memfs.is_live(tmp_path / "s")
+    open_s(tmp_path).close()
+
+
+def test_liveness_probe(tmp_path):
+    sdir = tmp_path / "s"
+    assert not memfs.is_live(sdir)  # no lock file
+    h = open_s(tmp_path)
+    assert memfs.is_live(sdir)
+    assert memfs.is_live(sdir)  # a probe does not steal the lock
+    h.close()
+    assert (sdir / "session.lock").exists()
+    assert not memfs.is_live(sdir)
+    os.chmod(sdir / "session.lock", 0)
+    if os.geteuid() != 0:
+        assert memfs.is_live(sdir)  # cannot open: fail safe
+
+
+def test_permissions_are_private_and_reasserted(tmp_path):
+    root = tmp_path / "root"
+    sdir = root / "s"
+    with open_s(root) as h:
+        h.append_many(turn("a"))
+        with pytest.raises(ValidationError):
+            h.append(b"nope")
+    for d in (root, sdir, sdir / "index"):
+        assert mode(d) == 0o700, d
+    for f in ("events.jsonl", "manifest.json", "session.lock", "rejected.jsonl", "index/turns.json"):
+        assert mode(sdir / f) == 0o600, f
+    os.chmod(sdir, 0o755)
+    os.chmod(sdir / "index", 0o755)
+    for f in ("events.jsonl", "manifest.json", "rejected.jsonl", "index/turns.json", "session.lock"):
+        os.chmod(sdir / f, 0o644)
+    with open_s(root) as h:
+        assert h.open_report.fast_path
+    for d in (sdir, sdir / "index"):
+        assert mode(d) == 0o700, d
+    for f in ("events.jsonl", "manifest.json", "rejected.jsonl", "index/turns.json", "session.lock"):
+        assert mode(sdir / f) == 0o600, f
+    assert not [p for p in sdir.rglob("*.tmp")]  # no temp files left by atomic replaces
+
+
+def test_symlinked_session_dir_is_refused(tmp_path):
+    real = tmp_path / "elsewhere"
+    real.mkdir()
+    root = tmp_path / "root"
+    root.mkdir()
+    os.symlink(real, root / "s")
+    for kw in ({}, {"read_only": True}, {"create": False}):
+        with pytest.raises(SymlinkRefused):
+            open_s(root, **kw)
+    assert list(real.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "index/turns.json", "events.jsonl", "rejected.jsonl",
+                                  "session.lock", "index/pending-cap-rewrite.json"])
+def test_symlinked_file_in_the_session_is_refused(tmp_path, name):
+    with open_s(tmp_path) as h:
+        h.append_many(turn("a"))
+    target = tmp_path / "target"
+    target.write_bytes(b"precious")
+    path = tmp_path / "s" / name
+    if path.exists():
+        path.unlink()
+    os.symlink(target, path)
+    with pytest.raises(SymlinkRefused):
+        open_s(tmp_path)
+    assert target.read_bytes() == b"precious"
+    assert os.path.islink(path)
+
+
+def test_session_ids_are_sanitized_and_kept_raw_in_the_manifest(tmp_path):
+    assert memfs.sanitize("a b/c:é.x-y_z") == "a_b_c__.x-y_z"
+    assert memfs.sanitize("..hidden") == "hidden"
+    assert memfs.sanitize("...") == "session"
+    assert memfs.sanitize("") == "session"
+    assert memfs.sanitize("😀") == "_"
+    with open_s(tmp_path, "../escape attempt") as h:
+        assert h.name == "_escape_attempt"
+        assert h.path == tmp_path / "_escape_attempt"
+        assert h.session_id == "../escape attempt"
+    assert disk_manifest(tmp_path / "_escape_attempt")["session_id"] == "../escape attempt"
+    assert not (tmp_path.parent / "escape attempt").exists()
