@@ -35,7 +35,7 @@ from memfs.fs.errors import fail, guarded, log
 from memfs.fs.nodes import DIR_KINDS, DYNAMIC_KINDS, SESSION_CHILDREN, InodeTable, K, Node, child
 from memfs.store.appender import LineAppender
 from memfs.store.log import SessionHandle
-from memfs.store.paths import read_file
+from memfs.store.paths import read_file, refuse_symlink
 from memfs.store.root import Store
 
 # Seconds the kernel may cache: names that never change vs. anything that does.
@@ -148,8 +148,10 @@ class Operations(pyfuse3.Operations):
         if kind is K.EVENTS:
             return self._session(node).file_len
         if kind is K.REJECTED:
+            path = self.store.root / node.session / "rejected.jsonl"
+            refuse_symlink(path)  # ELOOP, as its open: not the size of a link planted there
             try:
-                return os.lstat(self.store.root / node.session / "rejected.jsonl").st_size
+                return os.lstat(path).st_size
             except FileNotFoundError:
                 return 0
         if kind in DYNAMIC_KINDS and kind is not K.QUERY:

@@ -16,15 +16,19 @@ Decisions recorded here:
   moved since the last query. Within one view ``generation`` the fact list only grows, so only
   the new facts are indexed; a new generation (cap rewrite, reopen) refreshes offsets or
   re-indexes that session (see :meth:`SearchIndex.sync_session`).
+* A search over the whole store leaves out (and logs) a session that cannot be opened — a
+  symlink planted in it, an unreadable file — rather than failing for every session; what was
+  indexed of it is dropped. A search of that one session fails with its error.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Callable
 
-from memfs.errors import NotFound
+from memfs.errors import MemfsError, NotFound
 from memfs.search.index import DEFAULT_MAX_RESULTS, DEFAULT_MIN_SCORE, SearchIndex
 from memfs.search.tokenize import query_tokens
 from memfs.store.log import SessionHandle
@@ -33,6 +37,8 @@ from memfs.store.paths import MANIFEST
 from memfs.store.root import Store, StoreSettings
 
 Searcher = Callable[[str, "str | None", "int | None", "float | None"], list]
+
+log = logging.getLogger("memfs.search")
 
 
 def created_at_of(handle: SessionHandle) -> float | None:
@@ -62,10 +68,22 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
     index = SearchIndex()
     seen: dict[str, tuple[int, int, int]] = {}  # name → (handle, version, rewrites) last indexed
     sync_lock = threading.Lock()
+    left_out: dict[str, str] = {}  # sessions that could not be opened → why (logged once)
 
-    def refresh(names: list[str]) -> None:
+    def refresh(names: list[str], whole_store: bool) -> None:
         for name in names:
-            handle = store.open(name)
+            try:
+                handle = store.open(name)
+            except (MemfsError, OSError) as exc:
+                if not whole_store:
+                    raise
+                if left_out.get(name) != str(exc):  # once, not at every query
+                    left_out[name] = str(exc)
+                    log.warning("search: session %s left out: %s", name, exc)
+                if seen.pop(name, None) is not None:
+                    index.remove_session(name)
+                continue
+            left_out.pop(name, None)
             key = (id(handle), handle.version, handle.rewrites)
             if seen.get(name) != key:
                 sync_from_handle(index, handle)
@@ -85,7 +103,7 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
                 if not store.exists(session):
                     raise NotFound(f"no session {session!r}")
                 names = [session]
-            refresh(names)
+            refresh(names, whole_store=session is None)
         return index.search(query, sessions=None if session is None else [session],
                             max_results=max_results if k is None else k,
                             min_score=min_score if min_score_ is None else min_score_)
