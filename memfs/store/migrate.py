@@ -5,9 +5,10 @@
 * ``.vtcode/logs/<stem>.jsonl`` → session ``traj-<stem without a leading "trajectory-">``
   whose ``derived/trajectory.jsonl`` is that file, byte for byte.
 
-The source is also kept verbatim as ``imported/<file name>``: ``derived/`` is regenerated from
-the log (which is empty for an import), so the copy outside it is what guarantees that
-nothing is lost, even after ``--remove-legacy``.
+The source is also kept verbatim as ``imported/<file name>``: ``derived/`` is rewritten by the
+views, so the copy outside it is the import's source of truth — what the views serve and
+extend (:mod:`memfs.views.imported`, mapping a name with :func:`imported_view`) and what
+guarantees that nothing is lost, even after ``--remove-legacy``.
 
 Each imported session gets an empty ``events.jsonl``, an empty turn index and a
 ``completed`` manifest whose ``created_at`` and ``updated_at`` are the source file's mtime,
@@ -58,6 +59,15 @@ from memfs.store.paths import (
 Progress = Callable[[int, int], None]
 LEGACY = {"history": (".json", "memory.json"), "logs": (".jsonl", "trajectory.jsonl")}
 IMPORTED_DIR = "imported"
+
+
+def imported_view(filename: str) -> str | None:
+    """The derived view that ``imported/<filename>`` stands for (``"memory.json"`` for a
+    ``.json`` history file, ``"trajectory.jsonl"`` for a ``.jsonl`` log), or None."""
+    for suffix, view_name in LEGACY.values():
+        if filename.endswith(suffix) and len(filename) > len(suffix):
+            return view_name
+    return None
 
 
 def session_id_for(folder: str, filename: str) -> str:

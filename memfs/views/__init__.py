@@ -7,10 +7,20 @@ regenerated only when read after the log changed, folding only the bytes appende
 copied into the backing store's ``derived/`` (atomically, 0600, write-behind: see
 :mod:`memfs.views.persist`).
 
+Sessions made by ``memfs migrate`` (SPEC §7) keep their imported views: the import's source
+of truth is the verbatim copy in ``<session>/imported/``. While the log has no events,
+``memory.json`` / ``trajectory.jsonl`` are the imported file byte for byte; once it has,
+they are computed from the log with the imported data first (imported grounded facts before
+eviction-summary facts and the log's, imported trajectory lines before the log's turns), and
+the imported facts feed search from the start. The copies written to ``derived/`` therefore
+always hold the imported data, and ``imported/`` is never written. Details and the fact
+mapping: :mod:`memfs.views.imported`.
+
 Module map: :mod:`~memfs.views.fold` (the one pass over the log), :mod:`~memfs.views.cache`
 (per-session state and refresh), one module per view (:mod:`~memfs.views.memory`,
 :mod:`~memfs.views.trajectory`, :mod:`~memfs.views.summary`, :mod:`~memfs.views.progress`,
-:mod:`~memfs.views.goal`), :mod:`~memfs.views.api` (these functions).
+:mod:`~memfs.views.goal`), :mod:`~memfs.views.imported` (migrated sessions' imported files),
+:mod:`~memfs.views.api` (these functions).
 """
 
 from memfs.views.api import (

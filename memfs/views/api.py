@@ -64,9 +64,11 @@ def list_turns(handle) -> list[int]:
 def memory_facts(handle) -> tuple[list[dict], tuple[int, int]]:
     """The grounded facts of ``memory.json`` and a version key ``(generation, count)``.
 
-    Each fact is ``{"fact", "turn", "offset", "type"}``; facts from eviction summaries come
-    first with ``turn`` and ``offset`` null, ``type`` ``"evicted"`` and an extra ``summary``
-    (the file name). Within one ``generation`` the list only grows: the first ``count`` facts
+    Each fact is ``{"fact", "turn", "offset", "type"}``. A migrated session's imported facts
+    come first, with an extra ``imported`` (the imported file's name; mapping in
+    :mod:`memfs.views.imported`), also while ``memory.json`` is still the imported file
+    verbatim; then facts from eviction summaries, with ``turn`` and ``offset`` null, ``type``
+    ``"evicted"`` and an extra ``summary`` (the file name). Within one ``generation`` the list only grows: the first ``count`` facts
     of a later call with the same generation are the same facts, so an index can add just the
     new ones; a new generation (a cap rewrite, a reopen) means start over. The list is a copy;
     the dicts are shared and must not be modified.

@@ -9,7 +9,8 @@ retained log and the bytes of each view last rendered. Reading a view first *ref
 * a cap rewrite (``handle.rewrites`` changed), a log shorter than what was folded, or a
   different opening of the session (closed and reopened, so another process may have
   rewritten it meanwhile) → the fold is rebuilt from byte 0, seeded with the log's first
-  retained turn ordinal, after the eviction summaries' facts.
+  retained turn ordinal, after the imported facts of a migrated session
+  (:mod:`memfs.views.imported`, re-read at every rebuild) and the eviction summaries' facts.
 
 A refresh reads ``rewrites``, ``version`` and the live manifest before folding up to the
 manifest's ``persisted_file_len`` and retries if a cap rewrite raced it. After an incremental
@@ -38,6 +39,7 @@ from pathlib import Path
 from memfs.store.meta import now_rfc3339
 from memfs.views import memory, persist, progress, summary
 from memfs.views.fold import Fold
+from memfs.views.imported import NOTHING, load_imported
 from memfs.views.memory import indented, load_evicted_facts, real_derived_dir
 from memfs.views.trajectory import Trajectory
 
@@ -96,6 +98,8 @@ class ViewState:
         self.fold: Fold | None = None
         self.agrees = True  # the last whole fold matched the store's turn counters
         self.trajectory = Trajectory()
+        self.imported = NOTHING  # what a migrated session imported (read at each rebuild)
+        self.evicted = 0  # eviction summaries found at the last rebuild
         self.generation = 0  # changes at every rebuild: facts[:n] are stable within one
         self.epoch = 0  # changes whenever the fold changes
         self.generated_at = ""
@@ -124,8 +128,10 @@ class ViewState:
             rebuild = (force or self.fold is None or report is not self.report
                        or rewrites != self.rewrites or end < self.offset)
             fold, start = (Fold(m["retained_turn_base"]), 0) if rebuild else (self.fold, self.offset)
+            seed = None
             if rebuild:
-                load_evicted_facts(self.path, fold.facts)
+                imported = load_imported(self.path, fold.facts)
+                seed = (imported, load_evicted_facts(self.path, fold.facts))
             lines0 = fold.lines
             try:
                 with _gc_paused(end - start > BULK_BYTES):
@@ -148,17 +154,19 @@ class ViewState:
                 # a whole fold that disagrees (an index written by another writer that counts
                 # lines differently) is trusted as is, and not re-checked until the next rebuild
                 self.agrees = agrees
-            self._commit(handle, report, rewrites, version, m, fold, rebuild,
+            self._commit(handle, report, rewrites, version, m, fold, seed,
                          stop if stop >= 0 else start, start, fold.lines - lines0)
             return True
         self.fold = None
         raise RuntimeError("log kept changing under a view refresh (concurrent cap rewrites)")
 
-    def _commit(self, handle, report, rewrites, version, m, fold, rebuild, offset, start, lines) -> None:
-        if rebuild:
+    def _commit(self, handle, report, rewrites, version, m, fold, seed, offset, start, lines) -> None:
+        """Adopt ``fold``; ``seed`` is ``(imported, evicted)`` after a rebuild, else None."""
+        if seed is not None:
             if not handle.read_only and fold.turns.index.base > 1:
                 self._prune_turns(fold.turns.index.base)
             self.fold = fold
+            self.imported, self.evicted = seed
             self.trajectory = Trajectory()
             self.generation = next(_generations)
             self._touched = (-1, b"[]")
@@ -211,8 +219,16 @@ class ViewState:
     def touched_json(self) -> bytes:
         fold = self.fold
         if self._touched[0] != fold.touched_changes:
-            self._touched = (fold.touched_changes, memory.render_paths(fold.touched))
+            imported = self.imported.touched
+            paths = fold.touched | imported if imported else fold.touched
+            self._touched = (fold.touched_changes, memory.render_paths(paths))
         return self._touched[1]
+
+    def no_events(self) -> bool:
+        """The log has no accepted event and nothing was ever evicted from it: a migrated
+        session's views are still its imported files, byte for byte."""
+        turns = self.fold.turns
+        return turns.event_count == 0 and turns.index.base == 1 and not self.evicted
 
     def source(self) -> dict:
         return {"events_len": self.offset, "event_count": self.fold.turns.event_count}
@@ -244,13 +260,22 @@ class ViewState:
 
 
 def _memory(st: ViewState, handle) -> bytes:
-    fold = st.fold
-    return memory.render(handle.session_id, fold.summary, fold.facts, st.touched_json(), st.generated_at,
+    fold, imported = st.fold, st.imported.memory
+    if imported is not None and st.no_events():
+        return imported
+    # an imported summary stands until a turn of this log closes
+    summary = fold.summary if imported is None or fold.turns.turn_count else st.imported.summary
+    return memory.render(handle.session_id, summary, fold.facts, st.touched_json(), st.generated_at,
                          st.created_at, st.source())
 
 
 def _trajectory(st: ViewState, handle) -> bytes:
-    return st.trajectory.render(st.fold.turns, st.fold.records)
+    imported = st.imported
+    if imported.trajectory is None:
+        return st.trajectory.render(st.fold.turns, st.fold.records)
+    if st.no_events():
+        return imported.trajectory
+    return imported.trajectory_prefix + st.trajectory.render(st.fold.turns, st.fold.records)
 
 
 def _summary(st: ViewState, handle) -> bytes:

@@ -8,7 +8,8 @@ newline (the tests check this).
 
 Decisions recorded here where the spec is silent:
 
-* Facts from eviction summaries come first, in summary-name order (chronological, see
+* Facts of an imported legacy ``memory.json`` come first (see :mod:`memfs.views.imported`).
+* Facts from eviction summaries come next, in summary-name order (chronological, see
   ``memfs.store.evict``), with ``"turn": null``, ``"offset": null``, ``"type": "evicted"`` and
   an extra ``"summary"`` field naming the summary file they came from. They are normalized
   again (idempotent for the default hook; a custom hook may write anything) and non-strings
@@ -65,14 +66,18 @@ class FactList:
     def __len__(self) -> int:
         return len(self.facts)
 
-    def add(self, text: str, turn: int | None, offset: int | None, ftype: str, summary: str | None = None) -> bool:
-        """Append a normalized fact unless it is a duplicate; True when it was added."""
+    def add(self, text: str, turn: int | None, offset: int | None, ftype: str,
+            origin: tuple[str, str] | None = None) -> bool:
+        """Append a normalized fact unless it is a duplicate; True when it was added.
+
+        ``origin`` ``(field, file name)`` adds that extra field, naming the file a fact that
+        does not come from the log came from (``"summary"``, ``"imported"``)."""
         if text in self.seen:
             return False
         self.seen.add(text)
         fact = {"fact": text, "turn": turn, "offset": offset, "type": ftype}
-        if summary is not None:
-            fact["summary"] = summary
+        if origin is not None:
+            fact[origin[0]] = origin[1]
         self.facts.append(fact)
         return True
 
@@ -113,12 +118,14 @@ def summary_names(session_dir: Path) -> list[str]:
     return sorted(n for n in names if n.startswith(SUMMARY_PREFIX) and n.endswith(".json"))
 
 
-def load_evicted_facts(session_dir: Path, facts: FactList) -> None:
-    """Add the grounded facts of every stored eviction summary to ``facts`` (first).
+def load_evicted_facts(session_dir: Path, facts: FactList) -> int:
+    """Add the grounded facts of every stored eviction summary to ``facts``; return how many
+    summaries the session has.
 
     An unreadable or malformed summary contributes nothing rather than failing the view.
     """
-    for name in summary_names(session_dir):
+    names = summary_names(session_dir)
+    for name in names:
         try:
             obj = orjson.loads(read_file(session_dir / DERIVED_DIR / name))
         except (OSError, orjson.JSONDecodeError):
@@ -130,7 +137,8 @@ def load_evicted_facts(session_dir: Path, facts: FactList) -> None:
             if isinstance(item, str):
                 text = normalize_fact(item)
                 if text:
-                    facts.add(text, None, None, EVICTED_TYPE, name)
+                    facts.add(text, None, None, EVICTED_TYPE, ("summary", name))
+    return len(names)
 
 
 def render(session_id: str, summary: str, facts: FactList, touched_files: bytes, generated_at: str,
