@@ -144,3 +144,15 @@ def test_symlinks_are_not_followed(workspace, tmp_path_factory):
 def test_a_workspace_without_legacy_folders(tmp_path):
     report = migrate_workspace(tmp_path)
     assert report.items == [] and not (tmp_path / ".vtcode").exists()
+
+
+def test_an_imported_session_stays_imported_after_appends(workspace):
+    """Appends rewrite the manifest (dropping ``imported_from``); gc must still see the import."""
+    migrate_workspace(workspace)
+    root = workspace / ".vtcode" / "sessions"
+    with memfs.open_session(root, "abc", durability="write") as h:
+        h.append({"type": "thread.completed", "thread_id": "t", "session_id": "abc", "subtype": "success",
+                  "outcome_code": "completed", "usage": {}, "num_turns": 0})
+    assert manifest(root, "abc")["status"] == "completed" and manifest(root, "abc")["turn_count"] == 0
+    report = gc(root, dry_run=True)
+    assert "abc" not in [r.name for r in report.removed if r.reason == "empty"]

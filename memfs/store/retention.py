@@ -26,7 +26,8 @@ Decisions recorded here:
 * Every rewrite and removal happens while holding the session's liveness lock, with the
   manifest re-read under it, so a session opened meanwhile is never touched.
 * ``updated_at`` that does not parse falls back to the manifest file's mtime.
-* A session imported by ``memfs migrate`` (its manifest carries ``imported_from``) holds its
+* A session imported by ``memfs migrate`` (its manifest carries ``imported_from``, or it has
+  the ``imported/`` folder once appends rewrote the manifest) holds its
   history in ``derived/`` with zero turns in the log; it is not an empty shell, so step 2
   skips it (steps 3 and 4 still apply).
 * Bytes freed are the sizes of the regular files removed.
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -151,8 +153,17 @@ def _manifest_info(session_dir: Path) -> tuple[SessionInfo, dict | None]:
     status = raw["status"] if type(raw.get("status")) is str else "unknown"
     info = SessionInfo(name, m.session_id, status, m.turn_count, m.event_count, m.created_at,
                        updated, ts if ts is not None else mtime, readable=True,
-                       imported="imported_from" in raw)
+                       imported="imported_from" in raw or _has_import(session_dir))
     return info, raw
+
+
+def _has_import(session_dir: Path) -> bool:
+    """The ``imported/`` copy ``memfs migrate`` leaves; it outlives the manifest's
+    ``imported_from``, which the log's own metadata rewrites drop."""
+    try:
+        return stat.S_ISDIR(os.lstat(session_dir / "imported").st_mode)
+    except OSError:
+        return False
 
 
 def _raw_id(session_dir: Path) -> str:
