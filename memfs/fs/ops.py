@@ -174,13 +174,20 @@ class Operations(pyfuse3.Operations):
         attr.st_blksize = 4096
         attr.st_blocks = (size + 511) // 512
         attr.st_uid, attr.st_gid = self.opts.uid, self.opts.gid
-        now = time.time_ns()
         attr.st_atime_ns = attr.st_ctime_ns = self.started
-        attr.st_mtime_ns = now if kind is not K.README else self.started
+        # Files' content changes: a fresh mtime and size at every stat (attr timeout 0).
+        # Directories' attributes never change; the kernel re-checks them on every path walk
+        # under default_permissions, so they are cached like the names in them.
+        attr.st_mtime_ns = self.started if kind in DIR_KINDS or kind is K.README else time.time_ns()
         static = kind in (K.ROOT, K.README, K.SESSIONS, K.INDEX, K.SEARCH) or (
             kind is K.SESSION and self.opts.single_session)
-        attr.attr_timeout = STATIC_TIMEOUT if static else 0
-        attr.entry_timeout = 0 if kind is K.QUERY else (STATIC_TIMEOUT if static else ENTRY_TIMEOUT)
+        if static:
+            attr.attr_timeout = attr.entry_timeout = STATIC_TIMEOUT
+        elif kind in DIR_KINDS:
+            attr.attr_timeout = attr.entry_timeout = ENTRY_TIMEOUT
+        else:
+            attr.attr_timeout = 0
+            attr.entry_timeout = 0 if kind is K.QUERY else ENTRY_TIMEOUT
         return attr
 
     # --- names -------------------------------------------------------------------------------
