@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -59,7 +60,7 @@ def build(config) -> tuple[Store, Operations]:
     return store, Operations(store, options, searcher=searcher)
 
 
-async def _serve(store: Store) -> None:
+async def _serve(store: Store, ops: Operations) -> None:
     async with trio.open_nursery() as nursery:
 
         async def stop_on_signal():
@@ -84,8 +85,19 @@ async def _serve(store: Store) -> None:
                     except Exception:
                         log.exception("persisting metadata of %s", handle.name)
 
+        async def warm_search_index():
+            warm = getattr(ops.searcher, "warm", None)
+            if warm is None:
+                return
+            for name in await trio.to_thread.run_sync(store.names):
+                try:  # one session per thread call: shutdown need not wait for the rest
+                    await trio.to_thread.run_sync(warm, [name])
+                except Exception:
+                    log.exception("warming the search index with %s", name)
+
         nursery.start_soon(stop_on_signal)
         nursery.start_soon(persist_coalesced_metadata)
+        nursery.start_soon(warm_search_index)
         await pyfuse3.main()
         nursery.cancel_scope.cancel()
 
@@ -97,6 +109,7 @@ def run(config) -> int:
     mountpoint = Path(config.mountpoint).expanduser()
     if not mountpoint.is_dir():
         raise MemfsError(f"mountpoint {mountpoint} is not a directory")
+    raise_fd_limit()
     store, ops = build(config)
     ready_w = None
     if config.daemon:
@@ -126,7 +139,7 @@ def run(config) -> int:
         os.write(ready_w, b"1")
         os.close(ready_w)
     try:
-        trio.run(_serve, store)
+        trio.run(_serve, store, ops)
     finally:
         try:
             views.flush()  # views copied to the backing store are written before we go
@@ -137,6 +150,17 @@ def run(config) -> int:
     if ready_w is not None:
         os._exit(0)
     return 0
+
+
+def raise_fd_limit() -> None:
+    """A server holds two descriptors per open session (log and lock): lift the soft limit
+    on open files to the hard one, as far as it goes."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+        except (ValueError, OSError):
+            log.warning("could not raise the open-files limit above %d", soft)
 
 
 def daemon_log_path() -> Path:

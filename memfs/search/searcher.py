@@ -108,7 +108,14 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
                             max_results=max_results if k is None else k,
                             min_score=min_score if min_score_ is None else min_score_)
 
+    def warm(names: list[str]) -> None:
+        """Index these sessions now (the mount warms the index in the background at start,
+        so the first whole-store query does not pay for building it)."""
+        with sync_lock:
+            refresh(names, whole_store=True)
+
     searcher.index = index  # for introspection (stats, tests)
+    searcher.warm = warm
     return searcher
 
 
