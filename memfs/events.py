@@ -385,8 +385,8 @@ def parse_line(raw: bytes) -> Record:
         raise ValidationError(_undecodable_reason(line, exc)) from None
     if line.find(10) >= 0:  # JSON may span lines; a stored line may not (find beats `in`)
         raise ValidationError(_NEWLINE_REASON)
-    if type(obj) is dict and type(obj.get("event")) is dict and type(obj.get("schema_version")) is str:
-        event, stored = obj["event"], line
+    if type(obj) is dict and type(event := obj.get("event")) is dict and type(obj.get("schema_version")) is str:
+        stored = line
     else:
         event, stored = _unwrap_slow(obj, line)
     etype = event.get("type")
@@ -424,9 +424,11 @@ def decode_stored(line: bytes) -> tuple[Kind, dict] | None:
     if type(event) is not dict or type(obj.get("schema_version")) is not str:
         return None
     etype = event.get("type")
+    if type(etype) is not str:  # (checked first: a list or an object is not even hashable)
+        return None
     kind = _KINDS.get(etype)
     if kind is None:
-        return (_OTHER, event) if type(etype) is str else None
+        return _OTHER, event
     try:
         _LIFECYCLE_CHECKS[etype](event)
     except _Bad:

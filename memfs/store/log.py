@@ -193,6 +193,13 @@ def _closing_lines(fd: int, start: int, end: int) -> Iterator[tuple[int, bytes]]
 class _Shared:
     """One open session in this process, shared by all of its handles."""
 
+    __slots__ = ("dir", "read_only", "durability", "mode", "max_events", "max_line_bytes", "summary_hook",
+                 "metadata_interval", "persist_gap", "mutex", "refs", "key", "pending", "meta_dirty",
+                 "last_persist", "last_change", "closed", "version", "persisted_version", "appended",
+                 "call_start", "in_batch", "mark_at", "rewrites", "dropped", "cache_on_disk", "_sync_cv",
+                 "_syncing", "fd", "lock_file", "report", "session_id", "created_at", "updated_at", "state",
+                 "flushed_len", "synced", "persist_at")
+
     def __init__(self, session_dir: Path, session_id: str, *, read_only: bool, durability: str,
                  max_events: int, max_line_bytes: int, summary_hook: SummaryHook | None,
                  metadata_interval: float):
@@ -387,8 +394,12 @@ class _Shared:
             except ValidationError as exc:
                 err = exc
         if record:
-            record_rejected(self.dir, raw, str(err), err.errno_name, pid)
+            self.refuse(raw, err, pid)
         raise err
+
+    def refuse(self, raw: bytes, err: ValidationError, pid: int | None) -> None:
+        """Record a refused line in ``rejected.jsonl`` (SPEC §3.8)."""
+        record_rejected(self.dir, raw, str(err), err.errno_name, pid)
 
     def append_one(self, record: Record) -> int:
         """One append call of one record (caller holds ``mutex``); return the offset to sync
@@ -399,8 +410,7 @@ class _Shared:
         leaves nothing to take back but the line itself.
         """
         self.last_change = _time()
-        line = record[0]
-        kind = record[3]
+        line, _, _, kind = record
         pending = self.pending
         offset = self.flushed_len + len(pending)
         end = offset + len(line) + 1
@@ -418,8 +428,7 @@ class _Shared:
                 exc.accepted = 0
                 raise
         apply(state, kind, offset, end, now_rfc3339() if kind is _TURN_STARTED else "")
-        self.appended += 1
-        self.version += 1
+        self.version += 1  # (``appended`` only counts inside batch calls, which use differences)
         if boundary or end >= self.persist_at:
             self.request_persist()
         if self.max_events and state.event_count > self.max_events:
@@ -756,9 +765,15 @@ class SessionHandle:
         1: it is in the log and what failed came after).
         """
         s = self._s
-        if self._closed or self._read_only:
+        if self._closed or self._read_only or s.closed or type(line) is not bytes or len(line) > s.max_line_bytes:
             self._writable()
-        record = s.check_line(line, pid)
+            record = s.check_line(line, pid)  # the general path, with every check and conversion
+        else:
+            try:
+                record = parse_line(line)
+            except ValidationError as err:
+                s.refuse(line, err, pid)
+                raise
         with s.mutex:
             sync_target = s.append_one(record)
         if sync_target:
