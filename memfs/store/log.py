@@ -60,7 +60,7 @@ from memfs.store import lock as liveness
 from memfs.store.evict import enforce_cap
 from memfs.store.lines import CHUNK, scan_chunks, scan_lines
 from memfs.store.machine import TurnState, apply, renumber
-from memfs.store.meta import (CACHE_MIN_ENTRIES, OPEN, CapMarker, Manifest, ManifestRead, TurnIndex, file_key,
+from memfs.store.meta import (CACHE_MIN_ENTRIES, CapMarker, Manifest, ManifestRead, TurnIndex, file_key,
                               format_rfc3339, now_rfc3339, read_manifest)
 from memfs.store.paths import (
     CAP_MARKER,
@@ -293,7 +293,7 @@ class _Shared:
 
         if not reason:
             if manifest.in_turn:
-                old_index.outcome[-1] = OPEN
+                old_index.mark_last_open()
             self.state = TurnState(old_index, manifest.turn_count, manifest.event_count,
                                    manifest.status, manifest.in_turn)
         else:
@@ -341,7 +341,7 @@ class _Shared:
             except FileNotFoundError:
                 index = None
             if index is not None:
-                index.json_source = lambda: _read_if_unchanged(path, key)
+                index.set_json_source(lambda: _read_if_unchanged(path, key))
                 self.report.index_source = "turns.cache"
                 return index
         try:

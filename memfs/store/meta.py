@@ -155,7 +155,7 @@ class TurnIndex:
     """
 
     __slots__ = ("base", "start", "end", "count", "_ts", "_ts_blob", "outcome", "_json", "_json_n",
-                 "json_source", "entries_checked")
+                 "json_source", "_source_shape", "entries_checked")
 
     def __init__(self, base: int = 1):
         self.base = base
@@ -170,6 +170,7 @@ class TurnIndex:
         # returns the bytes of the turns.json these entries were read from (None when it is
         # gone or changed): used once, to reuse the closed entries' JSON instead of rendering
         self.json_source: Callable[[], bytes | None] | None = None
+        self._source_shape = (0, 0)  # (entries, closed entries) when json_source was set
         # True when the entries come from a turns.cache: their own order was checked when the
         # in-memory index they copy was built (see the module docstring)
         self.entries_checked = False
@@ -222,6 +223,21 @@ class TurnIndex:
         self.ts.append(ts)
         self.outcome.append(OPEN)
 
+    def set_json_source(self, source: Callable[[], bytes | None]) -> None:
+        """Where to find the ``turns.json`` these entries were just read from (see to_json)."""
+        self.json_source = source
+        self._source_shape = (len(self.start), self.closed_count())
+
+    def mark_last_open(self) -> None:
+        """The last entry is the open turn (the manifest says ``in_turn``): JSON adopted for it
+        as a closed entry (an index of another writer has no outcomes) is dropped."""
+        n = len(self.start)
+        self.outcome[-1] = OPEN
+        if self._json_n >= n:
+            self._json, self._json_n = bytearray(), 0
+        entries, closed = self._source_shape
+        self._source_shape = (entries, min(closed, entries - 1))
+
     def _forget_json(self) -> None:
         self._json, self._json_n, self.json_source = bytearray(), 0, None
 
@@ -261,7 +277,7 @@ class TurnIndex:
         if self.json_source is not None:
             source, self.json_source = self.json_source, None
             if self._json_n == 0:
-                self._adopt_json(source(), closed)
+                self._adopt_json(source(), *self._source_shape)
         if closed < self._json_n:  # an entry was reopened: cannot happen, but stay correct
             self._json, self._json_n = bytearray(), 0
         for i in range(self._json_n, closed):
@@ -274,11 +290,12 @@ class TurnIndex:
             tail = (b"," if self._json else b"") + orjson.dumps(self.entry(n - 1))
         return _ENTRIES_HEAD, memoryview(self._json), tail + _ENTRIES_TAIL
 
-    def _adopt_json(self, data: bytes | None, closed: int) -> None:
-        """Take the JSON of the first ``closed`` entries from ``data``, the ``turns.json``
-        that holds exactly these entries, when it is in the compact form memfs writes."""
-        n = len(self.start)
-        if not data or not closed or not data.startswith(_ENTRIES_HEAD) or not data.endswith(_ENTRIES_TAIL):
+    def _adopt_json(self, data: bytes | None, n: int, closed: int) -> None:
+        """Take the JSON of the first ``closed`` entries from ``data``, a ``turns.json`` that
+        holds exactly the first ``n`` of these entries (only the last may be open), when it is
+        in the compact form memfs writes."""
+        if not data or not closed or closed < n - 1 or not data.startswith(_ENTRIES_HEAD) \
+                or not data.endswith(_ENTRIES_TAIL):
             return
         body = memoryview(data)[len(_ENTRIES_HEAD) : -len(_ENTRIES_TAIL)]
         if closed < n:  # cut the open last entry off, and make sure that is what was cut
@@ -289,7 +306,7 @@ class TurnIndex:
                 last = orjson.loads(body[cut + 1 :])
             except orjson.JSONDecodeError:
                 return
-            if type(last) is not dict or last.get("turn_number") != self.last_ordinal:
+            if type(last) is not dict or last.get("turn_number") != self.base + n - 1:
                 return
             body = body[:cut]
         self._json, self._json_n = bytearray(body), closed
@@ -316,7 +333,7 @@ class TurnIndex:
             return None
         if numbers != list(range(idx.base, idx.base + len(numbers))):
             return None
-        idx._adopt_json(data, idx.closed_count())
+        idx._adopt_json(data, len(idx), idx.closed_count())
         return idx
 
     def to_cache(self, key: list[int]) -> bytes | None:
