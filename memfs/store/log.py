@@ -294,6 +294,8 @@ class _Shared:
         if not reason:
             if manifest.in_turn:
                 old_index.mark_last_open()
+            elif not len(old_index):  # an empty index does not say where numbering goes on
+                old_index.rebase(manifest.retained_turn_base)
             self.state = TurnState(old_index, manifest.turn_count, manifest.event_count,
                                    manifest.status, manifest.in_turn)
         else:
@@ -898,6 +900,12 @@ class SessionHandle:
             if decoded is not None:
                 events.append(decoded[1])
         return events
+
+    def hold(self) -> threading.RLock:
+        """A context manager under which the log does not change: other threads' appends and
+        cap rewrites wait until it exits. A reader's last resort against a log rewritten at
+        nearly every append (a small cap under many writers); keep it short."""
+        return self._s.mutex
 
     def iter_lines(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, bytes]]:
         """Stream ``(offset, line)`` over the log's complete lines from ``start``.
