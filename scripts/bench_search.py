@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import sqlite3
 import statistics
@@ -305,6 +306,9 @@ def bench_fts5(corpus: Corpus, queries, limit=None):
     return build_s, lat
 
 
+RESULTS: dict[str, dict] = {}  # what --json writes, by table title
+
+
 def compare(title, sessions, queries, args, scope=None, heavy_limit=None):
     table = []
     index, build_s, lat, tops, mem = bench_memfs(sessions, queries, scope)
@@ -320,6 +324,8 @@ def compare(title, sessions, queries, args, scope=None, heavy_limit=None):
         f = bench_fts5(corpus, queries, limit=heavy_limit)
         row(table, "alt: FTS5 candidates only", f[0], f[1])
     print_table(title, table)
+    RESULTS[title] = {"memfs_p50_ms": pct(lat, .5), "memfs_p99_ms": pct(lat, .99),
+                      "bm25s_p50_ms": pct(b[1], .5), "rank_bm25_p50_ms": pct(r[1], .5), "memfs_build_s": build_s}
     n_heavy = len(queries) if heavy_limit is None else min(heavy_limit, len(queries))
     print(f"  {len(queries)} queries; rank_bm25 and the alternatives on the first {n_heavy}. "
           f"top6 raw / rr: mean share of memfs's top {K} found in the engine's own top {K} / in "
@@ -353,7 +359,6 @@ RERANK = 60
 
 
 def main() -> None:
-    global RERANK
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--small", type=int, default=10_000)
     ap.add_argument("--large", type=int, default=1_000_000)
@@ -366,7 +371,35 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--skip-large", action="store_true")
     ap.add_argument("--no-alternatives", dest="alternatives", action="store_false")
+    ap.add_argument("--json", help="also write results and goals here (for scripts/bench.py)")
     args = ap.parse_args()
+    try:
+        run(args)
+    finally:
+        if args.json:
+            write_json(args)
+
+
+def write_json(args) -> None:
+    goals = {}
+    for title, r in RESULTS.items():
+        if title.startswith("per-session"):
+            goals[f"search: per-session p50 < 5 ms at {args.small:,} facts"] = {
+                "measured": f"{r['memfs_p50_ms']:.2f} ms", "met": r["memfs_p50_ms"] < 5}
+        elif title.startswith("root"):
+            goals[f"search: root p50 < 50 ms at {args.large:,} facts"] = {
+                "measured": f"{r['memfs_p50_ms']:.2f} ms", "met": r["memfs_p50_ms"] < 50}
+    if "update_p50_ms" in UPDATES:
+        goals["search: index update after one fact < 1 ms"] = {
+            "measured": f"{UPDATES['update_p50_ms']:.3f} ms", "met": UPDATES["update_p50_ms"] < 1}
+    Path(args.json).write_text(json.dumps({"results": RESULTS | {"updates": UPDATES}, "goals": goals}, indent=2))
+
+
+UPDATES: dict[str, float] = {}
+
+
+def run(args) -> None:
+    global RERANK
     RERANK = args.rerank
     rng = np.random.default_rng(args.seed)
     vocab = make_vocab(rng, args.vocab)
@@ -378,6 +411,7 @@ def main() -> None:
     index = compare(f"per-session query, one session of {args.small:,} facts (goal p50 < 5 ms)",
                     small, queries, args, scope=["solo"])
     ext, sync = bench_updates(index, "solo", rng, vocab)
+    UPDATES["update_p50_ms"] = pct(sync, .5)
     print(f"  update, one appended fact (goal < 1 ms): extend_session p50 {pct(ext, .5):.3f} ms, "
           f"p99 {pct(ext, .99):.3f} ms; sync_session p50 {pct(sync, .5):.3f} ms, p99 {pct(sync, .99):.3f} ms")
     del index, small
