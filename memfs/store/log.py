@@ -411,6 +411,8 @@ class _Shared:
         boundary, 64 KiB — the bytes are written *before* the state changes, so a failed write
         leaves nothing to take back but the line itself.
         """
+        if self.closed:  # the last handle was closed while this append was validating
+            raise SessionClosed("session handle is closed")
         self.last_change = _time()
         line, _, _, kind = record
         pending = self.pending
@@ -520,6 +522,8 @@ class _Shared:
 
     def begin(self) -> None:
         """Start of one batch call (caller holds ``mutex``); :meth:`end` must follow."""
+        if self.closed:
+            raise SessionClosed("session handle is closed")
         self.last_change = _time()
         self.call_start = self.appended
         self.in_batch = True
