@@ -474,3 +474,31 @@ def test_session_ids_are_sanitized_and_kept_raw_in_the_manifest(tmp_path):
         assert h.session_id == "../escape attempt"
     assert disk_manifest(tmp_path / "_escape_attempt")["session_id"] == "../escape attempt"
     assert not (tmp_path.parent / "escape attempt").exists()
+
+
+@pytest.mark.parametrize("durability", ["buffered", "write"])
+def test_a_failed_write_takes_back_only_the_failing_line(tmp_path, monkeypatch, durability):
+    import errno
+
+    import memfs.store.log as store_log
+
+    real_write = os.write
+
+    def torn_write(fd, data):  # writes a few bytes, then the disk is full
+        real_write(fd, bytes(data[:10]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with open_s(tmp_path, durability=durability) as h:
+        h.append(START)
+        h.append(msg("a"))
+        before = (h.manifest, h.turn_index, h.version)
+        monkeypatch.setattr(store_log, "_write", torn_write)
+        with pytest.raises(OSError) as info:
+            h.append(DONE)  # a boundary: written now, in every mode
+        assert info.value.errno == errno.ENOSPC and info.value.accepted == 0
+        assert (h.manifest, h.turn_index) == before[:2]
+        assert (tmp_path / "s" / "events.jsonl").stat().st_size == (0 if durability == "buffered" else h.file_len)
+        monkeypatch.setattr(store_log, "_write", real_write)
+        h.append(DONE)
+        assert h.manifest["turn_count"] == 1 and h.manifest["event_count"] == 3
+    assert log_lines(tmp_path / "s") == [START, msg("a"), DONE]
