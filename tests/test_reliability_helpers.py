@@ -52,14 +52,16 @@ def assert_consistent(session_dir: Path) -> list[bytes]:
     return data.splitlines()
 
 
-# argv: events.jsonl path, writer name, acks file, number of lines (0: until a write fails),
-# lines per turn (0: no turns). Each line is an envelope (stored byte for byte) whose item id
-# is "<name>-<n>"; its turn.started / turn.completed lines carry the same numbering, so every
-# line of every writer is distinct. A line is acknowledged (one os.write of "<n>\n" to the
-# acks file, which survives the writer) only after its write() returned its full length.
+# argv: events.jsonl path, writer name, acks file, number of lines (0: until a write fails or
+# the stop file exists), lines per turn (0: no turns), stop file (optional). Each line is an
+# envelope (stored byte for byte) whose item id is "<name>-<n>"; its turn.started and
+# turn.completed lines carry the same numbering, so every line of every writer is distinct.
+# A line is acknowledged (one os.write of "<n>\n" to the acks file, which survives the
+# writer) only after its write() returned its full length.
 WRITER = r'''
 import errno, os, sys
 path, name, acks, count, per_turn = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+stop = sys.argv[6] if len(sys.argv) > 6 else None
 ack = os.open(acks, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 fd = os.open(path, os.O_WRONLY | os.O_APPEND)
 def line(n):
@@ -72,7 +74,7 @@ def line(n):
                    '"text":"writer %s line %d retry loop"}}}\n' % (name, n, name, n))
 n = 0
 try:
-    while not count or n < count:
+    while (not count or n < count) and not (stop and os.path.exists(stop)):
         data = line(n).encode()
         if os.write(fd, data) != len(data):
             sys.exit("short write of a valid line")
@@ -85,8 +87,10 @@ except OSError as exc:
 '''
 
 
-def start_writer(events: Path, name: str, acks: Path, count: int = 0, per_turn: int = 0) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", WRITER, str(events), name, str(acks), str(count), str(per_turn)],
+def start_writer(events: Path, name: str, acks: Path, count: int = 0, per_turn: int = 0,
+                 stop: Path | None = None) -> subprocess.Popen:
+    args = [str(events), name, str(acks), str(count), str(per_turn)] + ([str(stop)] if stop else [])
+    return subprocess.Popen([sys.executable, "-c", WRITER, *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 

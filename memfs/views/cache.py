@@ -49,6 +49,9 @@ TURNS_DIR = "turns"
 
 # Folding this many bytes or more pauses the cyclic garbage collector (see _gc_paused).
 BULK_BYTES = 1 << 20
+# Refresh attempts; the last two hold the log still (SessionHandle.hold), so the refresh
+# always ends: a held incremental fold that disagrees is followed by a held rebuild.
+ATTEMPTS = 5
 
 
 @contextlib.contextmanager
@@ -121,42 +124,45 @@ class ViewState:
                 and handle.version == self.version):
             return False
         force = False
-        for _attempt in range(4):
-            rewrites, version = handle.rewrites, handle.version
-            m = handle.manifest
-            end = m["persisted_file_len"]
-            rebuild = (force or self.fold is None or report is not self.report
-                       or rewrites != self.rewrites or end < self.offset)
-            fold, start = (Fold(m["retained_turn_base"]), 0) if rebuild else (self.fold, self.offset)
-            seed = None
-            if rebuild:
-                imported = load_imported(self.path, fold.facts)
-                seed = (imported, load_evicted_facts(self.path, fold.facts))
-            lines0 = fold.lines
-            try:
-                with _gc_paused(end - start > BULK_BYTES):
-                    stop = fold.feed(handle.iter_lines(start, end))
-            except BaseException as exc:
-                self.fold = None  # possibly half-fed: the next refresh rebuilds
-                if isinstance(exc, OSError) and handle.rewrites != rewrites:
-                    continue  # the file was replaced under us: start over
-                raise
-            if handle.rewrites != rewrites:
-                self.fold = None
-                continue
-            turns = fold.turns
-            agrees = (turns.in_turn == m["in_turn"]
-                      and turns.index.last_ordinal == m["turn_count"] + (1 if m["in_turn"] else 0))
-            if not rebuild and not agrees and self.agrees:
-                force = True  # our incremental fold disagrees with the store: redo it whole
-                continue
-            if rebuild:
-                # a whole fold that disagrees (an index written by another writer that counts
-                # lines differently) is trusted as is, and not re-checked until the next rebuild
-                self.agrees = agrees
-            self._commit(handle, report, rewrites, version, m, fold, seed,
-                         stop if stop >= 0 else start, start, fold.lines - lines0)
-            return True
+        for attempt in range(ATTEMPTS):
+            # a log rewritten at nearly every append (a small cap, many writers) could starve
+            # the lock-free attempts: the last ones hold the log still while they fold
+            with handle.hold() if attempt >= ATTEMPTS - 2 else contextlib.nullcontext():
+                rewrites, version = handle.rewrites, handle.version
+                m = handle.manifest
+                end = m["persisted_file_len"]
+                rebuild = (force or self.fold is None or report is not self.report
+                           or rewrites != self.rewrites or end < self.offset)
+                fold, start = (Fold(m["retained_turn_base"]), 0) if rebuild else (self.fold, self.offset)
+                seed = None
+                if rebuild:
+                    imported = load_imported(self.path, fold.facts)
+                    seed = (imported, load_evicted_facts(self.path, fold.facts))
+                lines0 = fold.lines
+                try:
+                    with _gc_paused(end - start > BULK_BYTES):
+                        stop = fold.feed(handle.iter_lines(start, end))
+                except BaseException as exc:
+                    self.fold = None  # possibly half-fed: the next refresh rebuilds
+                    if isinstance(exc, OSError) and handle.rewrites != rewrites:
+                        continue  # the file was replaced under us: start over
+                    raise
+                if handle.rewrites != rewrites:
+                    self.fold = None
+                    continue
+                turns = fold.turns
+                agrees = (turns.in_turn == m["in_turn"]
+                          and turns.index.last_ordinal == m["turn_count"] + (1 if m["in_turn"] else 0))
+                if not rebuild and not agrees and self.agrees:
+                    force = True  # our incremental fold disagrees with the store: redo it whole
+                    continue
+                if rebuild:
+                    # a whole fold that disagrees (an index written by another writer that counts
+                    # lines differently) is trusted as is, and not re-checked until the next rebuild
+                    self.agrees = agrees
+                self._commit(handle, report, rewrites, version, m, fold, seed,
+                             stop if stop >= 0 else start, start, fold.lines - lines0)
+                return True
         self.fold = None
         raise RuntimeError("log kept changing under a view refresh (concurrent cap rewrites)")
 
