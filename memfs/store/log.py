@@ -413,17 +413,25 @@ class _Shared:
         """
         if self.closed:  # the last handle was closed while this append was validating
             raise SessionClosed("session handle is closed")
-        self.last_change = _time()
         line, _, _, kind = record
         pending = self.pending
         offset = self.flushed_len + len(pending)
         end = offset + len(line) + 1
-        pending += line
-        pending += b"\n"
         state = self.state
         boundary = _BOUNDARY[kind]
         mode = self.mode
-        if mode or boundary or len(pending) >= BUFFER_LIMIT:
+        if not (mode or boundary or end - self.flushed_len >= BUFFER_LIMIT):
+            pending += line
+            pending += b"\n"
+        elif not pending:  # the usual write-mode case: straight to the file
+            try:
+                self._write_out(line + b"\n")
+            except OSError as exc:
+                exc.accepted = 0
+                raise
+        else:
+            pending += line
+            pending += b"\n"
             try:
                 self.write_pending()
             except OSError as exc:
@@ -431,6 +439,7 @@ class _Shared:
                 self.pending = self.pending[: len(pending) - len(line) - 1]
                 exc.accepted = 0
                 raise
+        self.last_change = _time()
         apply(state, kind, offset, end, now_rfc3339() if kind is _TURN_STARTED else "")
         self.version += 1  # (``appended`` only counts inside batch calls, which use differences)
         if boundary or end >= self.persist_at:
@@ -473,21 +482,24 @@ class _Shared:
 
     def write_pending(self) -> None:
         """Write the buffered bytes; on failure cut the file back to what it held before."""
-        pending = self.pending
-        if pending:
-            try:
-                n = _write(self.fd, pending)
-                if n != len(pending):
-                    write_all(self.fd, memoryview(pending)[n:])
-            except OSError:
-                # part of the bytes may be in the file: cut them, so the next append cannot
-                # merge into a torn line (O_APPEND writes at the file's real end)
-                os.ftruncate(self.fd, self.flushed_len)
-                raise
-            self.flushed_len += len(pending)
+        if self.pending:
+            self._write_out(self.pending)
             self.pending = bytearray()
         if self.in_batch:
             self.mark()
+
+    def _write_out(self, data: bytes | bytearray) -> None:
+        """Append ``data`` to the file whole, or raise with the file as it was."""
+        try:
+            n = _write(self.fd, data)
+            if n != len(data):
+                write_all(self.fd, memoryview(data)[n:])
+        except OSError:
+            # part of the bytes may be in the file: cut them, so the next append cannot
+            # merge into a torn line (O_APPEND writes at the file's real end)
+            os.ftruncate(self.fd, self.flushed_len)
+            raise
+        self.flushed_len += len(data)
 
     def durable(self) -> None:
         """Write the buffered bytes and return once the whole log is on disk."""
