@@ -161,7 +161,7 @@ def test_hostile_input_through_the_mount(fuzz_mount):
     m = fuzz_mount
     counter = itertools.count()
 
-    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(lines=lines, sizes=write_sizes, terminated=st.booleans())
     def run(lines, sizes, terminated):
         session = m.mnt / "sessions" / f"f{next(counter)}"
