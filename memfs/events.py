@@ -121,6 +121,33 @@ _INLINE = {id(STR): "type(v) is str", id(BOOL): "type(v) is bool", id(INT): "typ
            id(NUMBER): "type(v) is int or type(v) is float"}
 
 _MISSING = object()
+_TYPE_ONLY = {id(STR): "str", id(BOOL): "bool", id(INT): "int", id(OBJECT): "dict"}
+
+
+def _check_lines(required: dict, optional: dict, prefix: str, extras: tuple, var: str, indent: str,
+                 env: dict) -> list[str]:
+    """Source lines checking the fields of the object in ``var`` (see :func:`_compile`)."""
+    lines = []
+    for name, check in [*required.items(), *optional.items()]:
+        test = _INLINE.get(id(check))
+        if test is None:
+            key = f"p{len(env)}"
+            env[key] = check[0]
+            test = f"{key}(v)"
+        if name in required and id(check) in _TYPE_ONLY:  # a missing field reads None: not T
+            cond = f"type({var}.get({name!r})) is not {_TYPE_ONLY[id(check)]}"
+        elif name in required:
+            lines.append(f"{indent}v = {var}.get({name!r}, _MISSING)")
+            cond = f"v is _MISSING or not ({test})"
+        else:
+            lines.append(f"{indent}v = {var}.get({name!r})")
+            cond = f"v is not None and not ({test})"
+        lines.append(f"{indent}if {cond}: raise _Bad({prefix + name!r}, {check[1]!r})")
+    for extra in extras:
+        key = f"x{len(env)}"
+        env[key] = extra
+        lines.append(f"{indent}{key}({var})")
+    return lines
 
 
 def _compile(required: dict, optional: dict, prefix: str,
@@ -131,24 +158,9 @@ def _compile(required: dict, optional: dict, prefix: str,
     null; then each of ``extras`` is called with the object. One generated function per
     table, so a valid event costs one Python call.
     """
-    lines = ["def check(obj):"]
     env: dict[str, Any] = {"_Bad": _Bad, "_MISSING": _MISSING}
-    for n, (name, check) in enumerate([*required.items(), *optional.items()]):
-        test = _INLINE.get(id(check))
-        if test is None:
-            env[f"p{n}"] = check[0]
-            test = f"p{n}(v)"
-        if name in required:
-            lines.append(f"    v = obj.get({name!r}, _MISSING)")
-            cond = f"v is _MISSING or not ({test})"
-        else:
-            lines.append(f"    v = obj.get({name!r})")
-            cond = f"v is not None and not ({test})"
-        lines.append(f"    if {cond}: raise _Bad({prefix + name!r}, {check[1]!r})")
-    for n, extra in enumerate(extras):
-        env[f"x{n}"] = extra
-        lines.append(f"    x{n}(obj)")
-    lines.append("    return None")
+    lines = ["def check(obj):", *_check_lines(required, optional, prefix, extras, "obj", "    ", env),
+             "    return None"]
     exec("\n".join(lines), env)
     return env["check"]
 
@@ -214,19 +226,26 @@ _ITEM_FIELDS: dict[str, tuple[dict, dict, tuple]] = {
     "error": ({"message": STR}, {}, ()),
 }
 
-_ITEM_CHECKS = {
-    t: _compile({**_ITEM_BASE[0], **req}, {**_ITEM_BASE[1], **opt}, "item.", extras)
-    for t, (req, opt, extras) in _ITEM_FIELDS.items()
-}
-_check_item_base = _compile(*_ITEM_BASE, "item.")  # an item of an unknown type
+def _compile_item_event() -> Callable[[dict], None]:
+    """The whole check of an ``item.*`` event as one generated function: the item must be an
+    object; then by its ``type`` (most common first), that type's fields — an unknown type
+    gets only the base checks (``id``, ``type``, ``context``)."""
+    env: dict[str, Any] = {"_Bad": _Bad, "_MISSING": _MISSING}
+    lines = ["def check(event):",
+             "    item = event.get('item')",
+             "    if type(item) is not dict: raise _Bad('item', 'an object')",
+             "    t = item.get('type')"]
+    for itype, (req, opt, extras) in _ITEM_FIELDS.items():
+        # (reaching this branch proves "type": no need to test it again)
+        lines.append(f"    if t == {itype!r}:")
+        lines += _check_lines({"id": STR, **req}, {**_ITEM_BASE[1], **opt}, "item.", extras, "item", "        ", env)
+        lines.append("        return None")
+    lines += _check_lines(*_ITEM_BASE, "item.", (), "item", "    ", env)
+    exec("\n".join(lines), env)
+    return env["check"]
 
 
-def _check_item_event(event: dict) -> None:
-    """The whole check of ``item.*`` events (no other fields): one call, then the item's."""
-    item = event.get("item")
-    if type(item) is not dict:
-        raise _Bad("item", "an object")
-    _ITEM_CHECKS.get(item.get("type"), _check_item_base)(item)
+_check_item_event = _compile_item_event()
 
 
 def _usage_required(event: dict) -> None:
@@ -376,9 +395,7 @@ def parse_line(raw: bytes) -> Record:
     """
     # The common case (a well-formed envelope) is the straight path through this function;
     # everything unusual is handled out of line.
-    line = raw[:-1] if raw[-1:] == b"\n" else raw
-    if line[-1:] == b"\r":
-        line = line[:-1]
+    line = raw if raw[-1:] == b"}" else strip_line(raw)
     try:
         obj = _loads(line)
     except _JSONDecodeError as exc:
@@ -392,18 +409,20 @@ def parse_line(raw: bytes) -> Record:
     etype = event.get("type")
     if type(etype) is not str:
         raise ValidationError('event: "type" must be a string')
-    check = _EVENT_CHECKS.get(etype)
+    check, kind = _CHECK_AND_KIND.get(etype, _UNKNOWN_TYPE)
     if check is not None:
         try:
             check(event)
         except _Bad as bad:
             raise ValidationError(f'{etype}: "{bad.path}" must be {bad.what}') from None
-    return _new_record(Record, (stored, etype, event, _KINDS.get(etype, _OTHER)))
+    return _new_record(Record, (stored, etype, event, kind))
 
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 _KINDS = LIFECYCLE_KINDS
+_CHECK_AND_KIND = {etype: (check, LIFECYCLE_KINDS.get(etype, _OTHER)) for etype, check in _EVENT_CHECKS.items()}
+_UNKNOWN_TYPE = (None, _OTHER)
 _LIFECYCLE_CHECKS = {etype: _EVENT_CHECKS[etype] for etype in LIFECYCLE_KINDS}
 
 
