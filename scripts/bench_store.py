@@ -15,7 +15,7 @@ Workloads (every event line is exactly 300 bytes with its newline):
   bare ``rescan()`` of the same bytes;
 * fast-path open: a 1,000,000-event / 100,000-turn log written directly, opened once to write
   its metadata, then ``open_session`` timed (median of 7), with and without ``turns.cache``;
-* rescan memory: peak RSS (``ru_maxrss``) of a fresh process that opens a 1 GB log with no
+* rescan memory: peak RSS (``VmHWM``) of a fresh process that opens a 1 GB log with no
   metadata, next to the RSS of one that only imports memfs.
 
 Big files go under ``--dir`` (default: a temporary directory in /tmp) and are deleted at the
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -237,17 +236,24 @@ def bench_fast_open(work: Path, events: int, turn: int, samples: int) -> dict:
     return out
 
 
+# Peak RSS is the child's VmHWM (this address space's high-water mark, in kB). ru_maxrss would
+# also count the benchmark process itself: a forked child inherits its parent's maximum.
 RSS_CHILD = """
-import resource, sys, time
+import sys, time
 import memfs
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+def hwm():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+base = hwm()
 if sys.argv[2] == "open":
     t = time.perf_counter()
     h = memfs.open_session(sys.argv[1], "s", max_events=0)
     assert not h.open_report.fast_path
     print(h.open_report.scanned_bytes, time.perf_counter() - t, end=" ")
     h.close()
-print(base, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(base, hwm())
 """
 
 
