@@ -230,3 +230,17 @@ def test_crash_after_each_step_recovers_with_stable_ordinals(tmp_path, step, int
         h.append(START)  # the cap applies again and the ordinals go on
         assert h.manifest["retained_turn_base"] >= 2
         assert h.turn_index[-1]["turn_number"] == 4
+
+
+def test_eviction_copies_without_copy_file_range(tmp_path, monkeypatch):
+    import errno
+
+    def unsupported(*args):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "copy_file_range", unsupported)
+    lines = [*turn("t1"), *turn("t2"), START]
+    with open_s(tmp_path, max_events=5) as h:
+        h.append_many(lines)
+        assert h.manifest["retained_turn_base"] == 2
+    assert log_lines(tmp_path / "s") == lines[4:]

@@ -11,13 +11,16 @@ right after it:
 5. atomically replace ``events.jsonl`` with ``[cut, end)``;
 6. shift offsets and counts, persist metadata, delete the marker.
 
-Decision: the default summary keeps the *first* 32 distinct facts of the evicted events, in
+Decisions: the default summary keeps the *first* 32 distinct facts of the evicted events, in
 log order. Summary names carry the creation time in their first 16 hex digits, so sorting the
-names sorts them chronologically.
+names sorts them chronologically. A crash between steps 3 and 5 leaves a summary of events
+that are still in the log; the retry after the next append writes another one (readers of the
+summaries drop duplicate facts), which is preferred over losing the summary of a rewrite.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections import Counter
@@ -28,9 +31,10 @@ import orjson
 from memfs.errors import CapRewriteError
 from memfs.events import decode_stored
 from memfs.facts import event_facts
-from memfs.store.lines import scan_lines
+from memfs.store.lines import CHUNK, scan_lines
 from memfs.store.meta import CapMarker, now_rfc3339
-from memfs.store.paths import CAP_MARKER, DERIVED_DIR, EVENTS, atomic_write, ensure_private_dir, open_nofollow, remove_file
+from memfs.store.paths import (CAP_MARKER, DERIVED_DIR, EVENTS, atomic_write, ensure_private_dir, open_nofollow,
+                               remove_file, write_all)
 
 SUMMARY_PREFIX = "eviction-summary-"
 SUMMARY_MAX_FACTS = 32
@@ -112,7 +116,14 @@ def enforce_cap(s) -> None:
     def copy_remainder(dst: int) -> None:
         pos = cut
         while pos < file_len:
-            n = os.copy_file_range(old_fd, dst, file_len - pos, pos)
+            try:
+                n = os.copy_file_range(old_fd, dst, file_len - pos, pos)
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                data = os.pread(old_fd, min(file_len - pos, CHUNK), pos)  # no in-kernel copy here
+                write_all(dst, data)
+                n = len(data)
             if n == 0:
                 raise OSError("log shrank during a cap rewrite")
             pos += n
