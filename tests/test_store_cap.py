@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from memfs.errors import CapRewriteError, TurnNotFound
-from store_helpers import DONE, START, disk_index, log_lines, msg, open_s, run_python, state_of, turn
+from store_helpers import DONE, START, disk_index, env, log_lines, msg, open_s, run_python, state_of, turn
 
 HELPERS = {"PYTHONPATH": os.path.dirname(__file__)}
 
@@ -244,3 +244,17 @@ def test_eviction_copies_without_copy_file_range(tmp_path, monkeypatch):
         h.append_many(lines)
         assert h.manifest["retained_turn_base"] == 2
     assert log_lines(tmp_path / "s") == lines[4:]
+
+
+def test_status_set_by_an_evicted_event_survives_a_rescan(tmp_path):
+    sdir = tmp_path / "s"
+    with open_s(tmp_path, max_events=1) as h:
+        h.append_many([START, env("thread.completed", thread_id="t", session_id="s", subtype="success",
+                                  outcome_code="completed", usage={}, num_turns=1), DONE])
+        assert (h.manifest["status"], h.manifest["event_count"]) == ("completed", 0)
+    (sdir / "index" / "turns.json").unlink()
+    with open_s(tmp_path, max_events=1) as h:
+        assert not h.open_report.fast_path
+        assert h.manifest["status"] == "completed"
+        h.append(START)  # an event that sets the status still wins
+        assert h.manifest["status"] == "active"

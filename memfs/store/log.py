@@ -121,14 +121,16 @@ class OpenReport:
     index_source: str = ""  # fast path: "turns.json", or "turns.cache" (see memfs.store.meta)
 
 
-def rescan(fd: int, file_len: int, report: OpenReport) -> TurnState:
+def rescan(fd: int, file_len: int, report: OpenReport, status: str = "active") -> TurnState:
     """Rebuild the turn state from the log's bytes ``[0, file_len)``, numbering turns from 1.
 
-    Never fails on content: lines :func:`decode_stored` refuses are skipped (their bytes still
-    advance offsets). Streams the file a chunk at a time: memory stays bounded by the chunk,
-    the longest line and a few bytes per turn.
+    ``status`` is the session's status before the log's first line: it stands when no line of
+    the log sets one (an open passes the old manifest's: the event that set it may have been
+    evicted). Never fails on content: lines :func:`decode_stored` refuses are skipped (their
+    bytes still advance offsets). Streams the file a chunk at a time: memory stays bounded by
+    the chunk, the longest line and a few bytes per turn.
     """
-    state = TurnState()
+    state = TurnState(status=status)
     ts = now_rfc3339()
     decode = decode_stored
     scanned = skipped = 0
@@ -302,7 +304,8 @@ class _Shared:
             report.fast_path = False
             report.reason = reason
             report.index_source = ""
-            state = rescan(self.fd, file_len, report) if self.fd is not None else TurnState()
+            status = manifest.status if manifest is not None else "active"
+            state = rescan(self.fd, file_len, report, status) if self.fd is not None else TurnState(status=status)
             if marker is not None and marker.matches(file_len):
                 report.recovered_marker = True
             renumber(state, _rescan_base(state, old, old_index, marker, file_len))
