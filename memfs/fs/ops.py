@@ -41,6 +41,9 @@ from memfs.store.root import Store
 # Seconds the kernel may cache: names that never change vs. anything that does.
 STATIC_TIMEOUT = 60.0
 ENTRY_TIMEOUT = 1.0
+# Generated in a worker thread: a first render of a large session's view can take a while,
+# and the trio loop must keep serving. Everything else is cheaper than the thread hop.
+SLOW_KINDS = frozenset({K.VIEW, K.TURN})
 SEARCH_TIMEOUT = 10.0  # seconds a search may take before the open fails with ETIMEDOUT
 
 # searcher(query, session or None for all, k or None, min_score or None) -> results
@@ -160,7 +163,12 @@ class Operations(pyfuse3.Operations):
 
     async def _attr(self, node: Node, inode: int | None = None) -> pyfuse3.EntryAttributes:
         kind = node.kind
-        size = len(await self._query_bytes(node)) if kind is K.QUERY else self._size(node)
+        if kind is K.QUERY:
+            size = len(await self._query_bytes(node))
+        elif kind in SLOW_KINDS:
+            size = await trio.to_thread.run_sync(self._size, node)
+        else:
+            size = self._size(node)
         attr = pyfuse3.EntryAttributes()
         attr.st_ino = inode if inode is not None else self.inodes.inode(node)  # after the size: no inode for a failure
         attr.st_size = size
@@ -353,11 +361,12 @@ class Operations(pyfuse3.Operations):
                 handle.append_mode = bool(flags & os.O_APPEND)
         elif node.kind is K.REJECTED:
             path = self.store.root / node.session / "rejected.jsonl"
-            handle.snapshot = await trio.to_thread.run_sync(_read_or_empty, path)
+            handle.snapshot = _read_or_empty(path)
         elif node.kind is K.QUERY:
             handle.snapshot = await self._query_bytes(node)
         else:
-            handle.snapshot = await trio.to_thread.run_sync(self._content, node)
+            handle.snapshot = (await trio.to_thread.run_sync(self._content, node) if node.kind in SLOW_KINDS
+                               else self._content(node))
         fh = self._new_fh()
         self.files[fh] = handle
         return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
