@@ -200,7 +200,7 @@ class _Shared:
                  "last_persist", "last_change", "closed", "version", "persisted_version", "appended",
                  "call_start", "in_batch", "mark_at", "rewrites", "dropped", "cache_on_disk", "_sync_cv",
                  "_syncing", "fd", "lock_file", "report", "session_id", "created_at", "updated_at", "state",
-                 "flushed_len", "synced", "persist_at")
+                 "flushed_len", "synced", "persist_at", "updated_for")
 
     def __init__(self, session_dir: Path, session_id: str, *, read_only: bool, durability: str,
                  max_events: int, max_line_bytes: int, summary_hook: SummaryHook | None,
@@ -221,6 +221,7 @@ class _Shared:
         self.meta_dirty = False
         self.last_persist = 0.0
         self.last_change = _time()
+        self.updated_for = 0.0
         self.closed = False
         self.version = 0  # bumped on every change; a cheap staleness check for views
         self.persisted_version = 0  # ``version`` the metadata on disk describes
@@ -602,8 +603,9 @@ class _Shared:
 
     def manifest(self) -> Manifest:
         s = self.state
-        if self.version:
+        if self.version and self.updated_for != self.last_change:  # formatting costs more than a stat
             self.updated_at = format_rfc3339(self.last_change)
+            self.updated_for = self.last_change
         return Manifest(self.session_id, self.created_at, self.updated_at, s.turn_count, s.event_count,
                         s.status, s.in_turn, self.file_len, s.index.base)
 
