@@ -45,7 +45,6 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -63,9 +62,9 @@ from memfs.store.machine import TurnState, apply, renumber
 from memfs.store.meta import (CACHE_MIN_ENTRIES, CapMarker, Manifest, ManifestRead, TurnIndex, file_key,
                               format_rfc3339, now_rfc3339, read_manifest)
 from memfs.store.paths import (
+    assert_private_file,
     CAP_MARKER,
     EVENTS,
-    FILE_MODE,
     INDEX_DIR,
     MANIFEST,
     PIN,
@@ -323,29 +322,21 @@ class _Shared:
     def _assert_private_files(self) -> None:
         """Re-assert 0600 on the session's files and refuse any that is a symlink (§1)."""
         for name in (MANIFEST, TURNS, TURNS_CACHE, REJECTED, CAP_MARKER, PIN):
-            path = self.dir / name
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                raise SymlinkRefused(f"refusing symlink inside the store: {path}")
-            if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != FILE_MODE:
-                os.chmod(path, FILE_MODE)
+            assert_private_file(self.dir / name)
 
     def _read_index(self, prefer_cache: bool) -> TurnIndex | None:
         """The turn index on disk: from ``turns.cache`` when it was written after the current
         ``turns.json``, else by parsing ``turns.json``; None when neither is usable."""
         path = self.dir / TURNS
         if prefer_cache and self.cache_on_disk:
+            index = None
             try:
-                st = os.lstat(path)
-                if stat.S_ISLNK(st.st_mode):
-                    raise SymlinkRefused(f"refusing symlink inside the store: {path}")
-                key = file_key(st)
-                index = TurnIndex.from_cache(read_file(self.dir / TURNS_CACHE), key)
+                st = refuse_symlink(path)
+                if st is not None:
+                    key = file_key(st)
+                    index = TurnIndex.from_cache(read_file(self.dir / TURNS_CACHE), key)
             except FileNotFoundError:
-                index = None
+                pass
             if index is not None:
                 index.set_json_source(lambda: _read_if_unchanged(path, key))
                 self.report.index_source = "turns.cache"

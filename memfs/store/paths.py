@@ -51,14 +51,23 @@ def workspace_root(workspace: str | os.PathLike) -> Path:
     return Path(workspace) / ".vtcode" / "sessions"
 
 
-def refuse_symlink(path: Path) -> None:
-    """Raise :class:`SymlinkRefused` when ``path`` exists and is a symlink."""
+def refuse_symlink(path: Path) -> os.stat_result | None:
+    """Raise :class:`SymlinkRefused` when ``path`` exists and is a symlink; return its
+    ``lstat`` (None when it does not exist)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return
+        return None
     if stat.S_ISLNK(st.st_mode):
         raise SymlinkRefused(f"refusing symlink inside the store: {path}")
+    return st
+
+
+def assert_private_file(path: Path) -> None:
+    """Refuse a symlink at ``path`` and re-assert mode 0600 on a regular file there."""
+    st = refuse_symlink(path)
+    if st is not None and stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != FILE_MODE:
+        os.chmod(path, FILE_MODE)
 
 
 def ensure_private_dir(path: Path) -> None:
@@ -153,4 +162,6 @@ def remove_tree(path: Path) -> None:
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
         raise SymlinkRefused(f"not a real directory: {path}")
+    if not shutil.rmtree.avoids_symlink_attacks:  # no fd-based walk here: refuse, don't risk it
+        raise OSError("refusing to delete: this platform's rmtree may follow symlinks")
     shutil.rmtree(path)

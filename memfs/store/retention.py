@@ -38,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -49,7 +48,7 @@ import orjson
 from memfs.errors import NotFound, SessionBusy, SymlinkRefused
 from memfs.store import lock as liveness
 from memfs.store.meta import now_rfc3339, parse_rfc3339, read_manifest
-from memfs.store.paths import MANIFEST, PIN, atomic_write, read_file, refuse_symlink, remove_file, sanitize
+from memfs.store.paths import MANIFEST, PIN, atomic_write, read_file, refuse_symlink, remove_file, remove_tree, sanitize
 from memfs.store.root import is_session_dir
 
 Progress = Callable[[int, int], None]  # (done, total)
@@ -303,11 +302,7 @@ def _remove(path: Path) -> int | None:
         if raw is None or info.status == "active" or is_pinned(path):
             return None
         size = tree_bytes(path)
-        # rmtree works on directory file descriptors and removes symlinks inside as links;
-        # where it cannot (no fd-based calls), refuse rather than risk following one
-        if not shutil.rmtree.avoids_symlink_attacks:
-            raise OSError("refusing to remove sessions: this platform's rmtree may follow symlinks")
-        shutil.rmtree(path)
+        remove_tree(path)
         return size
     finally:
         liveness.release(held)
