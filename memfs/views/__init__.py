@@ -35,7 +35,7 @@ from memfs.views.api import (
     summary_markdown,
     trajectory,
 )
-from memfs.views.cache import VIEW_NAMES, forget, stats
+from memfs.views.cache import VIEW_NAMES, forget, is_current, stats
 from memfs.views.persist import flush
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "flush",
     "forget",
     "goal",
+    "is_current",
     "list_names",
     "list_turns",
     "memory_facts",

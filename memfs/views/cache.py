@@ -117,11 +117,15 @@ class ViewState:
 
     # --- refreshing ------------------------------------------------------------------------
 
+    def current(self, handle) -> bool:
+        """Whether the fold already reflects ``handle``'s log (a refresh would do nothing)."""
+        return (self.fold is not None and handle.open_report is self.report
+                and handle.rewrites == self.rewrites and handle.version == self.version)
+
     def refresh(self, handle) -> bool:
         """Bring the fold up to date with ``handle``'s log; True when it changed."""
         report = handle.open_report
-        if (self.fold is not None and report is self.report and handle.rewrites == self.rewrites
-                and handle.version == self.version):
+        if self.current(handle):
             return False
         force = False
         for attempt in range(ATTEMPTS):
@@ -324,6 +328,14 @@ def state_for(handle) -> ViewState:
         if st is None:
             st = _STATES[key] = ViewState(Path(handle.path))
         return st
+
+
+def is_current(handle) -> bool:
+    """Whether reading a view of ``handle``'s session now needs no refresh (cheap: no I/O, no
+    fold) — the filesystem serves such reads inline instead of in a worker thread."""
+    with _STATES_LOCK:
+        st = _STATES.get(str(handle.path))
+    return st is not None and st.current(handle)
 
 
 def forget(path) -> None:
