@@ -74,6 +74,7 @@ from memfs.store.paths import (
     atomic_write,
     ensure_private_dir,
     open_nofollow,
+    read_fd,
     read_file,
     refuse_symlink,
     remove_file,
@@ -662,12 +663,7 @@ def _read_if_unchanged(path: Path, key: list[int]) -> bytes | None:
     except (OSError, SymlinkRefused):
         return None
     try:
-        if file_key(os.fstat(fd)) != key:
-            return None
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return read_fd(fd) if file_key(os.fstat(fd)) == key else None
     finally:
         os.close(fd)
 

@@ -102,14 +102,19 @@ def open_nofollow(path: Path, flags: int, mode: int = FILE_MODE) -> int:
     return fd
 
 
+def read_fd(fd: int) -> bytes:
+    """Everything left to read from ``fd``."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def read_file(path: Path) -> bytes:
     """Read a whole (small) file without following a symlink."""
     fd = open_nofollow(path, os.O_RDONLY)
     try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return read_fd(fd)
     finally:
         os.close(fd)
 

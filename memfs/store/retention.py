@@ -35,6 +35,7 @@ Decisions recorded here:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import stat
@@ -269,22 +270,32 @@ class _Candidate:
     info: SessionInfo
 
 
-def _mark_completed(path: Path) -> bool:
-    """The sweep's rewrite, under the session's lock: only ``status`` changes. False when the
-    session became live or is no longer an idle active one."""
+@contextlib.contextmanager
+def _locked(path: Path):
+    """Hold the session's liveness lock; yields False (and holds nothing) when it is live."""
     try:
         held = liveness.acquire(path)
     except SessionBusy:
-        return False
+        yield False
+        return
     try:
+        yield True
+    finally:
+        liveness.release(held)
+
+
+def _mark_completed(path: Path) -> bool:
+    """The sweep's rewrite, under the session's lock: only ``status`` changes. False when the
+    session became live or is no longer an idle active one."""
+    with _locked(path) as held:
+        if not held:
+            return False
         _, raw = _manifest_info(path)
         if raw is None or raw.get("status") != "active":
             return False
         raw["status"] = "completed"
         atomic_write(path / MANIFEST, orjson.dumps(raw))
         return True
-    finally:
-        liveness.release(held)
 
 
 def _remove(path: Path) -> int | None:
@@ -293,19 +304,15 @@ def _remove(path: Path) -> int | None:
     from memfs.store.pack import tree_bytes  # pack builds on this module
 
     refuse_symlink(path)
-    try:
-        held = liveness.acquire(path)
-    except SessionBusy:
-        return None
-    try:
+    with _locked(path) as held:
+        if not held:
+            return None
         info, raw = _manifest_info(path)
         if raw is None or info.status == "active" or is_pinned(path):
             return None
         size = tree_bytes(path)
         remove_tree(path)
         return size
-    finally:
-        liveness.release(held)
 
 
 def gc(root: str | os.PathLike, policy: Policy = Policy(), *, preserve: Iterable[str] = (),
