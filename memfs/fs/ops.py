@@ -108,16 +108,14 @@ class Operations(pyfuse3.Operations):
     def _exists(self, node: Node) -> bool:
         """Whether a node found by shape exists now."""
         kind = node.kind
-        if node.session is not None and kind is not K.QUERY or kind is K.SESSION:
-            if not self.store.exists(node.session):
-                return False
+        if node.session is not None and not self.store.exists(node.session):
+            return False
         if kind is K.VIEW:
             return node.arg in content.view_names(self._session(node))
         if kind is K.TURN:
             return int(node.arg) in content.turn_numbers(self._session(node))
         if kind is K.QUERY:
-            return (node.session is None or self.store.exists(node.session)) and \
-                content.parse_query(node.arg) is not None
+            return content.parse_query(node.arg) is not None
         return True
 
     def _content(self, node: Node) -> bytes:
