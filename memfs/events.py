@@ -329,21 +329,6 @@ _EVENT_FIELDS: dict[str, tuple[dict, dict, tuple] | Callable[[dict], None]] = {
 }
 
 _EVENT_CHECKS = {t: spec if callable(spec) else _compile(*spec[:2], "", spec[2]) for t, spec in _EVENT_FIELDS.items()}
-KNOWN_TYPES = frozenset(_EVENT_CHECKS)
-
-
-def check_event(event: dict) -> str | None:
-    """Return the refusal reason for a decoded event object, or None when it is valid.
-
-    ``event`` must already be a dict with a string ``type``. Unknown types are valid.
-    """
-    check = _EVENT_CHECKS.get(event["type"])
-    if check is not None:
-        try:
-            check(event)
-        except _Bad as bad:
-            return f'{event["type"]}: "{bad.path}" must be {bad.what}'
-    return None
 
 
 # --- lines ----------------------------------------------------------------------------------

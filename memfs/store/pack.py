@@ -35,7 +35,7 @@ import orjson
 
 from memfs.store.log import open_session
 from memfs.store.meta import now_rfc3339
-from memfs.store.paths import DERIVED_DIR, atomic_write, ensure_private_dir, read_file, sanitize
+from memfs.store.paths import DERIVED_DIR, atomic_write, ensure_private_dir, read_file
 from memfs.store.retention import find_session
 
 PACK_NAME = "audit-pack.json"
@@ -116,11 +116,6 @@ def build_pack(root: str | os.PathLike, session: str, *, exclude: Path | None = 
         "event_count": manifest["event_count"],
         "entries": entries,
     }
-
-
-def default_pack_path(root: str | os.PathLike, session: str) -> Path:
-    """``<session>/derived/audit-pack.json``."""
-    return Path(root) / sanitize(session) / DERIVED_DIR / PACK_NAME
 
 
 def create_pack(root: str | os.PathLike, session: str, output: str | os.PathLike | None = None) -> tuple[Path, dict]:
