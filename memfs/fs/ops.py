@@ -151,11 +151,8 @@ class Operations(pyfuse3.Operations):
             return self._session(node).file_len
         if kind is K.REJECTED:
             path = self.store.root / node.session / "rejected.jsonl"
-            refuse_symlink(path)  # ELOOP, as its open: not the size of a link planted there
-            try:
-                return os.lstat(path).st_size
-            except FileNotFoundError:
-                return 0
+            st = refuse_symlink(path)  # ELOOP, as its open: not the size of a link planted there
+            return st.st_size if st is not None else 0
         if kind in DYNAMIC_KINDS and kind is not K.QUERY:
             return len(self._content(node))
         return 0
