@@ -373,3 +373,42 @@ def test_event_facts():
     assert event_facts({"type": "turn.failed", "message": "  boom  "}) == [("turn.failed", "boom")]
     assert event_facts({"type": "item.started", "item": {"type": "agent_message", "text": "x"}}) == []
     assert event_facts({"type": "item.completed", "item": {"type": "agent_message", "text": "   "}}) == []
+
+
+def test_parse_and_decode_keep_no_references():
+    """memfs._contract counts its references by hand: accepting, refusing (each way) and
+    decoding many lines leaves no memory behind."""
+    import gc
+    import tracemalloc
+
+    lines = [
+        line_of({"type": "item.completed", "item": ITEM}),
+        line_of({"type": "turn.started"}, envelope=False),  # wrapped by the Python side
+        line_of({"type": "item.completed", "item": {"id": "f", "type": "file_change", "status": "completed",
+                                                     "changes": [{"path": "a", "kind": "nope"}]}}),
+        line_of({"type": "turn.failed"}),
+        b"not json\r\n",
+        b'{"schema_version":1,"event":{}}',
+        b'{"schema_version":"0.18.0","event":{"type":7}}',
+    ]
+
+    def churn():
+        for _ in range(3000):
+            for raw in lines:
+                try:
+                    parse_line(raw)
+                except ValidationError:
+                    pass
+                decode_stored(raw)
+
+    churn()  # warm caches (interned strings, exception machinery)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        churn()
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 * 1024, f"{grown} bytes kept after 21,000 parses"

@@ -1,0 +1,8 @@
+"""Only the compiled part of memfs; everything else is declared in pyproject.toml.
+
+memfs._contract is the event contract's per-line work (memfs/events.py says why it is C).
+`pip install` builds it, which needs a C compiler and the Python headers, as pyfuse3 does.
+"""
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("memfs._contract", ["memfs/_contract.c"], extra_compile_args=["-O2", "-Wall"])])
