@@ -254,6 +254,32 @@ def test_a_handler_that_raises_does_not_take_the_mount_down(tmp_path):
         assert "injected fault in getxattr" in m.log_text() and "Traceback" in m.log_text()
 
 
+def test_an_unexpected_error_in_write_is_eio_and_the_mount_stays_up(tmp_path):
+    """``write`` is a plain (not async) handler; the guard covers it all the same."""
+    with mounted(tmp_path / "store", tmp_path / "mnt", env={"MEMFS_INJECT_FAULT": "write"}) as m:
+        s = make_session(m)
+        fd = os.open(s / "events.jsonl", os.O_WRONLY | os.O_APPEND)
+        try:
+            with pytest.raises(OSError) as err:
+                os.write(fd, (THREAD + "\n").encode())
+        finally:
+            os.close(fd)
+        assert err.value.errno == errno.EIO
+        assert (s / "manifest.json").read_text()  # still serving
+        assert "injected fault in write" in m.log_text()
+
+
+def test_fsync_mode_writes_wait_in_a_thread_with_the_same_errors(tmp_path):
+    with mounted(tmp_path / "store", tmp_path / "mnt", "--durability", "fsync") as m:
+        s = make_session(m)
+        sh(f"printf '%s\\n' '{THREAD}' '{TURN}' >> events.jsonl", s)
+        result = sh("echo '{\"type\":\"turn.failed\"}' >> events.jsonl", s, check=False)
+        assert result.returncode != 0 and "Bad message" in result.stderr
+        assert lines(s / "events.jsonl") == [THREAD, TURN]
+        assert "message" in os.getxattr(s, "user.memfs.last_error").decode()
+        assert lines(m.store / "s1" / "events.jsonl") == [THREAD, TURN]
+
+
 def test_xattrs_on_session_folders(m):
     s = make_session(m)
     sh(f"printf '%s\\n' '{THREAD}' '{TURN}' '{MSG}' '{DONE}' >> events.jsonl", s)

@@ -90,6 +90,7 @@ class Operations(pyfuse3.Operations):
         self._next_fh = 1
         self.last_error: dict[str, str] = {}
         self.started = time.time_ns()
+        self.fsync_writes = store.settings.durability == "fsync"
 
     # --- helpers -----------------------------------------------------------------------------
 
@@ -375,7 +376,7 @@ class Operations(pyfuse3.Operations):
         return handle.session.read_bytes(off, size)
 
     @guarded
-    async def write(self, fh, off, buf):
+    def write(self, fh, off, buf):  # plain, not async: see guarded()
         handle = self.files[fh]
         appender = handle.appender
         if appender is None:
@@ -383,9 +384,12 @@ class Operations(pyfuse3.Operations):
         session = handle.session
         if not handle.append_mode and off != session.file_len + len(appender.partial):
             raise fail("EPERM")  # only appending at the current end; no overwrite
+        if self.fsync_writes:  # fdatasync waits in a worker thread, never in the event loop
+            return trio.to_thread.run_sync(self._append, session, appender, buf)
+        return self._append(session, appender, buf)
+
+    def _append(self, session: SessionHandle, appender: LineAppender, buf: bytes) -> int:
         try:
-            if self.store.settings.durability == "fsync":
-                return await trio.to_thread.run_sync(appender.write, buf)
             return appender.write(buf)
         except MemfsError as exc:
             self.last_error[session.name] = str(exc)
@@ -397,7 +401,7 @@ class Operations(pyfuse3.Operations):
         if handle is None or handle.appender is None:
             return
         try:
-            if self.store.settings.durability == "fsync":
+            if self.fsync_writes:
                 await trio.to_thread.run_sync(handle.appender.close)
             else:
                 handle.appender.close()

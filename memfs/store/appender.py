@@ -50,7 +50,16 @@ class LineAppender:
         that line (with the fragment before it) is recorded and dropped.
         """
         if not self.partial and data.find(b"\n") == len(data) - 1:
-            return self._write_one_line(data)
+            # The common write, exactly one whole line: the handle's single-append path (same
+            # rules, a third of the work of splitting and batching; inline, because the
+            # filesystem pays for every Python call several times over between round trips).
+            try:
+                self.handle.append(data[:-1], pid=self.pid)  # a refused line is recorded and raised
+            except (OSError, CapRewriteError) as exc:
+                if not getattr(exc, "accepted", 0):
+                    raise
+                log.warning("%s: line appended, then: %s", self.handle.name, exc)
+            return len(data)
         buf = bytes(self.partial) + data if self.partial else data
         carried = len(self.partial)
         last_nl = buf.rfind(b"\n")
@@ -78,17 +87,6 @@ class LineAppender:
             self.partial = bytearray()  # a short write: the writer's retry brings the rest
             return taken - carried
         self.partial = bytearray(buf[last_nl + 1 :])
-        return len(data)
-
-    def _write_one_line(self, data: bytes) -> int:
-        """The common write, exactly one whole line: the handle's single-append path (same
-        rules, a third of the work of splitting and batching)."""
-        try:
-            self.handle.append(data[:-1], pid=self.pid)  # a refused line is recorded and raised
-        except (OSError, CapRewriteError) as exc:
-            if not getattr(exc, "accepted", 0):
-                raise
-            log.warning("%s: line appended, then: %s", self.handle.name, exc)
         return len(data)
 
     def close(self) -> None:
