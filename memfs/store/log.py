@@ -607,14 +607,10 @@ class _Shared:
         started = _monotonic()
         self.durable()
         ensure_private_dir(self.dir / INDEX_DIR)
-        index = self.state.index
-        head, body, tail = index.json_chunks()
-        try:
-            atomic_write(self.dir / TURNS, lambda fd: [write_all(fd, chunk) for chunk in (head, body, tail)])
-        finally:
-            body.release()  # the index grows this buffer again at the next boundary
-        if len(index) >= CACHE_MIN_ENTRIES:
-            data = index.to_cache(file_key(os.lstat(self.dir / TURNS)))
+        index = self.state.index.snapshot(cache=len(self.state.index) >= CACHE_MIN_ENTRIES)
+        atomic_write(self.dir / TURNS, lambda fd: [write_all(fd, piece) for piece in index.json_pieces()])
+        if index.has_cache:
+            data = index.cache_bytes(file_key(os.lstat(self.dir / TURNS)))
             if data is not None:
                 atomic_write(self.dir / TURNS_CACHE, data)
                 self.cache_on_disk = True
