@@ -28,8 +28,6 @@ from memfs.store.paths import sanitize
 from memfs.store.root import Store, StoreSettings
 
 log = logging.getLogger("memfs.fs")
-TICK_SECONDS = 0.05  # how often coalesced metadata is persisted (see memfs.store.log)
-FAILURE_LOG_SECONDS = 60.0  # a persist that keeps failing is logged this often
 
 
 def fuse_options(config) -> set[str]:
@@ -70,21 +68,6 @@ async def _serve(store: Store, ops: Operations) -> None:
                     pyfuse3.terminate()
                     return
 
-        async def persist_coalesced_metadata():
-            logged: dict[str, float] = {}  # session -> when its failing persist was last logged
-            while True:
-                await trio.sleep(TICK_SECONDS)
-                for handle in store.held():
-                    try:
-                        handle.tick()
-                    except OSError as exc:  # a full or failing disk: retried at every tick, logged
-                        now = trio.current_time()  # once a minute, not 20 times a second
-                        if now - logged.get(handle.name, -FAILURE_LOG_SECONDS) >= FAILURE_LOG_SECONDS:
-                            logged[handle.name] = now
-                            log.warning("persisting metadata of %s: %s (retrying)", handle.name, exc)
-                    except Exception:
-                        log.exception("persisting metadata of %s", handle.name)
-
         async def warm_search_index():
             warm = getattr(ops.searcher, "warm", None)
             if warm is None:
@@ -96,7 +79,6 @@ async def _serve(store: Store, ops: Operations) -> None:
                     log.exception("warming the search index with %s", name)
 
         nursery.start_soon(stop_on_signal)
-        nursery.start_soon(persist_coalesced_metadata)
         nursery.start_soon(warm_search_index)
         await pyfuse3.main()
         nursery.cancel_scope.cancel()

@@ -4,7 +4,8 @@
 The turn index is kept in columns (``array('q')``) rather than one object per turn, so a
 rescan of a 1 GB log holds a few bytes per turn; closed entries never change, so their JSON is
 rendered once and reused on every persist (after an open, the bytes of the ``turns.json`` just
-read are reused instead of rendering them again).
+read are reused instead of rendering them again), and a persist on another thread writes them
+while appends go on (:class:`IndexSnapshot`).
 
 ``index/turns.cache`` (a memfs extension, decision recorded here): parsing a 100,000-turn
 ``turns.json`` takes longer than the open budget (50 ms), so when the index has at least
@@ -26,7 +27,7 @@ import zlib
 from array import array
 from dataclasses import asdict, dataclass
 from operator import lt
-from typing import Callable
+from typing import Callable, Iterator
 
 import orjson
 
@@ -274,15 +275,12 @@ class TurnIndex:
 
     def to_json(self) -> bytes:
         """``{"entries":[...]}``, rendering only entries closed since the last call."""
-        head, body, tail = self.json_chunks()
-        try:
-            return b"".join((head, body, tail))
-        finally:
-            body.release()  # the buffer grows again at the next call
+        return self.snapshot().json()
 
-    def json_chunks(self) -> tuple[bytes, memoryview, bytes]:
-        """:meth:`to_json` in three pieces (no copy of the closed entries' JSON): what the
-        persist writes. The caller must release the middle one (a view of a buffer that grows)."""
+    def snapshot(self, cache: bool = False) -> IndexSnapshot:
+        """The index as it is now, to write later — also from another thread while this index
+        goes on changing (see :class:`IndexSnapshot`). Renders only entries closed since the
+        last call. ``cache``: also take what ``turns.cache`` needs (a copy of the columns)."""
         n = len(self.start)
         closed = self.closed_count()
         if self.json_source is not None:
@@ -299,7 +297,11 @@ class TurnIndex:
         tail = b""
         if closed < n:
             tail = (b"," if self._json else b"") + orjson.dumps(self.entry(n - 1))
-        return _ENTRIES_HEAD, memoryview(self._json), tail + _ENTRIES_TAIL
+        columns = None
+        if cache:
+            columns = (n, self.base, b"".join((self.start.tobytes(), self.end.tobytes(), self.count.tobytes(),
+                                                self.outcome)), self.ts[:])
+        return IndexSnapshot(self._json, len(self._json), tail + _ENTRIES_TAIL, columns)
 
     def _adopt_json(self, data: bytes | None, n: int, closed: int) -> None:
         """Take the JSON of the first ``closed`` entries from ``data``, a ``turns.json`` that
@@ -346,18 +348,6 @@ class TurnIndex:
             return None
         idx._adopt_json(data, len(idx), idx.closed_count())
         return idx
-
-    def to_cache(self, key: list[int]) -> bytes | None:
-        """The ``turns.cache`` bytes for these entries, written after the ``turns.json``
-        whose :func:`file_key` is ``key``; None when a ``ts`` cannot be stored."""
-        ts = self.ts
-        if any("\n" in t for t in ts):
-            return None
-        payload = b"".join((self.start.tobytes(), self.end.tobytes(), self.count.tobytes(), self.outcome,
-                            zlib.compress("\n".join(ts).encode(), 1)))
-        header = {"key": key, "n": len(self.start), "base": self.base, "order": sys.byteorder,
-                  "bytes": len(payload), "crc32": zlib.crc32(payload)}
-        return b"".join((_CACHE_MAGIC, orjson.dumps(header), b"\n", payload))
 
     @classmethod
     def from_cache(cls, data: bytes, key: list[int]) -> TurnIndex | None:
@@ -421,6 +411,64 @@ class TurnIndex:
             return False
         # each turn starts at or after the previous one's end: start[1:] >= end[:-1]
         return not any(map(lt, memoryview(start)[1:], memoryview(end)[:-1]))
+
+
+_SLICE = 1 << 20  # an IndexSnapshot copies its buffer this much at a time
+
+
+class IndexSnapshot:
+    """``turns.json`` (and what ``turns.cache`` needs) of a :class:`TurnIndex` as it was when
+    :meth:`TurnIndex.snapshot` took it: cheap to take under the session's lock, and safe to
+    write after the lock is released while appends go on changing the index.
+
+    The JSON of closed entries is only ever appended to the index's buffer — every other
+    change (eviction, renumbering, a reopened entry) gives the index a *new* buffer — so the
+    first ``size`` bytes of the buffer object stay what they were: the snapshot keeps the
+    object and that size instead of a copy. Writing copies slices of it (a bytearray slice is
+    copied under the GIL without exporting the buffer; a held ``memoryview`` would make the
+    index's next ``+=`` fail with ``BufferError``), at most :data:`_SLICE` bytes at a time.
+    """
+
+    __slots__ = ("_buf", "_size", "_tail", "_columns")
+
+    def __init__(self, buf: bytearray, size: int, tail: bytes, columns: tuple | None):
+        self._buf = buf
+        self._size = size
+        self._tail = tail  # the open entry's JSON, if any, and the closing bracket
+        self._columns = columns  # (n, base, packed columns, ts list) when taken with ``cache``
+
+    def json_pieces(self) -> Iterator[bytes]:
+        """The ``turns.json`` bytes, in pieces to write one after the other."""
+        buf, size = self._buf, self._size
+        if size <= _SLICE:
+            yield b"".join((_ENTRIES_HEAD, buf[:size], self._tail))
+            return
+        yield _ENTRIES_HEAD
+        for pos in range(0, size, _SLICE):
+            yield buf[pos : min(size, pos + _SLICE)]
+        yield self._tail
+
+    def json(self) -> bytes:
+        """The ``turns.json`` bytes in one piece."""
+        return b"".join(self.json_pieces())
+
+    @property
+    def has_cache(self) -> bool:
+        return self._columns is not None
+
+    def cache_bytes(self, key: list[int]) -> bytes | None:
+        """The ``turns.cache`` bytes for these entries, written after the ``turns.json``
+        whose :func:`file_key` is ``key``; None when a ``ts`` cannot be stored (or the snapshot
+        was taken without ``cache``)."""
+        if self._columns is None:
+            return None
+        n, base, packed, ts = self._columns
+        if any("\n" in t for t in ts):
+            return None
+        payload = b"".join((packed, zlib.compress("\n".join(ts).encode(), 1)))
+        header = {"key": key, "n": n, "base": base, "order": sys.byteorder,
+                  "bytes": len(payload), "crc32": zlib.crc32(payload)}
+        return b"".join((_CACHE_MAGIC, orjson.dumps(header), b"\n", payload))
 
 
 @dataclass(slots=True)

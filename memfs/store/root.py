@@ -111,10 +111,6 @@ class Store:
                     pass
             remove_tree(path)
 
-    def held(self) -> list[SessionHandle]:
-        with self._lock:
-            return list(self._handles.values())
-
     def close(self) -> None:
         """Close every held handle (flushing and persisting each)."""
         with self._lock:

@@ -1,0 +1,301 @@
+"""Coalesced metadata persists on the persister thread (memfs.store.persister, SPEC §3.2):
+appends never wait for them, a stale snapshot never overwrites newer metadata, close waits
+for a persist in flight, failures are logged once and retried.
+
+Waiting for the thread is a bounded poll; no assertion is about speed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import textwrap
+import threading
+import time
+
+import pytest
+
+import memfs.store.log as log_mod
+from memfs.store import persister
+from store_helpers import DONE, START, disk_index, disk_manifest, msg, open_s, run_python, turn
+
+DEFAULT = log_mod.DEFAULT_METADATA_INTERVAL
+WAIT = 10.0  # seconds a poll waits for the persister before the test fails
+
+
+def eventually(cond, timeout: float = WAIT) -> bool:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def caught_up(h, sdir) -> bool:
+    """The metadata on disk is the live metadata."""
+    return disk_manifest(sdir) == h.manifest and disk_index(sdir) == h.turn_index
+
+
+def in_thread(fn, *args) -> threading.Thread:
+    t = threading.Thread(target=fn, args=args, daemon=True)
+    t.start()
+    return t
+
+
+class Park:
+    """``os.fdatasync`` replaced: the persister thread's next call, once armed, waits for
+    :meth:`release` (it is then inside the persist: snapshot taken, persist lock held)."""
+
+    def __init__(self, real):
+        self.real = real
+        self.armed = False
+        self.entered = threading.Event()
+        self.released = threading.Event()
+        self.calls: list[str] = []  # the threads that called fdatasync
+
+    def __call__(self, fd):
+        name = threading.current_thread().name
+        self.calls.append(name)
+        if self.armed and name == persister.THREAD_NAME:
+            self.armed = False
+            self.entered.set()
+            self.released.wait(60)
+        return self.real(fd)
+
+    def arm(self) -> None:
+        self.entered.clear()
+        self.armed = True
+
+    def release(self) -> None:
+        self.released.set()
+
+
+@pytest.fixture
+def park(monkeypatch):
+    parked = Park(os.fdatasync)
+    monkeypatch.setattr(log_mod.os, "fdatasync", parked)
+    yield parked
+    parked.release()  # never leave the thread parked for the next test
+
+
+@pytest.mark.parametrize("durability", ["buffered", "write"])
+def test_metadata_catches_up_after_a_boundary_without_another_call(tmp_path, park, durability):
+    sdir = tmp_path / "s"
+    with open_s(tmp_path, durability=durability, metadata_interval=DEFAULT) as h:
+        park.calls.clear()
+        lines = [line for t in range(20) for line in turn(f"t{t}", 5)]
+        for line in lines:
+            h.append(line)
+        appended = threading.current_thread().name
+        assert eventually(lambda: caught_up(h, sdir))
+        assert disk_manifest(sdir)["turn_count"] == 20
+        assert disk_manifest(sdir)["persisted_file_len"] == (sdir / "events.jsonl").stat().st_size
+        # the log was made durable by the persister, never by the appending thread
+        assert park.calls and appended not in park.calls
+        assert set(park.calls) == {persister.THREAD_NAME}
+
+
+@pytest.mark.parametrize("durability", ["buffered", "write"])
+def test_appends_go_on_while_a_background_persist_is_in_fdatasync(tmp_path, park, durability):
+    sdir = tmp_path / "s"
+    with open_s(tmp_path, durability=durability, metadata_interval=DEFAULT) as h:
+        park.arm()
+        for line in turn("first"):
+            h.append(line)
+        assert park.entered.wait(WAIT)  # the persister holds the turn's snapshot, in fdatasync
+        assert disk_manifest(sdir)["turn_count"] == 0
+
+        def more():
+            for t in range(3):
+                for line in turn(f"more{t}", 20):
+                    h.append(line)
+            h.append(START)
+            h.append(msg("open turn"))
+
+        writer = in_thread(more)
+        writer.join(WAIT)
+        assert not writer.is_alive()  # 70 appends with 3 boundaries, none waited for the sync
+        assert not park.released.is_set()
+        assert h.manifest["turn_count"] == 4 and h.manifest["in_turn"] is True
+        assert disk_manifest(sdir)["turn_count"] == 0  # still parked: nothing written yet
+        park.release()
+        assert eventually(lambda: caught_up(h, sdir))
+        assert disk_manifest(sdir)["in_turn"] is True
+
+
+def test_a_flush_during_a_background_persist_leaves_the_newest_metadata(tmp_path, park):
+    sdir = tmp_path / "s"
+    with open_s(tmp_path, durability="write", metadata_interval=DEFAULT) as h:
+        park.arm()
+        for line in turn("first"):
+            h.append(line)
+        assert park.entered.wait(WAIT)
+        for line in turn("second") + [START, msg("third, open")]:
+            h.append(line)
+        flusher = in_thread(h.flush)  # waits for the persist lock the parked persist holds
+        park.release()
+        flusher.join(WAIT)
+        assert not flusher.is_alive()
+        assert caught_up(h, sdir)  # the flush wrote last: the older snapshot did not win
+        assert eventually(lambda: persister.idle(h._s))
+        assert caught_up(h, sdir) and disk_manifest(sdir)["turn_count"] == 2
+
+
+def test_a_snapshot_older_than_the_metadata_on_disk_is_dropped(tmp_path):
+    sdir = tmp_path / "s"
+    with open_s(tmp_path, durability="buffered", metadata_interval=3600) as h:
+        s = h._s
+        for line in turn("a"):
+            h.append(line)
+        with s.mutex:
+            s.write_pending()
+            old = s._snapshot()
+        for line in turn("b") + [START]:
+            h.append(line)
+        h.flush()
+        newer = disk_manifest(sdir)
+        assert newer["turn_count"] == 2 and newer["in_turn"] is True
+        assert s._write_metadata(old) is False  # stale: nothing written
+        assert disk_manifest(sdir) == newer == h.manifest and disk_index(sdir) == h.turn_index
+        with s.mutex:
+            fresh = s._snapshot()
+        assert s._write_metadata(fresh) is True
+
+
+def test_close_waits_for_the_background_persist_and_reopens_on_the_fast_path(tmp_path, park, caplog):
+    sdir = tmp_path / "s"
+    h = open_s(tmp_path, durability="buffered", metadata_interval=DEFAULT)
+    park.arm()
+    for line in turn("a"):
+        h.append(line)
+    assert park.entered.wait(WAIT)
+    for line in turn("b") + [START, msg("open")]:
+        h.append(line)
+    live = h.manifest
+    closer = in_thread(h.close)
+    closer.join(0.3)
+    assert closer.is_alive()  # waiting for the persist in flight (the log's fd is still open)
+    park.release()
+    closer.join(WAIT)
+    assert not closer.is_alive()
+    assert persister.idle(h._s) and h._s.fd is None
+    assert disk_manifest(sdir) == live
+    assert "persisting metadata" not in caplog.text  # the persist in flight did not fail
+    with open_s(tmp_path) as again:
+        assert again.open_report.fast_path
+        assert again.manifest["turn_count"] == 2 and again.manifest["in_turn"] is True
+
+
+def test_a_closed_session_leaves_the_schedule(tmp_path):
+    h = open_s(tmp_path, durability="write", metadata_interval=3600)
+    for line in turn("a"):
+        h.append(line)
+    assert persister.scheduled(h._s)  # due in an hour
+    h.close()
+    assert not persister.scheduled(h._s)
+    assert disk_manifest(tmp_path / "s")["turn_count"] == 1  # close persisted it
+
+
+def test_a_failing_background_persist_is_retried_logged_once_and_never_fails_appends(
+        tmp_path, monkeypatch, caplog):
+    sdir = tmp_path / "s"
+    real = log_mod.atomic_write
+    failures = []
+    full = threading.Event()
+
+    def atomic_write(path, data):
+        if full.is_set():
+            failures.append(path.name)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, data)
+
+    monkeypatch.setattr(log_mod, "atomic_write", atomic_write)
+    monkeypatch.setattr(persister, "RETRY_SECONDS", 0.02)
+    with open_s(tmp_path, durability="write", metadata_interval=DEFAULT) as h:
+        full.set()  # (the open of a new session persisted already)
+        for t in range(5):
+            for line in turn(f"t{t}"):
+                h.append(line)  # never raises
+        assert eventually(lambda: len(failures) >= 4)  # retried, again and again
+        assert h.manifest["turn_count"] == 5
+        assert caplog.text.count("persisting metadata of s: ") == 1  # logged once, not per retry
+        assert "No space left on device" in caplog.text
+        full.clear()
+        assert eventually(lambda: caught_up(h, sdir))
+    with open_s(tmp_path) as again:
+        assert again.open_report.fast_path
+
+
+def test_a_failing_synchronous_persist_is_retried_by_the_persister(tmp_path, monkeypatch, caplog):
+    """``metadata_interval=0``: the boundary persists in the appending thread; when that fails
+    the append still succeeds and the persister retries."""
+    sdir = tmp_path / "s"
+    real = log_mod.atomic_write
+    full = threading.Event()
+
+    def atomic_write(path, data):
+        if full.is_set():
+            raise OSError(errno.EIO, "Input/output error")
+        return real(path, data)
+
+    monkeypatch.setattr(log_mod, "atomic_write", atomic_write)
+    monkeypatch.setattr(persister, "RETRY_SECONDS", 0.02)
+    with open_s(tmp_path, durability="write", metadata_interval=0) as h:
+        full.set()
+        for line in turn("a"):
+            h.append(line)
+        assert "metadata not persisted" in caplog.text
+        assert disk_manifest(sdir)["turn_count"] == 0
+        full.clear()
+        assert eventually(lambda: caught_up(h, sdir))
+        assert disk_manifest(sdir)["turn_count"] == 1
+
+
+def test_metadata_interval_zero_persists_in_the_appending_thread(tmp_path, park):
+    sdir = tmp_path / "s"
+    with open_s(tmp_path, durability="write", metadata_interval=0) as h:
+        for line in turn("a"):
+            h.append(line)
+            if line is DONE:
+                assert caught_up(h, sdir)  # at the boundary itself, no waiting
+        assert not persister.scheduled(h._s)
+        assert persister.THREAD_NAME not in park.calls
+
+
+EXIT = textwrap.dedent("""
+    import os, sys, threading
+    import memfs
+    import memfs.store.log as log_mod
+    from memfs.store import persister
+    from store_helpers import turn
+    root, hang = sys.argv[1], sys.argv[2] == "hang"
+    real = os.fdatasync
+    entered = threading.Event()
+
+    def fdatasync(fd):
+        if hang and threading.current_thread().name == persister.THREAD_NAME:
+            entered.set()
+            threading.Event().wait()  # a disk that never answers
+        return real(fd)
+
+    log_mod.os.fdatasync = fdatasync
+    persister.EXIT_WAIT_SECONDS = 0.2
+    h = memfs.open_session(root, "s", durability="write", max_events=0)
+    for t in range(50):
+        for line in turn(f"t{t}"):
+            h.append(line)
+    if hang:
+        assert entered.wait(10)
+    # no close: the interpreter exits with the persister thread alive
+""")
+
+
+@pytest.mark.parametrize("hang", ["hang", "busy"])
+def test_process_exit_does_not_hang_on_the_persister(tmp_path, hang):
+    res = run_python(EXIT, str(tmp_path), hang, timeout=30,
+                     env={**os.environ, "PYTHONPATH": os.path.dirname(__file__)})
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == ""
+    if hang == "busy":  # exit let the persist in flight finish: no temp file left behind
+        assert not [p for p in (tmp_path / "s").rglob("*") if p.name.endswith(".tmp")]
