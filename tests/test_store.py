@@ -237,8 +237,10 @@ def test_refused_lines_go_to_rejected_jsonl_only(tmp_path):
     sdir = tmp_path / "s"
     with open_s(tmp_path, max_line_bytes=200) as h:
         h.append(START)
+        assert h.last_refusal is None
         with pytest.raises(ValidationError, match='turn.failed: "message" must be a string'):
             h.append(env("turn.failed", message=3), pid=4242)
+        assert h.last_refusal == 'turn.failed: "message" must be a string'
         with pytest.raises(LineTooLong) as info:
             h.append(msg("y" * 300))
         assert info.value.errno_name == "EFBIG"
@@ -264,7 +266,9 @@ def test_validate_reject_and_append_records(tmp_path):
         with pytest.raises(ValidationError) as info:
             h.validate(b"{}")
         assert not (tmp_path / "s" / "rejected.jsonl").exists()  # validation alone records nothing
+        assert h.last_refusal is None
         h.reject(b"{}", info.value)
+        assert h.last_refusal == str(info.value)
         h.append_records(records)
         assert h.manifest["turn_count"] == 1
     assert len((tmp_path / "s" / "rejected.jsonl").read_bytes().splitlines()) == 1

@@ -13,8 +13,9 @@ Decisions recorded here:
   sees ``EBADMSG``; ``release`` only cleans up.
 * ``touch`` (time-only ``setattr``) is accepted and ignored; size, mode and owner changes
   are ``EPERM``.
-* The last refusal's reason is readable as the ``user.memfs.last_error`` attribute of the
-  session folder (``getfattr -n user.memfs.last_error sessions/s``).
+* The reason of the session's last refused line (in this server) is readable as the
+  ``user.memfs.last_error`` attribute of the session folder (``getfattr -n
+  user.memfs.last_error sessions/s``).
 """
 
 from __future__ import annotations
@@ -88,7 +89,6 @@ class Operations(pyfuse3.Operations):
         self.files: dict[int, OpenFile] = {}
         self.dirs: dict[int, list[tuple[str, Node]]] = {}
         self._next_fh = 1
-        self.last_error: dict[str, str] = {}
         self.started = time.time_ns()
         self.fsync_writes = store.settings.durability == "fsync"
 
@@ -381,33 +381,21 @@ class Operations(pyfuse3.Operations):
         appender = handle.appender
         if appender is None:
             raise fail("EBADF")
-        session = handle.session
-        if not handle.append_mode and off != session.file_len + len(appender.partial):
+        if not handle.append_mode and off != handle.session.file_len + len(appender.partial):
             raise fail("EPERM")  # only appending at the current end; no overwrite
         if self.fsync_writes:  # fdatasync waits in a worker thread, never in the event loop
-            return trio.to_thread.run_sync(self._append, session, appender, buf)
-        return self._append(session, appender, buf)
-
-    def _append(self, session: SessionHandle, appender: LineAppender, buf: bytes) -> int:
-        try:
-            return appender.write(buf)
-        except MemfsError as exc:
-            self.last_error[session.name] = str(exc)
-            raise
+            return trio.to_thread.run_sync(appender.write, buf)
+        return appender.write(buf)
 
     @guarded
     async def flush(self, fh):
         handle = self.files.get(fh)
         if handle is None or handle.appender is None:
             return
-        try:
-            if self.fsync_writes:
-                await trio.to_thread.run_sync(handle.appender.close)
-            else:
-                handle.appender.close()
-        except MemfsError as exc:
-            self.last_error[handle.session.name] = str(exc)
-            raise
+        if self.fsync_writes:
+            await trio.to_thread.run_sync(handle.appender.close)
+        else:
+            handle.appender.close()
 
     @guarded
     async def fsync(self, fh, datasync):
@@ -430,15 +418,16 @@ class Operations(pyfuse3.Operations):
     def _xattrs(self, node: Node) -> dict[bytes, bytes]:
         if node.kind is not K.SESSION:
             return {}
-        m = self._session(node).manifest
+        session = self._session(node)
+        m = session.manifest
         values = {
             b"user.memfs.status": m["status"],
             b"user.memfs.turn_count": str(m["turn_count"]),
             b"user.memfs.event_count": str(m["event_count"]),
             b"user.memfs.updated_at": m["updated_at"],
         }
-        if node.session in self.last_error:
-            values[b"user.memfs.last_error"] = self.last_error[node.session]
+        if session.last_refusal is not None:
+            values[b"user.memfs.last_error"] = session.last_refusal
         return {k: v.encode() for k, v in values.items()}
 
     @guarded

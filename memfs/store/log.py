@@ -211,7 +211,7 @@ class _Shared:
                  "snapshots", "written_seq", "last_persist", "last_change", "closed", "version",
                  "persisted_version", "appended", "call_start", "in_batch", "mark_at", "rewrites", "dropped",
                  "cache_on_disk", "_sync_cv", "_syncing", "fd", "lock_file", "report", "session_id",
-                 "created_at", "updated_at", "state", "flushed_len", "synced", "persist_at", "updated_for")
+                 "created_at", "updated_at", "state", "flushed_len", "synced", "persist_at", "updated_for", "last_refusal")
 
     def __init__(self, session_dir: Path, session_id: str, *, read_only: bool, durability: str,
                  max_events: int, max_line_bytes: int, summary_hook: SummaryHook | None,
@@ -238,6 +238,7 @@ class _Shared:
         self.last_persist = 0.0
         self.last_change = _time()
         self.updated_for = 0.0
+        self.last_refusal: str | None = None  # the reason of the last line refused in this process
         self.closed = False
         self.version = 0  # bumped on every change; a cheap staleness check for views
         self.persisted_version = 0  # ``version`` the metadata on disk describes (set under ``persist_lock``)
@@ -413,7 +414,9 @@ class _Shared:
 
     def refuse(self, raw: bytes, err: ValidationError, pid: int | None) -> None:
         """Record a refused line in ``rejected.jsonl`` (SPEC §3.8)."""
-        record_rejected(self.dir, raw, str(err), err.errno_name, pid)
+        reason = str(err)
+        record_rejected(self.dir, raw, reason, err.errno_name, pid)
+        self.last_refusal = reason
 
     def append_one(self, record: Record) -> int:
         """One append call of one record (caller holds ``mutex``); return the offset to sync
@@ -916,7 +919,12 @@ class SessionHandle:
 
     def reject(self, line: bytes, error: ValidationError, *, pid: int | None = None) -> None:
         """Record a refused line in ``rejected.jsonl``."""
-        record_rejected(self._s.dir, line, str(error), error.errno_name, pid)
+        self._s.refuse(line, error, pid)
+
+    @property
+    def last_refusal(self) -> str | None:
+        """The reason of the last line of this session refused in this process, if any."""
+        return self._s.last_refusal
 
     def append_records(self, records: Iterable[Record]) -> None:
         """Append records that :meth:`validate` accepted, as one append call.
