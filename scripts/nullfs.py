@@ -7,6 +7,10 @@ timing writes to MNT/sink measures the cost of FUSE + pyfuse3 + trio alone.
 
 Usage: python scripts/nullfs.py MOUNTPOINT    (foreground; SIGINT/SIGTERM unmount cleanly)
        NULLFS_DIRECT_IO=1 python scripts/nullfs.py MOUNTPOINT    (sink opened with direct_io)
+       NULLFS_FLOOR=FILE python scripts/nullfs.py MOUNTPOINT
+           (each write is validated with memfs.events.parse_line and appended to FILE with one
+           write(): the least work any `write`-mode append must do, and none of the rest —
+           no turn state, no metadata, no line splitting. A calibration point, not a design.)
 """
 import errno
 import os
@@ -24,6 +28,7 @@ DIRECT_IO = os.environ.get("NULLFS_DIRECT_IO") == "1"
 SINK_NAME = b"sink"
 SINK_INODE = pyfuse3.ROOT_INODE + 1
 STAMP_NS = time.time_ns()
+FLOOR_FILE = os.environ.get("NULLFS_FLOOR")
 
 
 class NullFS(pyfuse3.Operations):
@@ -72,6 +77,21 @@ class NullFS(pyfuse3.Operations):
     async def write(self, fh, off, buf):
         return len(buf)
 
+
+class FloorFS(NullFS):
+    """nullfs plus the unavoidable work of a write-mode append (see the module doc)."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        from memfs.events import parse_line  # only here: plain nullfs needs no memfs
+
+        self.parse_line = parse_line
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+    async def write(self, fh, off, buf):
+        self.parse_line(buf)
+        return os.write(self.fd, buf)
+
     async def release(self, fh):
         pass
 
@@ -100,7 +120,7 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(f"usage: {sys.argv[0]} MOUNTPOINT")
     options = set(pyfuse3.default_options) | {"fsname=nullfs", "default_permissions", "auto_unmount"}
-    pyfuse3.init(NullFS(), sys.argv[1], options)
+    pyfuse3.init(FloorFS(FLOOR_FILE) if FLOOR_FILE else NullFS(), sys.argv[1], options)
     try:
         trio.run(serve)
     finally:
