@@ -127,3 +127,28 @@ def test_store_searcher_sees_an_appended_fact_at_once(tmp_path):
             search("!!!", None, None, None)
     finally:
         store.close()
+
+
+def test_a_repeated_query_on_an_unchanged_store_is_scored_once(tmp_path, monkeypatch):
+    """A ``cat`` of a search file asks three times (lookup, fstat, open): one scoring."""
+    store = Store(tmp_path / "sessions")
+    try:
+        h = store.create("live")
+        turn(h, "Started the migration.")
+        search = store_searcher(store, max_results=3)
+        scored = []
+        real = search.index.search
+        monkeypatch.setattr(search.index, "search", lambda *a, **kw: scored.append(a) or real(*a, **kw))
+        first = search("migration", None, None, None)
+        first[0]["snippet"] = "changed by the caller"  # each caller gets its own copy
+        again = [search("migration", None, None, None) for _ in range(2)]
+        assert len(scored) == 1 and again[0] == again[1] and again[0][0]["snippet"] == "Started the migration."
+        search("migration", "live", None, None)  # another scope is another query
+        assert len(scored) == 2
+        turn(h, "Finished the migration.", base=5)  # a change: scored again, and seen
+        assert len(search("migration", None, None, None)) == 2 and len(scored) == 3
+        monkeypatch.setattr("memfs.search.searcher.MEMO_SECONDS", 0.0)  # and only for a moment
+        search("migration", None, None, None)
+        assert len(scored) == 4
+    finally:
+        store.close()

@@ -19,6 +19,11 @@ Decisions recorded here:
 * A search over the whole store leaves out (and logs) a session that cannot be opened — a
   symlink planted in it, an unreadable file — rather than failing for every session; what was
   indexed of it is dropped. A search of that one session fails with its error.
+* The same query asked again while no session changed (the index was not touched by the
+  refresh every query makes) returns the results it got last time, for up to
+  :data:`MEMO_SECONDS`: one ``cat`` of a search file asks three times (lookup, ``fstat``,
+  ``open``), and only the first pays for the scoring. The bound keeps the recency factor
+  from going stale.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Callable
 
 from memfs.errors import MemfsError, NotFound
@@ -39,6 +45,9 @@ from memfs.store.root import Store, StoreSettings
 Searcher = Callable[[str, "str | None", "int | None", "float | None"], list]
 
 log = logging.getLogger("memfs.search")
+
+MEMO_SECONDS = 1.0  # how long an unchanged index may answer a repeated query from memory
+MEMO_ENTRIES = 64  # queries remembered at most (all forgotten when full)
 
 
 def created_at_of(handle: SessionHandle) -> float | None:
@@ -69,8 +78,11 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
     seen: dict[str, tuple[int, int, int]] = {}  # name → (handle, version, rewrites) last indexed
     sync_lock = threading.Lock()
     left_out: dict[str, str] = {}  # sessions that could not be opened → why (logged once)
+    changes = 0  # bumped (under sync_lock) whenever a refresh changes the index
+    memo: dict[tuple, tuple[int, float, list[dict]]] = {}  # query args → (changes, when, results)
 
     def refresh(names: list[str], whole_store: bool) -> None:
+        nonlocal changes
         for name in names:
             try:
                 handle = store.open(name)
@@ -82,31 +94,45 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
                     log.warning("search: session %s left out: %s", name, exc)
                 if seen.pop(name, None) is not None:
                     index.remove_session(name)
+                    changes += 1
                 continue
             left_out.pop(name, None)
             key = (id(handle), handle.version, handle.rewrites)
             if seen.get(name) != key:
                 sync_from_handle(index, handle)
                 seen[name] = key
+                changes += 1
 
     def searcher(query: str, session: str | None = None, k: int | None = None,
                  min_score_: float | None = None) -> list[dict]:
+        nonlocal changes
         if not query_tokens(query):
             raise NotFound(f"no search terms in {query!r}")
+        args = (query, session, k, min_score_)
         with sync_lock:
             if session is None:
                 names = store.names()
                 for gone in set(seen) - set(names):
                     index.remove_session(gone)
                     del seen[gone]
+                    changes += 1
             else:
                 if not store.exists(session):
                     raise NotFound(f"no session {session!r}")
                 names = [session]
             refresh(names, whole_store=session is None)
-        return index.search(query, sessions=None if session is None else [session],
-                            max_results=max_results if k is None else k,
-                            min_score=min_score if min_score_ is None else min_score_)
+            state, now = changes, time.monotonic()
+            hit = memo.get(args)
+            if hit is not None and hit[0] == state and now - hit[1] < MEMO_SECONDS:
+                return [dict(r) for r in hit[2]]
+        results = index.search(query, sessions=None if session is None else [session],
+                               max_results=max_results if k is None else k,
+                               min_score=min_score if min_score_ is None else min_score_)
+        with sync_lock:
+            if len(memo) >= MEMO_ENTRIES:
+                memo.clear()
+            memo[args] = (state, now, results)
+        return [dict(r) for r in results]
 
     def warm(names: list[str]) -> None:
         """Index these sessions now (the mount warms the index in the background at start,
