@@ -418,55 +418,6 @@ class _Shared:
         record_rejected(self.dir, raw, reason, err.errno_name, pid)
         self.last_refusal = reason
 
-    def append_one(self, record: Record) -> int:
-        """One append call of one record (caller holds ``mutex``); return the offset to sync
-        to (``fsync`` mode) or 0.
-
-        Whenever this line has to reach the file now — ``write``/``fsync`` mode, a turn
-        boundary, 64 KiB — the bytes are written *before* the state changes, so a failed write
-        leaves nothing to take back but the line itself.
-        """
-        if self.closed:  # the last handle was closed while this append was validating
-            raise SessionClosed("session handle is closed")
-        line, _, _, kind = record
-        pending = self.pending
-        offset = self.flushed_len + len(pending)
-        end = offset + len(line) + 1
-        state = self.state
-        boundary = _BOUNDARY[kind]
-        mode = self.mode
-        if not (mode or boundary or end - self.flushed_len >= BUFFER_LIMIT):
-            pending += line
-            pending += b"\n"
-        elif not pending:  # the usual write-mode case: straight to the file
-            try:
-                self._write_out(line + b"\n")
-            except OSError as exc:
-                exc.accepted = 0
-                raise
-        else:
-            pending += line
-            pending += b"\n"
-            try:
-                self.write_pending()
-            except OSError as exc:
-                # earlier buffered lines stay pending (their appends succeeded); this one goes
-                self.pending = self.pending[: len(pending) - len(line) - 1]
-                exc.accepted = 0
-                raise
-        self.last_change = _time()
-        apply(state, kind, offset, end, now_rfc3339() if kind is _TURN_STARTED else "")
-        self.version += 1  # (``appended`` only counts inside batch calls, which use differences)
-        if boundary or end >= self.persist_at:
-            self.request_persist()
-        if self.max_events and state.event_count > self.max_events:
-            try:
-                enforce_cap(self)
-            except OSError as exc:
-                exc.accepted = 1  # the line is accepted (in the log or still buffered)
-                raise
-        return self.dropped + self.flushed_len if mode == _FSYNC else 0
-
     def add(self, record: Record) -> None:
         """Add one record of a batch call (caller holds ``mutex`` and called :meth:`begin`);
         bytes go to ``pending`` and are written at boundaries, 64 KiB and :meth:`commit`."""
@@ -854,6 +805,12 @@ class SessionHandle:
         accepted. A failed write raises ``OSError`` (``accepted`` 0: the line was taken back;
         1: it is in the log and what failed came after).
         """
+        # One function, from the bytes to the state machine: this is every single append of the
+        # library and the filesystem, and each Python call on the way costs a few percent of it
+        # (several times that inside the filesystem, between kernel round trips). Whenever the
+        # line has to reach the file now (``write``/``fsync`` mode, a turn boundary, 64 KiB) its
+        # bytes are written *before* the state changes, so a failed write leaves nothing to take
+        # back but the line itself.
         s = self._s
         if self._closed or self._read_only or type(line) is not bytes or len(line) > s.max_line_bytes:
             self._writable()
@@ -864,10 +821,55 @@ class SessionHandle:
             except ValidationError as err:
                 s.refuse(line, err, pid)
                 raise
+        line, _, _, kind = record
         mutex = s.mutex
         mutex.acquire()  # (not ``with``: it costs twice as much, here on every append)
         try:
-            sync_target = s.append_one(record)
+            if s.closed:  # the last handle was closed while this append was validating
+                raise SessionClosed("session handle is closed")
+            pending = s.pending
+            flushed = s.flushed_len
+            offset = flushed + len(pending)
+            end = offset + len(line) + 1
+            boundary = _BOUNDARY[kind]
+            mode = s.mode
+            if not (mode or boundary or end - flushed >= BUFFER_LIMIT):
+                pending += line
+                pending += b"\n"
+            elif not pending:  # the usual write-mode case: straight to the file
+                data = line + b"\n"
+                try:  # (what _Shared._write_out does, inline)
+                    n = _write(s.fd, data)
+                    if n != len(data):
+                        write_all(s.fd, memoryview(data)[n:])
+                except OSError as exc:
+                    os.ftruncate(s.fd, flushed)  # no torn line for the next append to merge into
+                    exc.accepted = 0
+                    raise
+                s.flushed_len = end
+            else:
+                pending += line
+                pending += b"\n"
+                try:
+                    s.write_pending()
+                except OSError as exc:
+                    # earlier buffered lines stay pending (their appends succeeded); this one goes
+                    s.pending = s.pending[: len(pending) - len(line) - 1]
+                    exc.accepted = 0
+                    raise
+            s.last_change = _time()
+            state = s.state
+            apply(state, kind, offset, end, now_rfc3339() if kind is _TURN_STARTED else "")
+            s.version += 1  # (``appended`` only counts inside batch calls, which use differences)
+            if boundary or end >= s.persist_at:
+                s.request_persist()
+            if s.max_events and state.event_count > s.max_events:
+                try:
+                    enforce_cap(s)
+                except OSError as exc:
+                    exc.accepted = 1  # the line is accepted (in the log or still buffered)
+                    raise
+            sync_target = s.dropped + s.flushed_len if mode == _FSYNC else 0
         finally:
             mutex.release()
         if sync_target:
