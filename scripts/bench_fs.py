@@ -79,8 +79,8 @@ def single_appends(path: Path, n: int, lines: list[bytes]) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--events", type=int, default=20000, help="single appends per target, over all rounds")
-    ap.add_argument("--rounds", type=int, default=10, help="interleaved rounds (medians are reported)")
+    ap.add_argument("--events", type=int, default=40000, help="single appends per target, over all rounds")
+    ap.add_argument("--rounds", type=int, default=20, help="interleaved rounds (medians are reported)")
     ap.add_argument("--bulk", type=int, default=100000, help="events in the bulk cat file")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
