@@ -114,6 +114,24 @@ def test_64k_flush_persists_metadata_mid_turn(tmp_path):
         assert index[-1]["event_count"] == appended
 
 
+def test_write_mode_has_no_64k_flush_and_persists_at_the_boundary(tmp_path):
+    """Each line reaches the file on its own in write mode: a long turn is not persisted
+    midway (only a 64 KiB *flush* of buffered mode is a persist point), its end is."""
+    sdir = tmp_path / "s"
+    with open_s(tmp_path, durability="write") as h:
+        h.append(START)
+        h.append(DONE)
+        h.append(START)
+        before = disk_manifest(sdir)
+        for _ in range(100):
+            h.append(msg("x" * 1000))
+        assert h.file_len > before["persisted_file_len"] + 64 * 1024
+        assert disk_manifest(sdir) == before  # nothing persisted mid-turn
+        h.append(DONE)
+        after = disk_manifest(sdir)
+        assert after["persisted_file_len"] == h.file_len and after["turn_count"] == 2
+
+
 def test_flush_mid_turn_then_reopen_keeps_the_open_turn(tmp_path):
     with open_s(tmp_path, durability="buffered") as h:
         h.append(DONE)  # no open turn: only counted

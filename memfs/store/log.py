@@ -12,9 +12,13 @@ Durability (§3.2):
 * ``fsync`` — each append returns after ``fdatasync``; concurrent appends from several threads
   share one ``fdatasync`` (group commit).
 
-Metadata (manifest + turn index) is persisted at turn boundaries, after every 64 KiB of log
-bytes (in every mode: in ``buffered`` mode that is the 64 KiB flush), on ``flush``, ``close``
-and cap rewrites, in the §3.2 order. Decisions recorded here:
+Metadata (manifest + turn index) is persisted at turn boundaries, after every 64 KiB flush
+(``buffered`` mode), on ``flush``, ``close`` and cap rewrites, in the §3.2 order. Decisions
+recorded here:
+
+* In ``write`` and ``fsync`` mode there is no 64 KiB flush (every line reaches the file on its
+  own), so a long turn is not persisted midway: metadata on disk matters only to the next open,
+  and after a crash any append since the last persist makes that open rescan anyway.
 
 * Because one persist costs an ``fdatasync`` of the log plus three fsyncs (measured: ~30 ms at
   200,000 appends/s, ~90% of it the ``fdatasync``), persists are *coalesced* and run off the
@@ -434,7 +438,7 @@ class _Shared:
         if boundary or len(pending) >= BUFFER_LIMIT:
             self.write_pending()
             self.request_persist()
-        elif end >= self.persist_at:
+        elif end >= self.persist_at and not self.mode:  # (64 KiB: buffered mode only)
             self.request_persist()
 
     def commit(self) -> int:
@@ -861,7 +865,7 @@ class SessionHandle:
             state = s.state
             apply(state, kind, offset, end, now_rfc3339() if kind is _TURN_STARTED else "")
             s.version += 1  # (``appended`` only counts inside batch calls, which use differences)
-            if boundary or end >= s.persist_at:
+            if boundary or (end >= s.persist_at and not mode):  # (64 KiB: buffered mode only)
                 s.request_persist()
             if s.max_events and state.event_count > s.max_events:
                 try:
