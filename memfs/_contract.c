@@ -60,7 +60,6 @@ struct Check {
 /* Everything configure() was given; compiled tables live as long as the process. */
 static struct {
     PyObject *loads, *decode_error, *validation_error, *undecodable_reason, *unwrap_slow;
-    PyTypeObject *record_type;
     PyObject *newline_reason, *type_reason, *other_kind;
     PyObject *table;         /* dict etype -> int index */
     Check **checks;          /* by index: NULL for a type with no field checks */
@@ -385,7 +384,7 @@ static int check_event(Py_ssize_t index, PyObject *etype, PyObject *event, int r
     return raise_reason ? -2 : -1;
 }
 
-PyDoc_STRVAR(parse_line_doc, "parse_line(raw: bytes) -> Record\n\nSee memfs.events.parse_line.");
+PyDoc_STRVAR(parse_line_doc, "parse_line(raw: bytes) -> (line, type, event, kind)\n\nSee memfs.events.parse_line.");
 
 static PyObject *parse_line(PyObject *module, PyObject *raw)
 {
@@ -461,7 +460,7 @@ static PyObject *parse_line(PyObject *module, PyObject *raw)
         goto done;
     if (index >= 0 && check_event(index, etype, event, 1) < 0)
         goto done;
-    if ((record = C.record_type->tp_alloc(C.record_type, 4)) == NULL)
+    if ((record = PyTuple_New(4)) == NULL)  /* memfs.events.Record */
         goto done;
     PyTuple_SET_ITEM(record, 0, Py_NewRef(stored));
     PyTuple_SET_ITEM(record, 1, Py_NewRef(etype));
@@ -522,7 +521,7 @@ done:
 
 PyDoc_STRVAR(configure_doc,
              "configure(loads, decode_error, validation_error, undecodable_reason, unwrap_slow,\n"
-             "          record_type, newline_reason, type_reason, other_kind, table)\n\n"
+             "          newline_reason, type_reason, other_kind, table)\n\n"
              "Called once by memfs.events. ``table`` maps each known event type to\n"
              "(fields check or None, Kind).");
 
@@ -533,14 +532,10 @@ static PyObject *configure(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_RuntimeError, "memfs._contract is configured once");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "OOOOOO!UUOO!:configure", &C.loads, &C.decode_error, &C.validation_error,
-                          &C.undecodable_reason, &C.unwrap_slow, &PyType_Type, &C.record_type,
-                          &C.newline_reason, &C.type_reason, &C.other_kind, &PyDict_Type, &table))
+    if (!PyArg_ParseTuple(args, "OOOOOUUOO!:configure", &C.loads, &C.decode_error, &C.validation_error,
+                          &C.undecodable_reason, &C.unwrap_slow, &C.newline_reason, &C.type_reason,
+                          &C.other_kind, &PyDict_Type, &table))
         return NULL;
-    if (!PyType_IsSubtype(C.record_type, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "record_type must be a tuple type");
-        return NULL;
-    }
     Py_ssize_t n = PyDict_GET_SIZE(table), pos = 0, i = 0;
     C.table = PyDict_New();
     C.checks = PyMem_Calloc(n + 1, sizeof(Check *));
@@ -571,7 +566,6 @@ static PyObject *configure(PyObject *module, PyObject *args)
     Py_INCREF(C.validation_error);
     Py_INCREF(C.undecodable_reason);
     Py_INCREF(C.unwrap_slow);
-    Py_INCREF(C.record_type);
     Py_INCREF(C.newline_reason);
     Py_INCREF(C.type_reason);
     Py_INCREF(C.other_kind);

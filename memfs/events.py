@@ -35,7 +35,7 @@ No I/O happens here.
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import orjson
 
@@ -66,17 +66,12 @@ LIFECYCLE_KINDS = {
 }
 
 
-class Record(NamedTuple):
-    """An accepted line: the exact bytes to store (no trailing newline) and its decoding.
-
-    A named tuple: built once per appended line (by :func:`parse_line`), and a tuple is the
-    cheapest object there is.
-    """
-
-    line: bytes
-    type: str
-    event: dict
-    kind: Kind
+Record = tuple[bytes, str, dict, Kind]
+"""An accepted line, as :func:`parse_line` returns it: ``(line, type, event, kind)`` — the exact
+bytes to store (no trailing newline), the event's type, the decoded event and what it means to
+the turn state machine. A plain tuple, unpacked by position: it is made and freed once per
+appended line, and a named tuple costs three times as much to make and free (~3% of an
+append)."""
 
 
 
@@ -234,7 +229,7 @@ def _unwrap_slow(obj: Any, line: bytes) -> tuple[dict, bytes]:
 
 
 _contract.configure(
-    orjson.loads, orjson.JSONDecodeError, ValidationError, _undecodable_reason, _unwrap_slow, Record,
+    orjson.loads, orjson.JSONDecodeError, ValidationError, _undecodable_reason, _unwrap_slow,
     _NEWLINE_REASON, 'event: "type" must be a string', Kind.OTHER,
     {etype: (check, LIFECYCLE_KINDS.get(etype, Kind.OTHER)) for etype, check in EVENT_FIELDS.items()},
 )

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from memfs.errors import ValidationError
-from memfs.events import SCHEMA_VERSION, Kind, decode_stored, parse_line
+from memfs.events import LIFECYCLE_KINDS, SCHEMA_VERSION, Kind, decode_stored, parse_line
 from memfs.facts import MAX_FACT_BYTES, event_facts, normalize_fact
 
 MISSING = object()
@@ -118,10 +118,7 @@ def refusal(raw: bytes) -> str:
 @pytest.mark.parametrize("etype", sorted(VALID))
 def test_every_known_type_is_accepted_with_its_required_fields(etype):
     event = {"type": etype, **VALID[etype]}
-    record = parse_line(line_of(event))
-    assert record.type == etype
-    assert record.event == event
-    assert record.line == line_of(event)
+    assert parse_line(line_of(event)) == (line_of(event), etype, event, LIFECYCLE_KINDS.get(etype, Kind.OTHER))
 
 
 @pytest.mark.parametrize(("etype", "field", "value", "what"), BAD_FIELDS,
@@ -221,7 +218,8 @@ ITEMS_BAD = [
 @pytest.mark.parametrize("item", ITEMS_OK, ids=[i["type"] for i in ITEMS_OK])
 def test_thread_items_accepted(item):
     for etype in ("item.started", "item.updated", "item.completed"):
-        assert parse_line(line_of({"type": etype, "item": item})).event["item"] == item
+        _, _, event, _ = parse_line(line_of({"type": etype, "item": item}))
+        assert event["item"] == item
 
 
 @pytest.mark.parametrize(("item", "path", "what"), ITEMS_BAD, ids=[p for _, p, _ in ITEMS_BAD])
@@ -236,7 +234,7 @@ def test_matrix_spec_needs_a_string_id():
 
 def test_thread_completed_unknown_subtype_reads_as_unknown():
     event = {"type": "thread.completed", **VALID["thread.completed"], "subtype": "error_from_the_future"}
-    assert parse_line(line_of(event)).kind is Kind.THREAD_COMPLETED
+    assert parse_line(line_of(event))[3] is Kind.THREAD_COMPLETED
 
 
 @pytest.mark.parametrize(("etype", "kind"), [
@@ -246,32 +244,32 @@ def test_thread_completed_unknown_subtype_reads_as_unknown():
     ("item.completed", Kind.OTHER),
 ])
 def test_lifecycle_kinds(etype, kind):
-    assert parse_line(line_of({"type": etype, **VALID[etype]})).kind is kind
+    assert parse_line(line_of({"type": etype, **VALID[etype]}))[3] is kind
 
 
 def test_unknown_types_are_accepted_as_other():
     for raw in (line_of({"type": "goal.created", "goal_id": "g", "objective": 5}),
                 line_of({"type": "x"}, envelope=False),
                 b'{"schema_version":"0.11.0","event":{"type":"future.thing","data":[1]}}'):
-        record = parse_line(raw)
-        assert record.kind is Kind.OTHER
-        assert record.type in ("goal.created", "x", "future.thing")
+        _, etype, _, kind = parse_line(raw)
+        assert kind is Kind.OTHER
+        assert etype in ("goal.created", "x", "future.thing")
 
 
 def test_envelope_is_stored_verbatim():
     raw = b'{ "event" : {"usage":{}, "type":"turn.completed", "extra":[1, 2]} , "schema_version":"0.11.0", "x":1 }'
-    record = parse_line(raw)
-    assert record.line == raw
-    assert record.event == {"usage": {}, "type": "turn.completed", "extra": [1, 2]}
+    line, _, event, _ = parse_line(raw)
+    assert line == raw
+    assert event == {"usage": {}, "type": "turn.completed", "extra": [1, 2]}
 
 
 def test_bare_event_is_wrapped_with_its_bytes_kept():
     raw = b'{"type" : "turn.failed",  "message":"m\\u00e9"}'
-    record = parse_line(raw + b"\n")
-    assert record.line == b'{"schema_version":"' + SCHEMA_VERSION.encode() + b'","event":' + raw + b"}"
-    assert orjson.loads(record.line) == {"schema_version": SCHEMA_VERSION, "event": orjson.loads(raw)}
-    assert record.kind is Kind.TURN_FAILED
-    assert decode_stored(record.line) == (Kind.TURN_FAILED, orjson.loads(raw))
+    line, _, _, kind = parse_line(raw + b"\n")
+    assert line == b'{"schema_version":"' + SCHEMA_VERSION.encode() + b'","event":' + raw + b"}"
+    assert orjson.loads(line) == {"schema_version": SCHEMA_VERSION, "event": orjson.loads(raw)}
+    assert kind is Kind.TURN_FAILED
+    assert decode_stored(line) == (Kind.TURN_FAILED, orjson.loads(raw))
 
 
 @pytest.mark.parametrize(("raw", "stored"), [
@@ -282,7 +280,7 @@ def test_bare_event_is_wrapped_with_its_bytes_kept():
     (b'{"type":\r"x"}\r\n', b'{"type":\r"x"}'),  # a \r inside is JSON whitespace: kept
 ])
 def test_line_endings(raw, stored):
-    assert parse_line(raw).line.endswith(stored + b"}")
+    assert parse_line(raw)[0].endswith(stored + b"}")
 
 
 @pytest.mark.parametrize(("raw", "reason"), [
@@ -345,8 +343,8 @@ def test_rescan_accepts_non_lifecycle_events_without_field_checks():
 
 @pytest.mark.parametrize("etype", sorted(VALID))
 def test_rescan_accepts_what_append_stores(etype):
-    record = parse_line(line_of({"type": etype, **VALID[etype]}, envelope=False))
-    assert decode_stored(record.line) == (record.kind, record.event)
+    line, _, event, kind = parse_line(line_of({"type": etype, **VALID[etype]}, envelope=False))
+    assert decode_stored(line) == (kind, event)
 
 
 # --- grounded facts (SPEC §4.1), used by the eviction summary ---------------------------------

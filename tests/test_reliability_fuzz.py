@@ -110,7 +110,7 @@ def expected(line: bytes) -> tuple[bytes | None, str | None]:
     if len(line) > MAX_LINE:
         return None, "EFBIG"
     try:
-        return parse_line(line).line, None
+        return parse_line(line)[0], None
     except ValidationError as exc:
         return None, exc.errno_name
 

@@ -798,7 +798,7 @@ class SessionHandle:
             raise ReadOnlySession("session is open read-only")
         return self._s
 
-    def append(self, line: bytes | str | dict, *, pid: int | None = None) -> None:
+    def append(self, line: bytes | str | dict, pid: int | None = None) -> None:
         """Validate and append one event line (SPEC §2–§3).
 
         ``line`` is the raw JSON bytes or text (an envelope or a bare event; a trailing
@@ -807,7 +807,8 @@ class SessionHandle:
         ``rejected.jsonl``; it never reaches ``events.jsonl``. If the event cap cannot be
         enforced, :class:`~memfs.errors.CapRewriteError` is raised *after* the event was
         accepted. A failed write raises ``OSError`` (``accepted`` 0: the line was taken back;
-        1: it is in the log and what failed came after).
+        1: it is in the log and what failed came after). ``pid`` is the writer's, recorded with
+        a refused line (default: this process).
         """
         # One function, from the bytes to the state machine: this is every single append of the
         # library and the filesystem, and each Python call on the way costs a few percent of it
