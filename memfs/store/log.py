@@ -19,7 +19,6 @@ recorded here:
 * In ``write`` and ``fsync`` mode there is no 64 KiB flush (every line reaches the file on its
   own), so a long turn is not persisted midway: metadata on disk matters only to the next open,
   and after a crash any append since the last persist makes that open rescan anyway.
-
 * Because one persist costs an ``fdatasync`` of the log plus three fsyncs (measured: ~30 ms at
   200,000 appends/s, ~90% of it the ``fdatasync``), persists are *coalesced* and run off the
   appending thread: a request only schedules the session with :mod:`memfs.store.persister`,
