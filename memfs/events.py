@@ -74,7 +74,6 @@ appended line, and a named tuple costs three times as much to make and free (~3%
 append)."""
 
 
-
 # --- field tables ---------------------------------------------------------------------------
 # The contract as data, interpreted by memfs._contract (the format is described at the top of
 # memfs/_contract.c). A check is (kind, what a value must be, ...); a field is (name, required,
