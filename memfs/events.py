@@ -189,15 +189,6 @@ EVENT_FIELDS: dict[str, tuple] = {
 # --- lines ----------------------------------------------------------------------------------
 
 
-def strip_line(raw: bytes) -> bytes:
-    """Drop one trailing ``\\n`` and then one trailing ``\\r``: the writer's line, as stored."""
-    if raw[-1:] == b"\n":
-        raw = raw[:-1]
-    if raw[-1:] == b"\r":
-        raw = raw[:-1]
-    return raw
-
-
 _NEWLINE_REASON = "line contains a newline: append one JSON object per line"
 
 
