@@ -3,10 +3,10 @@
 #   1. FUSE userland + build deps via apt (fuse3, libfuse3-dev, pkg-config, bubblewrap),
 #      only if something is missing;
 #   2. a virtualenv at .venv (system python3 >= 3.11, or $PYTHON) with `pip install -e '.[test]'`
-#      (pyfuse3 is built from source against the libfuse3 headers; memfs's own C module,
-#      memfs/_contract.c, is compiled into the source tree).
-# Re-runs are fast: pip runs only when pyproject.toml, setup.py or the C source changed since the
-# last successful install (or the compiled module is missing).
+#      (pyfuse3 is built from source against the libfuse3 headers; memfs's own C modules,
+#      memfs/_contract.c and memfs/store/_append.c, are compiled into the source tree).
+# Re-runs are fast: pip runs only when pyproject.toml, setup.py or a C source changed since the
+# last successful install (or a compiled module is missing).
 # Usage: scripts/setup.sh [--bench]     (--bench also installs the '.[bench]' extras)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -54,8 +54,9 @@ if ! .venv/bin/python -c '' 2>/dev/null; then
 fi
 
 # --- 3. Python packages (skipped when the stamp matches the build inputs) --
-hash=$(cat pyproject.toml setup.py memfs/_contract.c | sha256sum | cut -d' ' -f1)
-built=1; compgen -G 'memfs/_contract.*.so' >/dev/null || built=0
+hash=$(cat pyproject.toml setup.py memfs/_contract.c memfs/store/_append.c | sha256sum | cut -d' ' -f1)
+built=1
+for so in memfs/_contract memfs/store/_append; do compgen -G "$so.*.so" >/dev/null || built=0; done
 todo=()
 for e in "${extras[@]}"; do
   [[ $built == 1 && "$(cat ".venv/.stamp-$e" 2>/dev/null)" == "$hash" ]] || todo+=("$e")

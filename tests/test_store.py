@@ -4,11 +4,14 @@ permissions, symlinks and rejected lines."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
+import subprocess
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import orjson
 import pytest
@@ -501,29 +504,101 @@ def test_session_ids_are_sanitized_and_kept_raw_in_the_manifest(tmp_path):
     assert not (tmp_path.parent / "escape attempt").exists()
 
 
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 1 MiB tmpfs, and a function that fills it: writes then fail as on a full disk."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    root = tmp_path / "tmpfs"
+    root.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(root)], check=True)
+
+    def fill() -> Path:
+        filler = root / ".filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+        finally:
+            os.close(fd)
+        return filler
+
+    try:
+        yield root, fill
+    finally:
+        subprocess.run(["umount", "-l", str(root)], check=False)
+
+
 @pytest.mark.parametrize("durability", ["buffered", "write"])
-def test_a_failed_write_takes_back_only_the_failing_line(tmp_path, monkeypatch, durability):
-    import errno
-
-    import memfs.store.log as store_log
-
-    real_write = os.write
-
-    def torn_write(fd, data):  # writes a few bytes, then the disk is full
-        real_write(fd, bytes(data[:10]))
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    with open_s(tmp_path, durability=durability) as h:
+def test_a_failed_write_takes_back_only_the_failing_line(full_disk, durability):
+    root, fill = full_disk
+    big_failure = env("turn.failed", message="x" * 6000)  # spans a page: a full tmpfs tears it
+    with open_s(root, durability=durability) as h:
         h.append(START)
         h.append(msg("a"))
         before = (h.manifest, h.turn_index, h.version)
-        monkeypatch.setattr(store_log, "_write", torn_write)
+        filler = fill()
         with pytest.raises(OSError) as info:
-            h.append(DONE)  # a boundary: written now, in every mode
+            h.append(big_failure)  # a boundary: written now, in every mode
         assert info.value.errno == errno.ENOSPC and info.value.accepted == 0
         assert (h.manifest, h.turn_index) == before[:2]
-        assert (tmp_path / "s" / "events.jsonl").stat().st_size == (0 if durability == "buffered" else h.file_len)
-        monkeypatch.setattr(store_log, "_write", real_write)
-        h.append(DONE)
+        assert (root / "s" / "events.jsonl").stat().st_size == (0 if durability == "buffered" else h.file_len)
+        filler.unlink()
+        h.append(big_failure)
         assert h.manifest["turn_count"] == 1 and h.manifest["event_count"] == 3
-    assert log_lines(tmp_path / "s") == [START, msg("a"), DONE]
+    assert log_lines(root / "s") == [START, msg("a"), big_failure]
+
+
+@pytest.mark.parametrize("durability", ["buffered", "write"])
+def test_append_keeps_no_references(tmp_path, durability):
+    """SessionHandle.append is C (memfs/store/_append.c) and counts its references by hand:
+    accepting (bytes with and without a newline, text, dicts) and refusing lines many times
+    leaves no memory behind."""
+    import gc
+    import tracemalloc
+
+    bad = [b"not json", b'{"schema_version":"0.18.0","event":{"type":"turn.failed"}}', b"x" * 70000]
+    with open_s(tmp_path, durability=durability, max_line_bytes=65536) as h:
+
+        def churn():
+            for i in range(2000):
+                h.append(msg("bytes"))
+                h.append(msg("newline") + b"\n", 7)
+                h.append(msg("text").decode(), pid=8)
+                h.append({"type": "item.completed", "item": {"id": "d", "type": "agent_message", "text": "dict"}})
+                try:
+                    h.append(bad[i % len(bad)])
+                except ValidationError:
+                    pass
+            h.flush()  # nothing pending: what stays is what leaked
+
+        churn()  # warm caches (interned strings, exception machinery)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            churn()
+            gc.collect()
+            grown = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert h.manifest["event_count"] == 16000
+    assert grown < 64 * 1024, f"{grown} bytes kept after 10,000 appends"
+    assert len(log_lines(tmp_path / "s")) == 16000
+
+
+def test_append_takes_its_arguments_as_a_method_does(tmp_path):
+    with open_s(tmp_path) as h:
+        h.append(line=msg("by keyword"), pid=3)
+        with pytest.raises(TypeError):
+            h.append()
+        with pytest.raises(TypeError):
+            h.append(msg("a"), 1, 2)
+        with pytest.raises(TypeError):
+            h.append(msg("a"), pidd=1)
+        with pytest.raises(AttributeError):
+            memfs.SessionHandle.append(object(), msg("not a handle"))
+        assert "Validate and append one event line" in memfs.SessionHandle.append.__doc__
+    assert log_lines(tmp_path / "s") == [msg("by keyword")]

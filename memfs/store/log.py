@@ -68,6 +68,7 @@ import orjson
 
 from memfs.errors import CapRewriteError, LineTooLong, ReadOnlySession, SessionClosed, SymlinkRefused, TurnNotFound, ValidationError
 from memfs.events import Kind, Record, decode_stored, parse_line
+from memfs.store import _append
 from memfs.store import lock as liveness
 from memfs.store import persister
 from memfs.store.evict import enforce_cap
@@ -113,7 +114,7 @@ log = logging.getLogger("memfs.store")
 _BUFFERED, _WRITE, _FSYNC = range(3)
 _MODE_CODES = {mode: i for i, mode in enumerate(DURABILITY_MODES)}
 _TURN_STARTED = Kind.TURN_STARTED
-# kinds whose line is a turn boundary whatever the state (SPEC §3.1), indexed by Kind
+# kinds whose line is a turn boundary whatever the state (SPEC §3.1), by Kind value
 _BOUNDARY = tuple(k in (Kind.THREAD_COMPLETED, Kind.TURN_COMPLETED, Kind.TURN_FAILED) for k in Kind)
 _time = time.time
 _monotonic = time.monotonic
@@ -677,6 +678,10 @@ class _Shared:
 
 _RETIRED = float("inf")  # ``written_seq`` of a closed session: every snapshot is stale
 
+# SessionHandle.append (compiled) works on _Shared's slots and calls back into these.
+_append.configure(_Shared, parse_line, apply, enforce_cap, now_rfc3339, ValidationError, SessionClosed,
+                  _TURN_STARTED, _BOUNDARY, BUFFER_LIMIT, _FSYNC)
+
 
 @dataclass(slots=True)
 class _Snapshot:
@@ -797,87 +802,11 @@ class SessionHandle:
             raise ReadOnlySession("session is open read-only")
         return self._s
 
-    def append(self, line: bytes | str | dict, pid: int | None = None) -> None:
-        """Validate and append one event line (SPEC §2–§3).
-
-        ``line`` is the raw JSON bytes or text (an envelope or a bare event; a trailing
-        newline is optional) or a dict to serialize. A refused line raises
-        :class:`~memfs.errors.ValidationError` carrying the reason and is recorded in
-        ``rejected.jsonl``; it never reaches ``events.jsonl``. If the event cap cannot be
-        enforced, :class:`~memfs.errors.CapRewriteError` is raised *after* the event was
-        accepted. A failed write raises ``OSError`` (``accepted`` 0: the line was taken back;
-        1: it is in the log and what failed came after). ``pid`` is the writer's, recorded with
-        a refused line (default: this process).
-        """
-        # One function, from the bytes to the state machine: this is every single append of the
-        # library and the filesystem, and each Python call on the way costs a few percent of it
-        # (several times that inside the filesystem, between kernel round trips). Whenever the
-        # line has to reach the file now (``write``/``fsync`` mode, a turn boundary, 64 KiB) its
-        # bytes are written *before* the state changes, so a failed write leaves nothing to take
-        # back but the line itself.
-        s = self._s
-        if self._closed or self._read_only or type(line) is not bytes or len(line) > s.max_line_bytes:
-            self._writable()
-            record = s.check_line(line, pid)  # the general path, with every check and conversion
-        else:
-            try:
-                record = parse_line(line)
-            except ValidationError as err:
-                s.refuse(line, err, pid)
-                raise
-        line, _, _, kind = record
-        mutex = s.mutex
-        mutex.acquire()  # (not ``with``: it costs twice as much, here on every append)
-        try:
-            if s.closed:  # the last handle was closed while this append was validating
-                raise SessionClosed("session handle is closed")
-            pending = s.pending
-            flushed = s.flushed_len
-            offset = flushed + len(pending)
-            end = offset + len(line) + 1
-            boundary = _BOUNDARY[kind]
-            mode = s.mode
-            if not (mode or boundary or end - flushed >= BUFFER_LIMIT):
-                pending += line
-                pending += b"\n"
-            elif not pending:  # the usual write-mode case: straight to the file
-                data = line + b"\n"
-                try:  # (what _Shared._write_out does, inline)
-                    n = _write(s.fd, data)
-                    if n != len(data):
-                        write_all(s.fd, memoryview(data)[n:])
-                except OSError as exc:
-                    os.ftruncate(s.fd, flushed)  # no torn line for the next append to merge into
-                    exc.accepted = 0
-                    raise
-                s.flushed_len = end
-            else:
-                pending += line
-                pending += b"\n"
-                try:
-                    s.write_pending()
-                except OSError as exc:
-                    # earlier buffered lines stay pending (their appends succeeded); this one goes
-                    s.pending = s.pending[: len(pending) - len(line) - 1]
-                    exc.accepted = 0
-                    raise
-            s.last_change = _time()
-            state = s.state
-            apply(state, kind, offset, end, now_rfc3339() if kind is _TURN_STARTED else "")
-            s.version += 1  # (``appended`` only counts inside batch calls, which use differences)
-            if boundary or (end >= s.persist_at and not mode):  # (64 KiB: buffered mode only)
-                s.request_persist()
-            if s.max_events and state.event_count > s.max_events:
-                try:
-                    enforce_cap(s)
-                except OSError as exc:
-                    exc.accepted = 1  # the line is accepted (in the log or still buffered)
-                    raise
-            sync_target = s.dropped + s.flushed_len if mode == _FSYNC else 0
-        finally:
-            mutex.release()
-        if sync_target:
-            s.sync_to(sync_target)
+    # append(line, pid=None): validate and append one event line (SPEC §2–§3). Every single
+    # append of the library and of the filesystem runs it, so it is compiled: the rules it
+    # follows are documented above and in memfs/store/_append.c, which calls back into this
+    # module (and the one state machine) for everything but the straight path.
+    append = _append.method
 
     def append_many(self, lines: Iterable[bytes | str | dict], *, pid: int | None = None) -> int:
         """Append lines in order; return how many were accepted.

@@ -1,0 +1,482 @@
+/* memfs.store._append — SessionHandle.append, compiled (SPEC §3).
+ *
+ * Every single append of the library and of the filesystem (one line per write() through the
+ * mount) runs this one function. As Python it was a third of a mounted append's own work,
+ * and between two FUSE round trips each interpreted line costs several times what it costs
+ * in a loop (see "Decisions" in README.md). It is a line-for-line rendering of the rules
+ * memfs/store/log.py documents; everything that is not the straight path calls back into
+ * the Python that owns it:
+ *
+ *   validation           memfs.events.parse_line (itself C), or _Shared.check_line for
+ *                        anything but bytes within max_line_bytes on an open handle
+ *   a refused line       _Shared.refuse (rejected.jsonl), then the ValidationError is raised
+ *   the state machine    memfs.store.machine.apply, once per line: the only one
+ *   pending bytes        _Shared.write_pending
+ *   metadata             _Shared.request_persist at boundaries (and 64 KiB, buffered mode)
+ *   the event cap        memfs.store.evict.enforce_cap
+ *   fsync mode           _Shared.sync_to, after the session's mutex is released
+ *
+ * _Shared has __slots__: configure() looks up where each slot this function uses lives in
+ * the object, once, so reading a field is a load, as it is for the interpreter.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <errno.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+/* the _Shared slots this function reads or writes */
+#define SLOTS(X) X(closed) X(pending) X(flushed_len) X(mode) X(fd) X(state) X(persist_at) \
+                 X(max_events) X(max_line_bytes) X(dropped) X(version) X(last_change) X(mutex)
+#define DECLARE_OFFSET(name) Py_ssize_t name;
+#define SLOT_NAME(name) #name,
+
+static struct {
+    PyTypeObject *shared_type;
+    struct { SLOTS(DECLARE_OFFSET) } at;
+    PyObject *parse_line, *apply, *enforce_cap, *now_rfc3339;
+    PyObject *validation_error, *session_closed;
+    PyObject *turn_started;   /* the Kind member that opens a turn (its entry gets a time) */
+    char boundary[16];        /* by Kind value: the line is a turn boundary */
+    Py_ssize_t nkinds, buffer_limit;
+    long fsync_mode;
+    PyObject *s_s, *s_closed_h, *s_read_only_h, *s_writable, *s_check_line, *s_refuse, *s_write_pending,
+        *s_request_persist, *s_sync_to, *s_acquire, *s_release, *s_accepted, *s_event_count, *empty;
+    int ready;
+} A;
+
+/* A slot's value (borrowed), or NULL with AttributeError when it was never set. */
+static inline PyObject *slot(PyObject *obj, Py_ssize_t offset, const char *name)
+{
+    PyObject *value = *(PyObject **)((char *)obj + offset);
+    if (value == NULL)
+        PyErr_Format(PyExc_AttributeError, "_Shared has no %s", name);
+    return value;
+}
+#define GET(s, name) slot((s), A.at.name, #name)
+/* Replace a slot's value; steals ``value``. */
+#define SET(s, name, value) Py_XSETREF(*(PyObject **)((char *)(s) + A.at.name), (value))
+
+static int get_ssize(PyObject *s, Py_ssize_t offset, const char *name, Py_ssize_t *out)
+{
+    PyObject *v = slot(s, offset, name);
+    if (v == NULL)
+        return -1;
+    *out = PyLong_AsSsize_t(v);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+#define GET_SSIZE(s, name, out) get_ssize((s), A.at.name, #name, (out))
+
+static int set_ssize(PyObject *s, Py_ssize_t offset, Py_ssize_t value)
+{
+    PyObject *v = PyLong_FromSsize_t(value);
+    if (v == NULL)
+        return -1;
+    Py_XSETREF(*(PyObject **)((char *)s + offset), v);
+    return 0;
+}
+#define SET_SSIZE(s, name, value) set_ssize((s), A.at.name, (value))
+
+static PyObject *call_method(PyObject *obj, PyObject *name, PyObject *arg1, PyObject *arg2, PyObject *arg3)
+{
+    PyObject *args[4] = {obj, arg1, arg2, arg3};
+    size_t n = arg3 ? 4 : arg2 ? 3 : arg1 ? 2 : 1;
+    return PyObject_VectorcallMethod(name, args, n | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+/* Set ``accepted`` on the pending exception when it is an OSError (the lines it covers). */
+static void mark_accepted(int accepted)
+{
+    if (!PyErr_ExceptionMatches(PyExc_OSError))
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *n = PyLong_FromLong(accepted);
+    if (n == NULL || PyObject_SetAttr(value, A.s_accepted, n) < 0)
+        PyErr_Clear();  /* the OSError itself matters more */
+    Py_XDECREF(n);
+    PyErr_Restore(type, value, tb);
+}
+
+/* write() ``line`` and a newline to ``fd``, whole (a short write is continued; EINTR is
+ * retried after signal handlers ran, as os.write does). -1 with an exception set. */
+static int write_line(int fd, const char *line, Py_ssize_t n)
+{
+    static const char newline = '\n';
+    struct iovec iov[2] = {{(void *)line, (size_t)n}, {(void *)&newline, 1}};
+    int iovcnt = 2;
+    struct iovec *v = iov;
+    while (iovcnt) {
+        ssize_t r;
+        Py_BEGIN_ALLOW_THREADS
+        r = writev(fd, v, iovcnt);
+        Py_END_ALLOW_THREADS
+        if (r < 0) {
+            if (errno == EINTR) {
+                if (PyErr_CheckSignals() < 0)
+                    return -1;
+                continue;
+            }
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        while (iovcnt && (size_t)r >= v->iov_len) {
+            r -= v->iov_len;
+            v++;
+            iovcnt--;
+        }
+        if (iovcnt) {
+            v->iov_base = (char *)v->iov_base + r;
+            v->iov_len -= r;
+        }
+    }
+    return 0;
+}
+
+/* Lines that do not take the straight path: validated (and, refused, recorded) by Python. */
+static PyObject *validate(PyObject *handle, PyObject *s, PyObject *line, PyObject *pid)
+{
+    PyObject *closed = PyObject_GetAttr(handle, A.s_closed_h), *read_only = NULL, *record = NULL;
+    if (closed == NULL || (read_only = PyObject_GetAttr(handle, A.s_read_only_h)) == NULL)
+        goto done;
+    PyObject *limit = GET(s, max_line_bytes);
+    if (limit == NULL)
+        goto done;
+    if (closed == Py_False && read_only == Py_False && PyBytes_CheckExact(line)
+        && PyBytes_GET_SIZE(line) <= PyLong_AsSsize_t(limit)) {
+        record = PyObject_Vectorcall(A.parse_line, &line, 1, NULL);
+        if (record == NULL && PyErr_ExceptionMatches(A.validation_error)) {
+            PyObject *type, *exc, *tb;
+            PyErr_Fetch(&type, &exc, &tb);
+            PyErr_NormalizeException(&type, &exc, &tb);
+            PyObject *r = call_method(s, A.s_refuse, line, exc, pid);
+            if (r != NULL) {
+                Py_DECREF(r);
+                PyErr_Restore(type, exc, tb);
+            } else {  /* the refusal could not be recorded: that error is the one to raise */
+                Py_XDECREF(type);
+                Py_XDECREF(exc);
+                Py_XDECREF(tb);
+            }
+        }
+    } else if (!PyErr_Occurred()) {
+        PyObject *r = call_method(handle, A.s_writable, NULL, NULL, NULL);
+        if (r != NULL) {
+            Py_DECREF(r);
+            record = call_method(s, A.s_check_line, line, pid, NULL);
+        }
+    }
+done:
+    Py_XDECREF(closed);
+    Py_XDECREF(read_only);
+    return record;
+}
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* The part under the session's mutex. Returns 0 or -1 (exception set); ``*sync_target`` is
+ * the position fsync mode must reach once the mutex is released (0: none). */
+static int commit(PyObject *s, PyObject *line, PyObject *kind, Py_ssize_t *sync_target)
+{
+    PyObject *closed = GET(s, closed), *pending = GET(s, pending), *state = GET(s, state);
+    Py_ssize_t flushed, mode, persist_at, max_events;
+    if (closed == NULL || pending == NULL || state == NULL || GET_SSIZE(s, flushed_len, &flushed) < 0
+        || GET_SSIZE(s, mode, &mode) < 0 || GET_SSIZE(s, persist_at, &persist_at) < 0
+        || GET_SSIZE(s, max_events, &max_events) < 0)
+        return -1;
+    int is_closed = PyObject_IsTrue(closed);
+    if (is_closed < 0)
+        return -1;
+    if (is_closed) {  /* the last handle was closed while this append was validating */
+        PyErr_SetString(A.session_closed, "session handle is closed");
+        return -1;
+    }
+    if (!PyByteArray_CheckExact(pending)) {
+        PyErr_SetString(PyExc_TypeError, "_Shared.pending must be a bytearray");
+        return -1;
+    }
+    Py_ssize_t k = PyLong_AsSsize_t(kind);
+    if (k < 0 || k >= A.nkinds) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "not a Kind: %R", kind);
+        return -1;
+    }
+    const char *bytes = PyBytes_AS_STRING(line);
+    Py_ssize_t n = PyBytes_GET_SIZE(line), held = PyByteArray_GET_SIZE(pending);
+    Py_ssize_t offset = flushed + held, end = offset + n + 1;
+    int boundary = A.boundary[k];
+    /* Whenever the line has to reach the file now (write/fsync mode, a boundary, 64 KiB) its
+     * bytes are written before the state changes: a failed write takes back just the line. */
+    if (mode || boundary || end - flushed >= A.buffer_limit) {
+        if (held == 0) {  /* the usual write-mode case: straight to the file */
+            Py_ssize_t fd;
+            if (GET_SSIZE(s, fd, &fd) < 0)
+                return -1;
+            if (write_line((int)fd, bytes, n) < 0) {
+                /* part of it may be in the file: cut it, so that the next append cannot merge
+                 * into a torn line (O_APPEND writes at the file's real end) */
+                if (PyErr_ExceptionMatches(PyExc_OSError) && ftruncate((int)fd, flushed) < 0) {
+                    PyErr_Clear();
+                    PyErr_SetFromErrno(PyExc_OSError);
+                }
+                mark_accepted(0);
+                return -1;
+            }
+            if (SET_SSIZE(s, flushed_len, end) < 0)
+                return -1;
+        } else {
+            if (PyByteArray_Resize(pending, held + n + 1) < 0)
+                return -1;
+            memcpy(PyByteArray_AS_STRING(pending) + held, bytes, n);
+            PyByteArray_AS_STRING(pending)[held + n] = '\n';
+            PyObject *r = call_method(s, A.s_write_pending, NULL, NULL, NULL);
+            if (r == NULL) {
+                if (PyErr_ExceptionMatches(PyExc_OSError)) {
+                    /* earlier buffered lines stay pending (their appends succeeded); this one
+                     * goes. A copy: the failed write may still hold a view of the old one. */
+                    PyObject *kept = PyByteArray_FromStringAndSize(PyByteArray_AS_STRING(pending), held);
+                    if (kept == NULL)
+                        return -1;
+                    SET(s, pending, kept);
+                }
+                mark_accepted(0);
+                return -1;
+            }
+            Py_DECREF(r);
+        }
+    } else {
+        if (PyByteArray_Resize(pending, held + n + 1) < 0)
+            return -1;
+        memcpy(PyByteArray_AS_STRING(pending) + held, bytes, n);
+        PyByteArray_AS_STRING(pending)[held + n] = '\n';
+    }
+    PyObject *changed = PyFloat_FromDouble(now_seconds());
+    if (changed == NULL)
+        return -1;
+    SET(s, last_change, changed);
+
+    PyObject *ts = kind == A.turn_started ? PyObject_CallNoArgs(A.now_rfc3339) : Py_NewRef(A.empty);
+    PyObject *at = PyLong_FromSsize_t(offset), *to = PyLong_FromSsize_t(end), *r = NULL;
+    if (ts != NULL && at != NULL && to != NULL) {
+        PyObject *args[5] = {state, kind, at, to, ts};
+        r = PyObject_Vectorcall(A.apply, args, 5, NULL);
+    }
+    Py_XDECREF(ts);
+    Py_XDECREF(at);
+    Py_XDECREF(to);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    Py_ssize_t version;
+    if (GET_SSIZE(s, version, &version) < 0 || SET_SSIZE(s, version, version + 1) < 0)
+        return -1;
+    if (boundary || (end >= persist_at && !mode)) {  /* (64 KiB: buffered mode only) */
+        if ((r = call_method(s, A.s_request_persist, NULL, NULL, NULL)) == NULL)
+            return -1;
+        Py_DECREF(r);
+    }
+    if (max_events) {
+        PyObject *count = PyObject_GetAttr(state, A.s_event_count);
+        if (count == NULL)
+            return -1;
+        Py_ssize_t events = PyLong_AsSsize_t(count);
+        Py_DECREF(count);
+        if (events == -1 && PyErr_Occurred())
+            return -1;
+        if (events > max_events) {
+            if ((r = PyObject_Vectorcall(A.enforce_cap, &s, 1, NULL)) == NULL) {
+                mark_accepted(1);  /* the line is accepted (in the log or still buffered) */
+                return -1;
+            }
+            Py_DECREF(r);
+        }
+    }
+    *sync_target = 0;
+    if (mode == A.fsync_mode) {
+        Py_ssize_t dropped;
+        if (GET_SSIZE(s, dropped, &dropped) < 0 || GET_SSIZE(s, flushed_len, &flushed) < 0)
+            return -1;
+        *sync_target = dropped + flushed;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(append_doc,
+"append(line, pid=None)\n--\n\n"
+"Validate and append one event line (SPEC §2–§3).\n\n"
+"``line`` is the raw JSON bytes or text (an envelope or a bare event; a trailing newline is\n"
+"optional) or a dict to serialize. A refused line raises ValidationError carrying the reason\n"
+"and is recorded in ``rejected.jsonl``; it never reaches ``events.jsonl``. If the event cap\n"
+"cannot be enforced, CapRewriteError is raised *after* the event was accepted. A failed write\n"
+"raises OSError (``accepted`` 0: the line was taken back; 1: it is in the log and what failed\n"
+"came after). ``pid`` is the writer's, recorded with a refused line (default: this process).\n"
+"Compiled: memfs/store/_append.c.");
+
+static PyObject *append(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *line = nargs > 0 ? args[0] : NULL, *pid = nargs > 1 ? args[1] : Py_None;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (!A.ready) {
+        PyErr_SetString(PyExc_RuntimeError, "memfs.store._append is not configured");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, i);
+        if (PyUnicode_CompareWithASCIIString(key, "pid") == 0 && nargs < 2)
+            pid = args[nargs + i];
+        else if (PyUnicode_CompareWithASCIIString(key, "line") == 0 && nargs < 1)
+            line = args[nargs + i];
+        else
+            return PyErr_Format(PyExc_TypeError, "append() got an unexpected or repeated argument %R", key);
+    }
+    if (line == NULL || nargs > 2)
+        return PyErr_Format(PyExc_TypeError, "append() takes a line and an optional pid");
+
+    PyObject *s = PyObject_GetAttr(handle, A.s_s), *record = NULL, *mutex, *r;
+    if (s == NULL)
+        return NULL;
+    if (Py_TYPE(s) != A.shared_type) {
+        PyErr_Format(PyExc_TypeError, "append() needs a SessionHandle, not %.100s", Py_TYPE(handle)->tp_name);
+        goto fail;
+    }
+    if ((record = validate(handle, s, line, pid)) == NULL)
+        goto fail;
+    if (!PyTuple_CheckExact(record) || PyTuple_GET_SIZE(record) != 4
+        || !PyBytes_CheckExact(PyTuple_GET_ITEM(record, 0))) {
+        PyErr_SetString(PyExc_TypeError, "a record is (line, type, event, kind)");
+        goto fail;
+    }
+    if ((mutex = GET(s, mutex)) == NULL)
+        goto fail;
+    Py_INCREF(mutex);
+    if ((r = call_method(mutex, A.s_acquire, NULL, NULL, NULL)) == NULL) {
+        Py_DECREF(mutex);
+        goto fail;
+    }
+    Py_DECREF(r);
+    Py_ssize_t sync_target = 0;
+    int failed = commit(s, PyTuple_GET_ITEM(record, 0), PyTuple_GET_ITEM(record, 3), &sync_target) < 0;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    r = call_method(mutex, A.s_release, NULL, NULL, NULL);
+    Py_DECREF(mutex);
+    if (r == NULL) {  /* cannot happen with the owner releasing; keep the first error */
+        if (failed) {
+            PyErr_Clear();
+            PyErr_Restore(type, value, tb);
+        } else {
+            failed = 1;
+        }
+    } else {
+        Py_DECREF(r);
+        PyErr_Restore(type, value, tb);
+    }
+    if (failed)
+        goto fail;
+    if (sync_target) {
+        PyObject *target = PyLong_FromSsize_t(sync_target);
+        r = target ? call_method(s, A.s_sync_to, target, NULL, NULL) : NULL;
+        Py_XDECREF(target);
+        if (r == NULL)
+            goto fail;
+        Py_DECREF(r);
+    }
+    Py_DECREF(record);
+    Py_DECREF(s);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(record);
+    Py_DECREF(s);
+    return NULL;
+}
+
+static PyMethodDef append_def = {"append", (PyCFunction)(void (*)(void))append, METH_FASTCALL | METH_KEYWORDS,
+                                 append_doc};
+
+PyDoc_STRVAR(configure_doc,
+"configure(shared_type, parse_line, apply, enforce_cap, now_rfc3339, validation_error,\n"
+"          session_closed, turn_started, boundary, buffer_limit, fsync_mode)\n\n"
+"Called once by memfs.store.log. ``boundary`` holds, by Kind value, whether a line of that\n"
+"kind is a turn boundary.");
+
+static PyObject *configure(PyObject *module, PyObject *args)
+{
+    PyObject *boundary;
+    if (A.ready) {
+        PyErr_SetString(PyExc_RuntimeError, "memfs.store._append is configured once");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!OOOOOOOO!nl:configure", &PyType_Type, &A.shared_type, &A.parse_line, &A.apply,
+                          &A.enforce_cap, &A.now_rfc3339, &A.validation_error, &A.session_closed,
+                          &A.turn_started, &PyTuple_Type, &boundary, &A.buffer_limit, &A.fsync_mode))
+        return NULL;
+    A.nkinds = PyTuple_GET_SIZE(boundary);
+    if (A.nkinds > (Py_ssize_t)sizeof(A.boundary)) {
+        PyErr_SetString(PyExc_ValueError, "too many kinds");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < A.nkinds; i++)
+        if ((A.boundary[i] = (char)PyObject_IsTrue(PyTuple_GET_ITEM(boundary, i))) < 0)
+            return NULL;
+    static const char *const names[] = {SLOTS(SLOT_NAME) NULL};
+    Py_ssize_t *offsets = (Py_ssize_t *)&A.at;
+    for (int i = 0; names[i]; i++) {
+        PyObject *descr = PyDict_GetItemString(A.shared_type->tp_dict, names[i]);
+        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)
+            || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+            PyErr_Format(PyExc_TypeError, "%s.%s must be a slot", A.shared_type->tp_name, names[i]);
+            return NULL;
+        }
+        offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+    PyObject **keep[] = {(PyObject **)&A.shared_type, &A.parse_line, &A.apply, &A.enforce_cap, &A.now_rfc3339,
+                         &A.validation_error, &A.session_closed, &A.turn_started, NULL};
+    for (int i = 0; keep[i]; i++)
+        Py_INCREF(*keep[i]);
+    struct { PyObject **at; const char *text; } strings[] = {
+        {&A.s_s, "_s"}, {&A.s_closed_h, "_closed"}, {&A.s_read_only_h, "_read_only"},
+        {&A.s_writable, "_writable"}, {&A.s_check_line, "check_line"}, {&A.s_refuse, "refuse"},
+        {&A.s_write_pending, "write_pending"}, {&A.s_request_persist, "request_persist"},
+        {&A.s_sync_to, "sync_to"}, {&A.s_acquire, "acquire"}, {&A.s_release, "release"},
+        {&A.s_accepted, "accepted"}, {&A.s_event_count, "event_count"}, {&A.empty, ""}, {NULL, NULL}};
+    for (int i = 0; strings[i].at; i++)
+        if ((*strings[i].at = PyUnicode_InternFromString(strings[i].text)) == NULL)
+            return NULL;
+    A.ready = 1;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", configure, METH_VARARGS, configure_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "memfs.store._append",
+    "SessionHandle.append, compiled: memfs.store.log configures it and documents the rules.",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__append(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    /* ``method``: a method descriptor for SessionHandle's class body (any instance may call it;
+     * it checks what its handle holds) */
+    PyObject *method = PyDescr_NewMethod(&PyBaseObject_Type, &append_def);
+    if (method == NULL || PyModule_AddObject(m, "method", method) < 0) {
+        Py_XDECREF(method);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
