@@ -249,7 +249,9 @@ def write_report(report: dict, path: Path) -> None:
         lines += ["", "Through the mount (`scripts/bench_fs.py`): one `write()` per event on an `O_APPEND` "
                   "descriptor; nullfs is a do-nothing pyfuse3 filesystem, the FUSE ceiling; floor is nullfs "
                   "that validates each line (memfs's `parse_line`) and `write()`s it to a file, the least "
-                  "a `write`-mode append must do.", ""]
+                  "a `write`-mode append must do. The servers run on one CPU, the writer on another "
+                  "(left to the kernel, their placement moved nullfs by half). The ratios are medians of "
+                  "per-round ratios.", ""]
         lines += [f"- {k}: {fmt(v)}" for k, v in fs["results"].items()]
     store = r["components"].get("bench_store.py", {})
     if "results" in store:

@@ -37,13 +37,14 @@ static struct {
     PyTypeObject *shared_type;
     struct { SLOTS(DECLARE_OFFSET) } at;
     PyObject *parse_line, *apply, *enforce_cap, *now_rfc3339;
+    PyObject *acquire, *release;  /* the mutex type's methods, unbound */
     PyObject *validation_error, *session_closed;
     PyObject *turn_started;   /* the Kind member that opens a turn (its entry gets a time) */
     char boundary[16];        /* by Kind value: the line is a turn boundary */
     Py_ssize_t nkinds, buffer_limit;
     long fsync_mode;
     PyObject *s_s, *s_closed_h, *s_read_only_h, *s_writable, *s_check_line, *s_refuse, *s_write_pending,
-        *s_request_persist, *s_sync_to, *s_acquire, *s_release, *s_accepted, *s_event_count, *empty;
+        *s_request_persist, *s_sync_to, *s_accepted, *s_event_count, *empty;
     int ready;
 } A;
 
@@ -357,7 +358,7 @@ static PyObject *append(PyObject *handle, PyObject *const *args, Py_ssize_t narg
     if ((mutex = GET(s, mutex)) == NULL)
         goto fail;
     Py_INCREF(mutex);
-    if ((r = call_method(mutex, A.s_acquire, NULL, NULL, NULL)) == NULL) {
+    if ((r = PyObject_Vectorcall(A.acquire, &mutex, 1, NULL)) == NULL) {
         Py_DECREF(mutex);
         goto fail;
     }
@@ -366,7 +367,7 @@ static PyObject *append(PyObject *handle, PyObject *const *args, Py_ssize_t narg
     int failed = commit(s, PyTuple_GET_ITEM(record, 0), PyTuple_GET_ITEM(record, 3), &sync_target) < 0;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    r = call_method(mutex, A.s_release, NULL, NULL, NULL);
+    r = PyObject_Vectorcall(A.release, &mutex, 1, NULL);
     Py_DECREF(mutex);
     if (r == NULL) {  /* cannot happen with the owner releasing; keep the first error */
         if (failed) {
@@ -402,19 +403,21 @@ static PyMethodDef append_def = {"append", (PyCFunction)(void (*)(void))append, 
                                  append_doc};
 
 PyDoc_STRVAR(configure_doc,
-"configure(shared_type, parse_line, apply, enforce_cap, now_rfc3339, validation_error,\n"
-"          session_closed, turn_started, boundary, buffer_limit, fsync_mode)\n\n"
-"Called once by memfs.store.log. ``boundary`` holds, by Kind value, whether a line of that\n"
-"kind is a turn boundary.");
+"configure(shared_type, mutex_type, parse_line, apply, enforce_cap, now_rfc3339,\n"
+"          validation_error, session_closed, turn_started, boundary, buffer_limit, fsync_mode)\n\n"
+"Called once by memfs.store.log. ``mutex_type`` is the type of _Shared.mutex; ``boundary``\n"
+"holds, by Kind value, whether a line of that kind is a turn boundary.");
 
 static PyObject *configure(PyObject *module, PyObject *args)
 {
     PyObject *boundary;
+    PyTypeObject *mutex_type;
     if (A.ready) {
         PyErr_SetString(PyExc_RuntimeError, "memfs.store._append is configured once");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O!OOOOOOOO!nl:configure", &PyType_Type, &A.shared_type, &A.parse_line, &A.apply,
+    if (!PyArg_ParseTuple(args, "O!O!OOOOOOOO!nl:configure", &PyType_Type, &A.shared_type, &PyType_Type,
+                          &mutex_type, &A.parse_line, &A.apply,
                           &A.enforce_cap, &A.now_rfc3339, &A.validation_error, &A.session_closed,
                           &A.turn_started, &PyTuple_Type, &boundary, &A.buffer_limit, &A.fsync_mode))
         return NULL;
@@ -437,6 +440,9 @@ static PyObject *configure(PyObject *module, PyObject *args)
         }
         offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
     }
+    if ((A.acquire = PyObject_GetAttrString((PyObject *)mutex_type, "acquire")) == NULL
+        || (A.release = PyObject_GetAttrString((PyObject *)mutex_type, "release")) == NULL)
+        return NULL;
     PyObject **keep[] = {(PyObject **)&A.shared_type, &A.parse_line, &A.apply, &A.enforce_cap, &A.now_rfc3339,
                          &A.validation_error, &A.session_closed, &A.turn_started, NULL};
     for (int i = 0; keep[i]; i++)
@@ -445,7 +451,7 @@ static PyObject *configure(PyObject *module, PyObject *args)
         {&A.s_s, "_s"}, {&A.s_closed_h, "_closed"}, {&A.s_read_only_h, "_read_only"},
         {&A.s_writable, "_writable"}, {&A.s_check_line, "check_line"}, {&A.s_refuse, "refuse"},
         {&A.s_write_pending, "write_pending"}, {&A.s_request_persist, "request_persist"},
-        {&A.s_sync_to, "sync_to"}, {&A.s_acquire, "acquire"}, {&A.s_release, "release"},
+        {&A.s_sync_to, "sync_to"},
         {&A.s_accepted, "accepted"}, {&A.s_event_count, "event_count"}, {&A.empty, ""}, {NULL, NULL}};
     for (int i = 0; strings[i].at; i++)
         if ((*strings[i].at = PyUnicode_InternFromString(strings[i].text)) == NULL)

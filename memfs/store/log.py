@@ -679,8 +679,8 @@ class _Shared:
 _RETIRED = float("inf")  # ``written_seq`` of a closed session: every snapshot is stale
 
 # SessionHandle.append (compiled) works on _Shared's slots and calls back into these.
-_append.configure(_Shared, parse_line, apply, enforce_cap, now_rfc3339, ValidationError, SessionClosed,
-                  _TURN_STARTED, _BOUNDARY, BUFFER_LIMIT, _FSYNC)
+_append.configure(_Shared, type(threading.RLock()), parse_line, apply, enforce_cap, now_rfc3339, ValidationError,
+                  SessionClosed, _TURN_STARTED, _BOUNDARY, BUFFER_LIMIT, _FSYNC)
 
 
 @dataclass(slots=True)
