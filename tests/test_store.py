@@ -5,6 +5,7 @@ permissions, symlinks and rejected lines."""
 from __future__ import annotations
 
 import errno
+import inspect
 import os
 import stat
 import subprocess
@@ -598,7 +599,8 @@ def test_append_takes_its_arguments_as_a_method_does(tmp_path):
             h.append(msg("a"), 1, 2)
         with pytest.raises(TypeError):
             h.append(msg("a"), pidd=1)
-        with pytest.raises(AttributeError):
+        with pytest.raises(TypeError):
             memfs.SessionHandle.append(object(), msg("not a handle"))
         assert "Validate and append one event line" in memfs.SessionHandle.append.__doc__
+        assert str(inspect.signature(memfs.SessionHandle.append)) == "(self, /, line, pid=None)"
     assert log_lines(tmp_path / "s") == [msg("by keyword")]

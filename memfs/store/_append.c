@@ -16,8 +16,9 @@
  *   the event cap        memfs.store.evict.enforce_cap
  *   fsync mode           _Shared.sync_to, after the session's mutex is released
  *
- * _Shared has __slots__: configure() looks up where each slot this function uses lives in
- * the object, once, so reading a field is a load, as it is for the interpreter.
+ * SessionHandle and _Shared have __slots__: configure() looks up where each slot this
+ * function uses lives in the object, once, so reading a field is a load, as it is for the
+ * interpreter.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -30,20 +31,23 @@
 /* the _Shared slots this function reads or writes */
 #define SLOTS(X) X(closed) X(pending) X(flushed_len) X(mode) X(fd) X(state) X(persist_at) \
                  X(max_events) X(max_line_bytes) X(dropped) X(version) X(last_change) X(mutex)
+/* and SessionHandle's */
+#define HANDLE_SLOTS(X) X(_s) X(_closed) X(_read_only)
 #define DECLARE_OFFSET(name) Py_ssize_t name;
 #define SLOT_NAME(name) #name,
 
 static struct {
-    PyTypeObject *shared_type;
+    PyTypeObject *shared_type, *handle_type;
     struct { SLOTS(DECLARE_OFFSET) } at;
+    struct { HANDLE_SLOTS(DECLARE_OFFSET) } handle_at;
     PyObject *parse_line, *apply, *enforce_cap, *now_rfc3339;
     PyObject *acquire, *release;  /* the mutex type's methods, unbound */
-    PyObject *validation_error, *session_closed;
+    PyObject *validation_error, *session_closed, *cap_error;
     PyObject *turn_started;   /* the Kind member that opens a turn (its entry gets a time) */
     char boundary[16];        /* by Kind value: the line is a turn boundary */
     Py_ssize_t nkinds, buffer_limit;
     long fsync_mode;
-    PyObject *s_s, *s_closed_h, *s_read_only_h, *s_writable, *s_check_line, *s_refuse, *s_write_pending,
+    PyObject *s_writable, *s_check_line, *s_refuse, *s_write_pending,
         *s_request_persist, *s_sync_to, *s_accepted, *s_event_count, *empty;
     int ready;
 } A;
@@ -53,10 +57,11 @@ static inline PyObject *slot(PyObject *obj, Py_ssize_t offset, const char *name)
 {
     PyObject *value = *(PyObject **)((char *)obj + offset);
     if (value == NULL)
-        PyErr_Format(PyExc_AttributeError, "_Shared has no %s", name);
+        PyErr_Format(PyExc_AttributeError, "%.100s has no %s", Py_TYPE(obj)->tp_name, name);
     return value;
 }
 #define GET(s, name) slot((s), A.at.name, #name)
+#define GET_HANDLE(h, name) slot((h), A.handle_at.name, #name)
 /* Replace a slot's value; steals ``value``. */
 #define SET(s, name, value) Py_XSETREF(*(PyObject **)((char *)(s) + A.at.name), (value))
 
@@ -87,10 +92,11 @@ static PyObject *call_method(PyObject *obj, PyObject *name, PyObject *arg1, PyOb
     return PyObject_VectorcallMethod(name, args, n | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
-/* Set ``accepted`` on the pending exception when it is an OSError (the lines it covers). */
+/* Set ``accepted`` on the pending exception when it is an OSError or a CapRewriteError (the
+ * lines it covers). */
 static void mark_accepted(int accepted)
 {
-    if (!PyErr_ExceptionMatches(PyExc_OSError))
+    if (!PyErr_ExceptionMatches(PyExc_OSError) && !PyErr_ExceptionMatches(A.cap_error))
         return;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
@@ -112,15 +118,18 @@ static int write_line(int fd, const char *line, Py_ssize_t n)
     struct iovec *v = iov;
     while (iovcnt) {
         ssize_t r;
+        int err;
         Py_BEGIN_ALLOW_THREADS
         r = writev(fd, v, iovcnt);
+        err = errno;
         Py_END_ALLOW_THREADS
         if (r < 0) {
-            if (errno == EINTR) {
+            if (err == EINTR) {
                 if (PyErr_CheckSignals() < 0)
                     return -1;
                 continue;
             }
+            errno = err;
             PyErr_SetFromErrno(PyExc_OSError);
             return -1;
         }
@@ -140,12 +149,10 @@ static int write_line(int fd, const char *line, Py_ssize_t n)
 /* Lines that do not take the straight path: validated (and, refused, recorded) by Python. */
 static PyObject *validate(PyObject *handle, PyObject *s, PyObject *line, PyObject *pid)
 {
-    PyObject *closed = PyObject_GetAttr(handle, A.s_closed_h), *read_only = NULL, *record = NULL;
-    if (closed == NULL || (read_only = PyObject_GetAttr(handle, A.s_read_only_h)) == NULL)
-        goto done;
+    PyObject *closed = GET_HANDLE(handle, _closed), *read_only = GET_HANDLE(handle, _read_only), *record = NULL;
     PyObject *limit = GET(s, max_line_bytes);
-    if (limit == NULL)
-        goto done;
+    if (closed == NULL || read_only == NULL || limit == NULL)
+        return NULL;
     if (closed == Py_False && read_only == Py_False && PyBytes_CheckExact(line)
         && PyBytes_GET_SIZE(line) <= PyLong_AsSsize_t(limit)) {
         record = PyObject_Vectorcall(A.parse_line, &line, 1, NULL);
@@ -170,9 +177,6 @@ static PyObject *validate(PyObject *handle, PyObject *s, PyObject *line, PyObjec
             record = call_method(s, A.s_check_line, line, pid, NULL);
         }
     }
-done:
-    Py_XDECREF(closed);
-    Py_XDECREF(read_only);
     return record;
 }
 
@@ -183,13 +187,13 @@ static double now_seconds(void)
     return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-/* The part under the session's mutex. Returns 0 or -1 (exception set); ``*sync_target`` is
- * the position fsync mode must reach once the mutex is released (0: none). */
-static int commit(PyObject *s, PyObject *line, PyObject *kind, Py_ssize_t *sync_target)
+/* commit(), given the session's pending buffer and state (held by the caller). */
+static int commit_line(PyObject *s, PyObject *line, PyObject *kind, PyObject *pending, PyObject *state,
+                       Py_ssize_t *sync_target)
 {
-    PyObject *closed = GET(s, closed), *pending = GET(s, pending), *state = GET(s, state);
+    PyObject *closed = GET(s, closed);
     Py_ssize_t flushed, mode, persist_at, max_events;
-    if (closed == NULL || pending == NULL || state == NULL || GET_SSIZE(s, flushed_len, &flushed) < 0
+    if (closed == NULL || GET_SSIZE(s, flushed_len, &flushed) < 0
         || GET_SSIZE(s, mode, &mode) < 0 || GET_SSIZE(s, persist_at, &persist_at) < 0
         || GET_SSIZE(s, max_events, &max_events) < 0)
         return -1;
@@ -310,13 +314,29 @@ static int commit(PyObject *s, PyObject *line, PyObject *kind, Py_ssize_t *sync_
     return 0;
 }
 
+/* The part under the session's mutex. Returns 0 or -1 (exception set); ``*sync_target`` is
+ * the position fsync mode must reach once the mutex is released (0: none). */
+static int commit(PyObject *s, PyObject *line, PyObject *kind, Py_ssize_t *sync_target)
+{
+    PyObject *pending = GET(s, pending), *state = GET(s, state);
+    if (pending == NULL || state == NULL)
+        return -1;
+    Py_INCREF(pending);  /* held: Python code (write_pending, apply, ...) runs in between */
+    Py_INCREF(state);
+    int r = commit_line(s, line, kind, pending, state, sync_target);
+    Py_DECREF(pending);
+    Py_DECREF(state);
+    return r;
+}
+
 PyDoc_STRVAR(append_doc,
-"append(line, pid=None)\n--\n\n"
+"append($self, /, line, pid=None)\n--\n\n"
 "Validate and append one event line (SPEC §2–§3).\n\n"
 "``line`` is the raw JSON bytes or text (an envelope or a bare event; a trailing newline is\n"
 "optional) or a dict to serialize. A refused line raises ValidationError carrying the reason\n"
 "and is recorded in ``rejected.jsonl``; it never reaches ``events.jsonl``. If the event cap\n"
-"cannot be enforced, CapRewriteError is raised *after* the event was accepted. A failed write\n"
+"cannot be enforced, CapRewriteError (``accepted`` 1) is raised *after* the event was\n"
+"accepted. A failed write\n"
 "raises OSError (``accepted`` 0: the line was taken back; 1: it is in the log and what failed\n"
 "came after). ``pid`` is the writer's, recorded with a refused line (default: this process).\n"
 "Compiled: memfs/store/_append.c.");
@@ -341,13 +361,14 @@ static PyObject *append(PyObject *handle, PyObject *const *args, Py_ssize_t narg
     if (line == NULL || nargs > 2)
         return PyErr_Format(PyExc_TypeError, "append() takes a line and an optional pid");
 
-    PyObject *s = PyObject_GetAttr(handle, A.s_s), *record = NULL, *mutex, *r;
+    if (Py_TYPE(handle) != A.handle_type)
+        return PyErr_Format(PyExc_TypeError, "append() needs a SessionHandle, not %.100s", Py_TYPE(handle)->tp_name);
+    PyObject *s = GET_HANDLE(handle, _s), *record = NULL, *mutex, *r;
     if (s == NULL)
         return NULL;
-    if (Py_TYPE(s) != A.shared_type) {
-        PyErr_Format(PyExc_TypeError, "append() needs a SessionHandle, not %.100s", Py_TYPE(handle)->tp_name);
-        goto fail;
-    }
+    if (Py_TYPE(s) != A.shared_type)
+        return PyErr_Format(PyExc_TypeError, "SessionHandle._s is a %.100s", Py_TYPE(s)->tp_name);
+    Py_INCREF(s);
     if ((record = validate(handle, s, line, pid)) == NULL)
         goto fail;
     if (!PyTuple_CheckExact(record) || PyTuple_GET_SIZE(record) != 4
@@ -399,13 +420,132 @@ fail:
     return NULL;
 }
 
+/* Make ``def`` a method of ``type`` (it replaces the placeholder of the class body). */
+static int install(PyObject *type, PyMethodDef *def)
+{
+    PyObject *method = PyDescr_NewMethod((PyTypeObject *)type, def);
+    if (method == NULL)
+        return -1;
+    int r = PyObject_SetAttrString(type, def->ml_name, method);
+    Py_DECREF(method);
+    return r;
+}
+
+/* Where each named slot of ``type`` lives in its objects, into ``offsets``. */
+static int find_slots(PyTypeObject *type, const char *const *names, Py_ssize_t *offsets)
+{
+    for (int i = 0; names[i]; i++) {
+        PyObject *descr = PyDict_GetItemString(type->tp_dict, names[i]);
+        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)
+            || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+            PyErr_Format(PyExc_TypeError, "%s.%s must be a slot", type->tp_name, names[i]);
+            return -1;
+        }
+        offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+    return 0;
+}
+
 static PyMethodDef append_def = {"append", (PyCFunction)(void (*)(void))append, METH_FASTCALL | METH_KEYWORDS,
                                  append_doc};
 
+/* --- LineAppender.write ------------------------------------------------------------------- */
+
+static struct {
+    PyTypeObject *type;
+    struct { Py_ssize_t handle, pid, partial; } at;
+    PyObject *s_write_lines, *s_after_error;
+    int ready;
+} W;
+
+PyDoc_STRVAR(write_doc,
+"write($self, data, /)\n--\n\n"
+"Append the complete lines of ``partial + data``; return how many bytes of ``data`` were\n"
+"taken (see memfs.store.appender). Compiled: a write that is exactly one line, with no\n"
+"fragment held, goes straight to SessionHandle.append; any other to _write_lines.");
+
+static PyObject *appender_write(PyObject *self, PyObject *data)
+{
+    if (!W.ready) {
+        PyErr_SetString(PyExc_RuntimeError, "memfs.store._append is not configured for LineAppender");
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(self, W.type))
+        return PyErr_Format(PyExc_TypeError, "write() needs a LineAppender, not %.100s", Py_TYPE(self)->tp_name);
+    if (Py_TYPE(self) == W.type && PyBytes_CheckExact(data)) {
+        PyObject *handle = slot(self, W.at.handle, "handle"), *pid = slot(self, W.at.pid, "pid");
+        PyObject *partial = slot(self, W.at.partial, "partial");
+        if (handle == NULL || pid == NULL || partial == NULL)
+            return NULL;
+        const char *p = PyBytes_AS_STRING(data);
+        Py_ssize_t n = PyBytes_GET_SIZE(data);
+        if (PyByteArray_CheckExact(partial) && PyByteArray_GET_SIZE(partial) == 0 && n > 0
+            && memchr(p, '\n', n) == p + n - 1) {
+            /* without its newline: as the line is recorded in rejected.jsonl when refused */
+            PyObject *line = PyBytes_FromStringAndSize(p, n - 1);
+            if (line == NULL)
+                return NULL;
+            PyObject *args[2] = {line, pid};
+            Py_INCREF(handle);
+            PyObject *r = append(handle, args, 2, NULL);
+            Py_DECREF(handle);
+            Py_DECREF(line);
+            if (r == NULL) {  /* a failure after the line was accepted does not fail the write */
+                PyObject *type, *exc, *tb;
+                PyErr_Fetch(&type, &exc, &tb);
+                PyErr_NormalizeException(&type, &exc, &tb);
+                r = call_method(self, W.s_after_error, exc, NULL, NULL);
+                Py_XDECREF(type);
+                Py_XDECREF(exc);
+                Py_XDECREF(tb);
+                if (r == NULL)
+                    return NULL;
+            }
+            Py_DECREF(r);
+            return PyLong_FromSsize_t(n);
+        }
+    }
+    return call_method(self, W.s_write_lines, data, NULL, NULL);
+}
+
+static PyMethodDef write_def = {"write", appender_write, METH_O, write_doc};
+
+PyDoc_STRVAR(configure_appender_doc,
+"configure_appender(appender_type)\n\n"
+"Called once by memfs.store.appender with LineAppender (slots handle, pid, partial; methods\n"
+"_write_lines(data) and _after_error(exc), which raises or returns); installs its write.");
+
+static PyObject *configure_appender(PyObject *module, PyObject *type)
+{
+    if (W.ready) {
+        PyErr_SetString(PyExc_RuntimeError, "LineAppender is configured once");
+        return NULL;
+    }
+    if (!PyType_Check(type)) {
+        PyErr_SetString(PyExc_TypeError, "configure_appender takes a type");
+        return NULL;
+    }
+    static const char *const names[] = {"handle", "pid", "partial", NULL};
+    if (find_slots((PyTypeObject *)type, names, (Py_ssize_t *)&W.at) < 0)
+        return NULL;
+    if ((W.s_write_lines = PyUnicode_InternFromString("_write_lines")) == NULL
+        || (W.s_after_error = PyUnicode_InternFromString("_after_error")) == NULL)
+        return NULL;
+    if (install(type, &write_def) < 0)
+        return NULL;
+    W.type = (PyTypeObject *)Py_NewRef(type);
+    W.ready = 1;
+    Py_RETURN_NONE;
+}
+
+
+
 PyDoc_STRVAR(configure_doc,
-"configure(shared_type, mutex_type, parse_line, apply, enforce_cap, now_rfc3339,\n"
-"          validation_error, session_closed, turn_started, boundary, buffer_limit, fsync_mode)\n\n"
-"Called once by memfs.store.log. ``mutex_type`` is the type of _Shared.mutex; ``boundary``\n"
+"configure(handle_type, shared_type, mutex_type, parse_line, apply, enforce_cap, now_rfc3339,\n"
+"          validation_error, session_closed, cap_error, turn_started, boundary, buffer_limit,\n"
+"          fsync_mode)\n\n"
+"Called once by memfs.store.log with SessionHandle, _Shared, the type of _Shared.mutex, ...;\n"
+"installs SessionHandle.append. ``boundary``\n"
 "holds, by Kind value, whether a line of that kind is a turn boundary.");
 
 static PyObject *configure(PyObject *module, PyObject *args)
@@ -416,9 +556,9 @@ static PyObject *configure(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_RuntimeError, "memfs.store._append is configured once");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O!O!OOOOOOOO!nl:configure", &PyType_Type, &A.shared_type, &PyType_Type,
-                          &mutex_type, &A.parse_line, &A.apply,
-                          &A.enforce_cap, &A.now_rfc3339, &A.validation_error, &A.session_closed,
+    if (!PyArg_ParseTuple(args, "O!O!O!OOOOOOOOO!nl:configure", &PyType_Type, &A.handle_type, &PyType_Type,
+                          &A.shared_type, &PyType_Type, &mutex_type, &A.parse_line, &A.apply,
+                          &A.enforce_cap, &A.now_rfc3339, &A.validation_error, &A.session_closed, &A.cap_error,
                           &A.turn_started, &PyTuple_Type, &boundary, &A.buffer_limit, &A.fsync_mode))
         return NULL;
     A.nkinds = PyTuple_GET_SIZE(boundary);
@@ -429,26 +569,18 @@ static PyObject *configure(PyObject *module, PyObject *args)
     for (Py_ssize_t i = 0; i < A.nkinds; i++)
         if ((A.boundary[i] = (char)PyObject_IsTrue(PyTuple_GET_ITEM(boundary, i))) < 0)
             return NULL;
-    static const char *const names[] = {SLOTS(SLOT_NAME) NULL};
-    Py_ssize_t *offsets = (Py_ssize_t *)&A.at;
-    for (int i = 0; names[i]; i++) {
-        PyObject *descr = PyDict_GetItemString(A.shared_type->tp_dict, names[i]);
-        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)
-            || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
-            PyErr_Format(PyExc_TypeError, "%s.%s must be a slot", A.shared_type->tp_name, names[i]);
-            return NULL;
-        }
-        offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
-    }
+    static const char *const names[] = {SLOTS(SLOT_NAME) NULL}, *const handle_names[] = {HANDLE_SLOTS(SLOT_NAME) NULL};
+    if (find_slots(A.shared_type, names, (Py_ssize_t *)&A.at) < 0
+        || find_slots(A.handle_type, handle_names, (Py_ssize_t *)&A.handle_at) < 0)
+        return NULL;
     if ((A.acquire = PyObject_GetAttrString((PyObject *)mutex_type, "acquire")) == NULL
         || (A.release = PyObject_GetAttrString((PyObject *)mutex_type, "release")) == NULL)
         return NULL;
-    PyObject **keep[] = {(PyObject **)&A.shared_type, &A.parse_line, &A.apply, &A.enforce_cap, &A.now_rfc3339,
-                         &A.validation_error, &A.session_closed, &A.turn_started, NULL};
+    PyObject **keep[] = {(PyObject **)&A.handle_type, (PyObject **)&A.shared_type, &A.parse_line, &A.apply, &A.enforce_cap, &A.now_rfc3339,
+                         &A.validation_error, &A.session_closed, &A.cap_error, &A.turn_started, NULL};
     for (int i = 0; keep[i]; i++)
         Py_INCREF(*keep[i]);
     struct { PyObject **at; const char *text; } strings[] = {
-        {&A.s_s, "_s"}, {&A.s_closed_h, "_closed"}, {&A.s_read_only_h, "_read_only"},
         {&A.s_writable, "_writable"}, {&A.s_check_line, "check_line"}, {&A.s_refuse, "refuse"},
         {&A.s_write_pending, "write_pending"}, {&A.s_request_persist, "request_persist"},
         {&A.s_sync_to, "sync_to"},
@@ -456,12 +588,15 @@ static PyObject *configure(PyObject *module, PyObject *args)
     for (int i = 0; strings[i].at; i++)
         if ((*strings[i].at = PyUnicode_InternFromString(strings[i].text)) == NULL)
             return NULL;
+    if (install((PyObject *)A.handle_type, &append_def) < 0)
+        return NULL;
     A.ready = 1;
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, configure_doc},
+    {"configure_appender", configure_appender, METH_O, configure_appender_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -473,16 +608,5 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__append(void)
 {
-    PyObject *m = PyModule_Create(&module);
-    if (m == NULL)
-        return NULL;
-    /* ``method``: a method descriptor for SessionHandle's class body (any instance may call it;
-     * it checks what its handle holds) */
-    PyObject *method = PyDescr_NewMethod(&PyBaseObject_Type, &append_def);
-    if (method == NULL || PyModule_AddObject(m, "method", method) < 0) {
-        Py_XDECREF(method);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return PyModule_Create(&module);
 }

@@ -28,6 +28,7 @@ import logging
 
 from memfs.errors import CapRewriteError, LineTooLong, ValidationError
 from memfs.events import Record
+from memfs.store import _append
 from memfs.store.log import SessionHandle
 
 log = logging.getLogger("memfs.store")
@@ -36,30 +37,34 @@ log = logging.getLogger("memfs.store")
 class LineAppender:
     """Splits written bytes into lines and appends them to ``handle``."""
 
+    __slots__ = ("handle", "max_line_bytes", "pid", "partial")  # write() is compiled and reads them
+
     def __init__(self, handle: SessionHandle, *, max_line_bytes: int, pid: int | None = None):
         self.handle = handle
         self.max_line_bytes = max_line_bytes
         self.pid = pid
         self.partial = bytearray()  # an unterminated line: earlier writes' bytes
 
-    def write(self, data: bytes) -> int:
-        """Append the complete lines of ``partial + data``; return how many bytes of ``data``
-        were taken (all of them unless a line was refused or the log could not take more).
+    # write(data) -> int: append the complete lines of ``partial + data``; return how many
+    # bytes of ``data`` were taken (all of them unless a line was refused or the log could not
+    # take more). Raises the ValidationError when the first line it would commit is refused;
+    # that line (with the fragment before it) is recorded and dropped. The common write,
+    # exactly one whole line with no fragment held, is the handle's single append (same rules,
+    # a third of the work of splitting and batching); it is told apart in C
+    # (memfs/store/_append.c), because the filesystem pays for every Python call several
+    # times over between round trips. Every other write is _write_lines. It is installed by
+    # _append.configure_appender() at the end of this module.
 
-        Raises the :class:`ValidationError` when the first line it would commit is refused;
-        that line (with the fragment before it) is recorded and dropped.
-        """
-        if not self.partial and data.find(b"\n") == len(data) - 1:
-            # The common write, exactly one whole line: the handle's single-append path (same
-            # rules, a third of the work of splitting and batching; inline, because the
-            # filesystem pays for every Python call several times over between round trips).
-            try:
-                self.handle.append(data[:-1], self.pid)  # refused: recorded and raised (pid positional: cheaper)
-            except (OSError, CapRewriteError) as exc:
-                if not getattr(exc, "accepted", 0):
-                    raise
-                log.warning("%s: line appended, then: %s", self.handle.name, exc)
-            return len(data)
+    def _after_error(self, exc: BaseException) -> None:
+        """The single append of a one-line write raised ``exc``: a failure after the line was
+        accepted (``accepted`` set) is logged and the write succeeds; anything else is raised."""
+        if isinstance(exc, (OSError, CapRewriteError)) and getattr(exc, "accepted", 0):
+            log.warning("%s: line appended, then: %s", self.handle.name, exc)
+            return
+        raise exc
+
+    def _write_lines(self, data: bytes) -> int:
+        """:meth:`write` for any write but one whole line with no fragment held."""
         buf = bytes(self.partial) + data if self.partial else data
         carried = len(self.partial)
         last_nl = buf.rfind(b"\n")
@@ -119,3 +124,6 @@ class LineAppender:
         self.handle.reject(line, error, pid=self.pid)  # an OSError here keeps the fragment
         self.partial = bytearray()
         raise error
+
+
+_append.configure_appender(LineAppender)

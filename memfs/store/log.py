@@ -678,10 +678,6 @@ class _Shared:
 
 _RETIRED = float("inf")  # ``written_seq`` of a closed session: every snapshot is stale
 
-# SessionHandle.append (compiled) works on _Shared's slots and calls back into these.
-_append.configure(_Shared, type(threading.RLock()), parse_line, apply, enforce_cap, now_rfc3339, ValidationError,
-                  SessionClosed, _TURN_STARTED, _BOUNDARY, BUFFER_LIMIT, _FSYNC)
-
 
 @dataclass(slots=True)
 class _Snapshot:
@@ -717,6 +713,8 @@ class SessionHandle:
 
     Thread-safe; several handles in one process share one state.
     """
+
+    __slots__ = ("_s", "_read_only", "_closed")  # read by append, which is compiled
 
     def __init__(self, shared: _Shared, read_only: bool):
         self._s = shared
@@ -805,8 +803,8 @@ class SessionHandle:
     # append(line, pid=None): validate and append one event line (SPEC §2–§3). Every single
     # append of the library and of the filesystem runs it, so it is compiled: the rules it
     # follows are documented above and in memfs/store/_append.c, which calls back into this
-    # module (and the one state machine) for everything but the straight path.
-    append = _append.method
+    # module (and the one state machine) for everything but the straight path. It is
+    # installed by _append.configure() at the end of this module.
 
     def append_many(self, lines: Iterable[bytes | str | dict], *, pid: int | None = None) -> int:
         """Append lines in order; return how many were accepted.
@@ -975,6 +973,11 @@ class SessionHandle:
 
     def __repr__(self) -> str:
         return f"<SessionHandle {self.name!r} {'ro' if self._read_only else self._s.durability}>"
+
+
+# SessionHandle.append (compiled) works on the slots of both classes and calls back into these.
+_append.configure(SessionHandle, _Shared, type(threading.RLock()), parse_line, apply, enforce_cap, now_rfc3339,
+                  ValidationError, SessionClosed, CapRewriteError, _TURN_STARTED, _BOUNDARY, BUFFER_LIMIT, _FSYNC)
 
 
 def _as_bytes(line: bytes | str | dict) -> bytes:
