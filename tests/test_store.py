@@ -554,14 +554,16 @@ def test_a_failed_write_takes_back_only_the_failing_line(full_disk, durability):
 
 @pytest.mark.parametrize("durability", ["buffered", "write"])
 def test_append_keeps_no_references(tmp_path, durability):
-    """SessionHandle.append is C (memfs/store/_append.c) and counts its references by hand:
-    accepting (bytes with and without a newline, text, dicts) and refusing lines many times
-    leaves no memory behind."""
+    """SessionHandle.append and LineAppender.write are C (memfs/store/_append.c) and count their
+    references by hand: accepting (bytes with and without a newline, text, dicts, one-line
+    writes) and refusing lines many times leaves no memory behind."""
+    from memfs.store.appender import LineAppender
     import gc
     import tracemalloc
 
     bad = [b"not json", b'{"schema_version":"0.18.0","event":{"type":"turn.failed"}}', b"x" * 70000]
     with open_s(tmp_path, durability=durability, max_line_bytes=65536) as h:
+        writer = LineAppender(h, max_line_bytes=65536, pid=9)
 
         def churn():
             for i in range(2000):
@@ -569,8 +571,13 @@ def test_append_keeps_no_references(tmp_path, durability):
                 h.append(msg("newline") + b"\n", 7)
                 h.append(msg("text").decode(), pid=8)
                 h.append({"type": "item.completed", "item": {"id": "d", "type": "agent_message", "text": "dict"}})
+                writer.write(msg("one-line write") + b"\n")
                 try:
                     h.append(bad[i % len(bad)])
+                except ValidationError:
+                    pass
+                try:
+                    writer.write(bad[i % 2] + b"\n")
                 except ValidationError:
                     pass
             h.flush()  # nothing pending: what stays is what leaked
@@ -585,9 +592,9 @@ def test_append_keeps_no_references(tmp_path, durability):
             grown = tracemalloc.get_traced_memory()[0] - before
         finally:
             tracemalloc.stop()
-        assert h.manifest["event_count"] == 16000
-    assert grown < 64 * 1024, f"{grown} bytes kept after 10,000 appends"
-    assert len(log_lines(tmp_path / "s")) == 16000
+        assert h.manifest["event_count"] == 20000
+    assert grown < 64 * 1024, f"{grown} bytes kept after 14,000 appends"
+    assert len(log_lines(tmp_path / "s")) == 20000
 
 
 def test_append_takes_its_arguments_as_a_method_does(tmp_path):

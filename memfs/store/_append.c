@@ -1,7 +1,9 @@
-/* memfs.store._append — SessionHandle.append, compiled (SPEC §3).
+/* memfs.store._append — SessionHandle.append and one-line LineAppender.write, compiled (SPEC §3, §6).
  *
  * Every single append of the library and of the filesystem (one line per write() through the
- * mount) runs this one function. As Python it was a third of a mounted append's own work,
+ * mount) runs append(); a write() of exactly one line reaches it from LineAppender.write
+ * without a Python frame in between (the appender's other writes stay in Python,
+ * memfs/store/appender.py). As Python this was a third of a mounted append's own work,
  * and between two FUSE round trips each interpreted line costs several times what it costs
  * in a loop (see "Decisions" in README.md). It is a line-for-line rendering of the rules
  * memfs/store/log.py documents; everything that is not the straight path calls back into
@@ -569,14 +571,16 @@ static PyObject *configure(PyObject *module, PyObject *args)
     for (Py_ssize_t i = 0; i < A.nkinds; i++)
         if ((A.boundary[i] = (char)PyObject_IsTrue(PyTuple_GET_ITEM(boundary, i))) < 0)
             return NULL;
-    static const char *const names[] = {SLOTS(SLOT_NAME) NULL}, *const handle_names[] = {HANDLE_SLOTS(SLOT_NAME) NULL};
+    static const char *const names[] = {SLOTS(SLOT_NAME) NULL};
+    static const char *const handle_names[] = {HANDLE_SLOTS(SLOT_NAME) NULL};
     if (find_slots(A.shared_type, names, (Py_ssize_t *)&A.at) < 0
         || find_slots(A.handle_type, handle_names, (Py_ssize_t *)&A.handle_at) < 0)
         return NULL;
     if ((A.acquire = PyObject_GetAttrString((PyObject *)mutex_type, "acquire")) == NULL
         || (A.release = PyObject_GetAttrString((PyObject *)mutex_type, "release")) == NULL)
         return NULL;
-    PyObject **keep[] = {(PyObject **)&A.handle_type, (PyObject **)&A.shared_type, &A.parse_line, &A.apply, &A.enforce_cap, &A.now_rfc3339,
+    PyObject **keep[] = {(PyObject **)&A.handle_type, (PyObject **)&A.shared_type, &A.parse_line, &A.apply,
+                         &A.enforce_cap, &A.now_rfc3339,
                          &A.validation_error, &A.session_closed, &A.cap_error, &A.turn_started, NULL};
     for (int i = 0; keep[i]; i++)
         Py_INCREF(*keep[i]);
