@@ -115,14 +115,22 @@ static void mark_accepted(int accepted)
 static int write_line(int fd, const char *line, Py_ssize_t n)
 {
     static const char newline = '\n';
+    char copy[4096];
     struct iovec iov[2] = {{(void *)line, (size_t)n}, {(void *)&newline, 1}};
     int iovcnt = 2;
+    if (n < (Py_ssize_t)sizeof copy) {  /* short: one write() of a copy costs less than writev() */
+        memcpy(copy, line, n);
+        copy[n] = '\n';
+        iov[0].iov_base = copy;
+        iov[0].iov_len = n + 1;
+        iovcnt = 1;
+    }
     struct iovec *v = iov;
     while (iovcnt) {
         ssize_t r;
         int err;
         Py_BEGIN_ALLOW_THREADS
-        r = writev(fd, v, iovcnt);
+        r = iovcnt == 1 ? write(fd, v->iov_base, v->iov_len) : writev(fd, v, iovcnt);
         err = errno;
         Py_END_ALLOW_THREADS
         if (r < 0) {
@@ -151,7 +159,8 @@ static int write_line(int fd, const char *line, Py_ssize_t n)
 /* Lines that do not take the straight path: validated (and, refused, recorded) by Python. */
 static PyObject *validate(PyObject *handle, PyObject *s, PyObject *line, PyObject *pid)
 {
-    PyObject *closed = GET_HANDLE(handle, _closed), *read_only = GET_HANDLE(handle, _read_only), *record = NULL;
+    PyObject *closed = GET_HANDLE(handle, _closed), *read_only = GET_HANDLE(handle, _read_only);
+    PyObject *record = NULL;
     PyObject *limit = GET(s, max_line_bytes);
     if (closed == NULL || read_only == NULL || limit == NULL)
         return NULL;
@@ -364,7 +373,8 @@ static PyObject *append(PyObject *handle, PyObject *const *args, Py_ssize_t narg
         return PyErr_Format(PyExc_TypeError, "append() takes a line and an optional pid");
 
     if (Py_TYPE(handle) != A.handle_type)
-        return PyErr_Format(PyExc_TypeError, "append() needs a SessionHandle, not %.100s", Py_TYPE(handle)->tp_name);
+        return PyErr_Format(PyExc_TypeError, "append() needs a SessionHandle, not %.100s",
+                            Py_TYPE(handle)->tp_name);
     PyObject *s = GET_HANDLE(handle, _s), *record = NULL, *mutex, *r;
     if (s == NULL)
         return NULL;
@@ -473,7 +483,8 @@ static PyObject *appender_write(PyObject *self, PyObject *data)
         return NULL;
     }
     if (!PyObject_TypeCheck(self, W.type))
-        return PyErr_Format(PyExc_TypeError, "write() needs a LineAppender, not %.100s", Py_TYPE(self)->tp_name);
+        return PyErr_Format(PyExc_TypeError, "write() needs a LineAppender, not %.100s",
+                            Py_TYPE(self)->tp_name);
     if (Py_TYPE(self) == W.type && PyBytes_CheckExact(data)) {
         PyObject *handle = slot(self, W.at.handle, "handle"), *pid = slot(self, W.at.pid, "pid");
         PyObject *partial = slot(self, W.at.partial, "partial");
@@ -560,7 +571,8 @@ static PyObject *configure(PyObject *module, PyObject *args)
     }
     if (!PyArg_ParseTuple(args, "O!O!O!OOOOOOOOO!nl:configure", &PyType_Type, &A.handle_type, &PyType_Type,
                           &A.shared_type, &PyType_Type, &mutex_type, &A.parse_line, &A.apply,
-                          &A.enforce_cap, &A.now_rfc3339, &A.validation_error, &A.session_closed, &A.cap_error,
+                          &A.enforce_cap, &A.now_rfc3339, &A.validation_error, &A.session_closed,
+                          &A.cap_error,
                           &A.turn_started, &PyTuple_Type, &boundary, &A.buffer_limit, &A.fsync_mode))
         return NULL;
     A.nkinds = PyTuple_GET_SIZE(boundary);
