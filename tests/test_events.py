@@ -11,6 +11,7 @@ import pytest
 from memfs.errors import ValidationError
 from memfs.events import LIFECYCLE_KINDS, SCHEMA_VERSION, Kind, decode_stored, parse_line
 from memfs.facts import MAX_FACT_BYTES, event_facts, normalize_fact
+from refcounts import bytes_kept
 
 MISSING = object()
 
@@ -376,9 +377,6 @@ def test_event_facts():
 def test_parse_and_decode_keep_no_references():
     """memfs._contract counts its references by hand: accepting, refusing (each way) and
     decoding many lines leaves no memory behind."""
-    import gc
-    import tracemalloc
-
     lines = [
         line_of({"type": "item.completed", "item": ITEM}),
         line_of({"type": "turn.started"}, envelope=False),  # wrapped by the Python side
@@ -399,14 +397,5 @@ def test_parse_and_decode_keep_no_references():
                     pass
                 decode_stored(raw)
 
-    churn()  # warm caches (interned strings, exception machinery)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        churn()
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    grown = bytes_kept(churn)
     assert grown < 64 * 1024, f"{grown} bytes kept after 21,000 parses"

@@ -20,6 +20,8 @@ import pytest
 import memfs
 from memfs.errors import LineTooLong, ReadOnlySession, SessionBusy, SessionClosed, SymlinkRefused, TurnNotFound, ValidationError
 from memfs.events import SCHEMA_VERSION
+from memfs.store.appender import LineAppender
+from refcounts import bytes_kept
 from store_helpers import (DONE, FAILED, START, THREAD_DONE, THREAD_START, disk_index, disk_manifest, env, log_lines,
                            msg, open_s, run_python, turn)
 
@@ -557,9 +559,6 @@ def test_append_keeps_no_references(tmp_path, durability):
     """SessionHandle.append and LineAppender.write are C (memfs/store/_append.c) and count their
     references by hand: accepting (bytes with and without a newline, text, dicts, one-line
     writes) and refusing lines many times leaves no memory behind."""
-    from memfs.store.appender import LineAppender
-    import gc
-    import tracemalloc
 
     bad = [b"not json", b'{"schema_version":"0.18.0","event":{"type":"turn.failed"}}', b"x" * 70000]
     with open_s(tmp_path, durability=durability, max_line_bytes=65536) as h:
@@ -582,16 +581,7 @@ def test_append_keeps_no_references(tmp_path, durability):
                     pass
             h.flush()  # nothing pending: what stays is what leaked
 
-        churn()  # warm caches (interned strings, exception machinery)
-        gc.collect()
-        tracemalloc.start()
-        try:
-            before = tracemalloc.get_traced_memory()[0]
-            churn()
-            gc.collect()
-            grown = tracemalloc.get_traced_memory()[0] - before
-        finally:
-            tracemalloc.stop()
+        grown = bytes_kept(churn)
         assert h.manifest["event_count"] == 20000
     assert grown < 64 * 1024, f"{grown} bytes kept after 14,000 appends"
     assert len(log_lines(tmp_path / "s")) == 20000

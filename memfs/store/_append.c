@@ -618,7 +618,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "memfs.store._append",
-    "SessionHandle.append, compiled: memfs.store.log configures it and documents the rules.",
+    "Single appends, compiled: memfs.store.log and memfs.store.appender configure them and\n"
+    "document the rules.",
     -1, methods,
 };
 
