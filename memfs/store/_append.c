@@ -507,6 +507,8 @@ static PyObject *appender_write(PyObject *self, PyObject *data)
                 PyObject *type, *exc, *tb;
                 PyErr_Fetch(&type, &exc, &tb);
                 PyErr_NormalizeException(&type, &exc, &tb);
+                if (tb != NULL)  /* re-raised, it keeps where it came from */
+                    PyException_SetTraceback(exc, tb);
                 r = call_method(self, W.s_after_error, exc, NULL, NULL);
                 Py_XDECREF(type);
                 Py_XDECREF(exc);
