@@ -54,9 +54,10 @@ if ! .venv/bin/python -c '' 2>/dev/null; then
 fi
 
 # --- 3. Python packages (skipped when the stamp matches the build inputs) --
-hash=$(cat pyproject.toml setup.py memfs/_contract.c memfs/store/_append.c | sha256sum | cut -d' ' -f1)
+c_modules=(memfs/_contract memfs/store/_append)  # the extensions setup.py builds
+hash=$(cat pyproject.toml setup.py "${c_modules[@]/%/.c}" | sha256sum | cut -d' ' -f1)
 built=1
-for so in memfs/_contract memfs/store/_append; do compgen -G "$so.*.so" >/dev/null || built=0; done
+for m in "${c_modules[@]}"; do compgen -G "$m.*.so" >/dev/null || built=0; done
 todo=()
 for e in "${extras[@]}"; do
   [[ $built == 1 && "$(cat ".venv/.stamp-$e" 2>/dev/null)" == "$hash" ]] || todo+=("$e")

@@ -198,6 +198,16 @@ static double now_seconds(void)
     return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* Add ``line`` and a newline after the ``held`` bytes of ``pending``. */
+static int add_pending(PyObject *pending, Py_ssize_t held, const char *line, Py_ssize_t n)
+{
+    if (PyByteArray_Resize(pending, held + n + 1) < 0)
+        return -1;
+    memcpy(PyByteArray_AS_STRING(pending) + held, line, n);
+    PyByteArray_AS_STRING(pending)[held + n] = '\n';
+    return 0;
+}
+
 /* commit(), given the session's pending buffer and state (held by the caller). */
 static int commit_line(PyObject *s, PyObject *line, PyObject *kind, PyObject *pending, PyObject *state,
                        Py_ssize_t *sync_target)
@@ -249,10 +259,8 @@ static int commit_line(PyObject *s, PyObject *line, PyObject *kind, PyObject *pe
             if (SET_SSIZE(s, flushed_len, end) < 0)
                 return -1;
         } else {
-            if (PyByteArray_Resize(pending, held + n + 1) < 0)
+            if (add_pending(pending, held, bytes, n) < 0)
                 return -1;
-            memcpy(PyByteArray_AS_STRING(pending) + held, bytes, n);
-            PyByteArray_AS_STRING(pending)[held + n] = '\n';
             PyObject *r = call_method(s, A.s_write_pending, NULL, NULL, NULL);
             if (r == NULL) {
                 if (PyErr_ExceptionMatches(PyExc_OSError)) {
@@ -268,11 +276,8 @@ static int commit_line(PyObject *s, PyObject *line, PyObject *kind, PyObject *pe
             }
             Py_DECREF(r);
         }
-    } else {
-        if (PyByteArray_Resize(pending, held + n + 1) < 0)
-            return -1;
-        memcpy(PyByteArray_AS_STRING(pending) + held, bytes, n);
-        PyByteArray_AS_STRING(pending)[held + n] = '\n';
+    } else if (add_pending(pending, held, bytes, n) < 0) {
+        return -1;
     }
     PyObject *changed = PyFloat_FromDouble(now_seconds());
     if (changed == NULL)
