@@ -38,7 +38,7 @@ from memfs.store import migrate as migrate_mod
 from memfs.store import pack as pack_mod
 from memfs.store import retention
 from memfs.store.log import DURABILITY_MODES, open_session
-from memfs.store.paths import sanitize
+from memfs.store.paths import new_session_name_problem, sanitize
 from memfs.store.rejected import count_rejected
 
 
@@ -244,6 +244,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_append(args: argparse.Namespace) -> int:
     config = _config(args, max_events=args.max_events, max_line_bytes=args.max_line_bytes)
     root = config.sessions_root()
+    if not (root / sanitize(args.session)).exists():  # creating it: the name must be fit for one
+        problem = new_session_name_problem(sanitize(args.session))
+        if problem:
+            raise MemfsError(problem)
     source = sys.stdin.buffer if args.file in (None, "-") else open(args.file, "rb")
     appended, failure = 0, None
     try:

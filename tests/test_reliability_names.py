@@ -46,19 +46,21 @@ def test_mkdir_of_hostile_names(tmp_path):
             "..": errno.EEXIST, ".": errno.EEXIST,  # the kernel answers these itself
             "..x": errno.EINVAL, "café": errno.EINVAL, "a\nb": errno.EINVAL, "a\\b": errno.EINVAL,
             "a*": errno.EINVAL, "\x01": errno.EINVAL,
+            "-": errno.EINVAL, "-rf": errno.EINVAL, "--help": errno.EINVAL,  # read as options by tools
             "y" * 256: errno.ENAMETOOLONG, "z" * 1100: errno.ENAMETOOLONG,
             "taken": errno.EEXIST, "stray": errno.EEXIST, "linked": errno.EEXIST,
         }
         got = {name: errno_of(lambda name=name: os.mkdir(sessions / name)) for name in cases}
         assert got == cases
         longest = "x" * 255
-        for name in (longest, "x..", "-", "_"):  # sanitized form already: accepted
+        for name in (longest, "x..", "a-", "_"):  # sanitized form already: accepted
             os.mkdir(sessions / name)
         with open(sessions / longest / "events.jsonl", "a") as f:
             f.write(TURN + "\n")
-        assert sorted(os.listdir(sessions)) == sorted(["taken", longest, "x..", "-", "_"])
+        assert sorted(os.listdir(sessions)) == sorted(["taken", longest, "x..", "a-", "_"])
         assert "invalid session name '..x'" in m.log_text()
-    assert sorted(os.listdir(store)) == sorted(["stray", "linked", "taken", longest, "x..", "-", "_"])
+        assert "invalid session name '-rf': it must not begin with '-'" in m.log_text()
+    assert sorted(os.listdir(store)) == sorted(["stray", "linked", "taken", longest, "x..", "a-", "_"])
     assert os.path.islink(store / "linked") and (store / "stray").read_text() == "not a session"
     assert (store / longest / "events.jsonl").read_text() == TURN + "\n"
 

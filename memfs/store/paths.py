@@ -40,6 +40,22 @@ def sanitize(session_id: str) -> str:
     return name or "session"
 
 
+def new_session_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be the directory name of a *new* session, or None when it can.
+
+    It must already be in sanitized form and must not begin with ``-`` (a name like ``-rf``
+    reads as an option to every shell tool that is handed it). Existing sessions with such
+    a name (made by another tool) stay readable; only creating one is refused.
+    """
+    if not name or name != sanitize(name):
+        return (f"invalid session name {name!r}: use letters, digits, '-', '_', '.' "
+                f"and no leading dot (e.g. {sanitize(name)!r})")
+    if name.startswith("-"):
+        return (f"invalid session name {name!r}: it must not begin with '-' "
+                f"(e.g. {'_' + name.lstrip('-')!r})")
+    return None
+
+
 def default_root() -> Path:
     """``$XDG_DATA_HOME/memfs/sessions`` (``~/.local/share/memfs/sessions``)."""
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")

@@ -15,7 +15,7 @@ from pathlib import Path
 from memfs.errors import AlreadyExists, InvalidName, NotEmpty, NotFound, SessionBusy
 from memfs.store.lock import is_live
 from memfs.store.log import DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES, SessionHandle, open_session
-from memfs.store.paths import EVENTS, MANIFEST, REJECTED, ensure_private_dir, remove_tree, sanitize
+from memfs.store.paths import EVENTS, MANIFEST, REJECTED, ensure_private_dir, new_session_name_problem, remove_tree
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +79,9 @@ class Store:
 
     def create(self, name: str) -> SessionHandle:
         """Create session ``name``; it must already be in sanitized form and not exist."""
-        if not name or name != sanitize(name):
-            raise InvalidName(f"invalid session name {name!r}: use letters, digits, '-', '_', '.' "
-                              f"and no leading dot (e.g. {sanitize(name)!r})")
+        problem = new_session_name_problem(name)
+        if problem:
+            raise InvalidName(problem)
         with self._lock:
             if name in self._handles or os.path.lexists(self.root / name):
                 raise AlreadyExists(f"session {name!r} already exists")
