@@ -442,6 +442,13 @@ def _nonneg_int(text: str) -> int:
     return value
 
 
+def _pos_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
 def _nonneg_float(text: str) -> float:
     value = float(text)
     if not value >= 0:
@@ -507,7 +514,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("search", cmd_search, "BM25 search over the sessions' grounded facts", parents=(common, as_json))
     p.add_argument("query", metavar="QUERY")
     p.add_argument("--session", metavar="S", help="search this session only")
-    p.add_argument("-k", type=_nonneg_int, metavar="N", help="number of results (default 6)")
+    p.add_argument("-k", type=_pos_int, metavar="N", help="number of results, at least 1 (default 6; as ?k=N "
+                                                        "on a mount's search files)")
     p.add_argument("--min-score", type=float, metavar="X", help="drop results scoring below X (default 0)")
 
     p = add("gc", cmd_gc, "apply the retention policy: remove old, surplus and empty completed sessions",

@@ -36,6 +36,12 @@ class InvalidName(MemfsError):
     errno_name = "EINVAL"
 
 
+class BadQuery(MemfsError):
+    """A search file name with an unknown parameter or a bad value (SPEC §6 search names)."""
+
+    errno_name = "EINVAL"
+
+
 class AlreadyExists(MemfsError):
     """A session with that name exists."""
 

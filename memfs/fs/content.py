@@ -1,18 +1,28 @@
 """What each generated file of the mount holds, asked of the library (floors 2–3).
 
 Also the one mount-only piece of syntax: search file names, ``<query>?k=N&min_score=X&
-format=jsonl|text``. A name whose part after the last ``?`` is not such a suffix is taken
-whole as the query (so ``what broke?`` is a query).
+format=jsonl|text``. Decisions recorded here:
+
+* The part after the last ``?`` is a parameter list when it contains ``=``; then every
+  parameter must be known (``k``, ``min_score``, ``format``), given once, with a valid value
+  (``k`` at least 1, as ``memfs search -k``; ``min_score`` a finite number; ``format`` jsonl
+  or text) — anything else is ``EINVAL`` with the reason in the server's log, never silently
+  part of the query. Without ``=`` (``what broke?``, ``why? because``) the ``?`` is text.
+* The query part is percent-decoded (``%2F`` is ``/``, ``%3F`` a literal ``?``, ``%25`` a
+  ``%``), since a file name cannot hold a ``/``; a ``%`` not followed by two hex digits is
+  kept as it is.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 import orjson
 
 from memfs import views
-from memfs.errors import NotFound
+from memfs.errors import BadQuery, NotFound
 from memfs.store.log import SessionHandle
 
 README = """\
@@ -46,31 +56,43 @@ class Query:
 
 
 def parse_query(name: str) -> Query | None:
-    """A search file name → :class:`Query`; None for an empty query."""
+    """A search file name → :class:`Query`; None for an empty query; :class:`BadQuery`
+    (``EINVAL``) for an unknown parameter or a bad value."""
     text, sep, suffix = name.rpartition("?")
+    if not sep or "=" not in suffix:
+        text, suffix = name, ""
     params: dict[str, str] = {}
-    if sep:
-        for part in suffix.split("&") if suffix else ():
-            key, eq, value = part.partition("=")
-            if not eq or key not in ("k", "min_score", "format") or key in params:
-                params = {}
-                text = name
-                break
-            params[key] = value
-    else:
-        text = name
-    try:
-        query = Query(
-            text=text,
-            k=int(params["k"]) if "k" in params else None,
-            min_score=float(params["min_score"]) if "min_score" in params else None,
-            format=params.get("format", "jsonl"),
-        )
-    except ValueError:
-        query = Query(text=name)
-    if query.format not in ("jsonl", "text") or (query.k is not None and query.k < 0):
-        query = Query(text=name)
+    for part in suffix.split("&") if suffix else ():
+        key, eq, value = part.partition("=")
+        if key not in _PARAMS:
+            raise BadQuery(f"search name {name!r}: unknown parameter {key!r} "
+                           f"(known: k, min_score, format; write a literal '?' as %3F)")
+        if not eq:
+            raise BadQuery(f"search name {name!r}: parameter {key!r} needs a value ({key}=...)")
+        if key in params:
+            raise BadQuery(f"search name {name!r}: parameter {key!r} given twice")
+        params[key] = value
+    k = min_score = None
+    if "k" in params:
+        raw = params["k"]
+        if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+            raise BadQuery(f"search name {name!r}: k must be a whole number of at least 1, not {raw!r}")
+        k = int(raw)
+    if "min_score" in params:
+        try:
+            min_score = float(params["min_score"])
+        except ValueError:
+            min_score = math.nan
+        if not math.isfinite(min_score):
+            raise BadQuery(f"search name {name!r}: min_score must be a number, not {params['min_score']!r}")
+    fmt = params.get("format", "jsonl")
+    if fmt not in ("jsonl", "text"):
+        raise BadQuery(f"search name {name!r}: format must be jsonl or text, not {fmt!r}")
+    query = Query(text=unquote(text), k=k, min_score=min_score, format=fmt)
     return query if query.text.strip() else None
+
+
+_PARAMS = ("k", "min_score", "format")
 
 
 def render_results(results: list[dict], fmt: str) -> bytes:

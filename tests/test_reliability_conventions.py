@@ -1,0 +1,70 @@
+"""The conventions a FUSE or CLI user expects (issue 16, SPEC §6–§8): search names, real
+times, mount options and `memfs mounts`, one log per daemon, `memfs gc` confirmation, a
+missing store."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import memfs
+from memfs import cli
+from mounting import event, mounted, needs_fuse
+
+FACTS = [event("thread.started", thread_id="t"), event("turn.started"),
+         event("item.completed", item={"id": "m", "type": "agent_message", "text": "retry loop added"}),
+         event("item.completed", item={"id": "p", "type": "file_change", "status": "completed",
+                                        "changes": [{"path": "src/net.py", "kind": "update"}]}),
+         event("turn.completed", usage={"input_tokens": 5})]
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def make(root: Path, name: str, lines=FACTS) -> Path:
+    with memfs.open_session(root, name, durability="write", metadata_interval=0) as h:
+        h.append_many(lines)
+    return root / name
+
+
+def errno_of(action) -> int:
+    try:
+        action()
+    except OSError as exc:
+        return exc.errno
+    return 0
+
+
+# --- 13: search names --------------------------------------------------------------------
+
+
+@needs_fuse
+def test_search_names_percent_decoding_and_bad_parameters(tmp_path, capsys):
+    store = tmp_path / "store"
+    make(store, "s1")
+    with mounted(store, tmp_path / "mnt") as m:
+        search = m.mnt / "search"
+        results = [json.loads(x) for x in (search / "src%2Fnet.py").read_text().splitlines()]
+        assert results and "src/net.py" in results[0]["snippet"]
+        assert (search / "src%2Fnet.py?k=1&format=text").read_text().count("\n") == 1
+        bad = {"retry?kk=1": "unknown parameter 'kk'", "retry?k=0": "k must be a whole number of at least 1",
+               "retry?k=two": "k must be a whole number", "retry?min_score=high": "min_score must be a number",
+               "retry?format=xml": "format must be jsonl or text", "retry?k=1&k=2": "given twice",
+               "retry?k=1&verbose": "unknown parameter 'verbose'"}
+        for name, reason in bad.items():
+            assert errno_of(lambda: (search / name).read_bytes()) == errno.EINVAL, name
+            assert reason in m.log_text(), name
+        # a '?' without parameters is text, as before
+        assert errno_of(lambda: (search / "what was retried?").read_bytes()) == 0
+    # the command line refuses k=0 the same way
+    code, _, err = run(capsys, "search", "retry", "-k", "0", "--store", store)
+    assert code == 2 and "must be at least 1" in err
+    code, out, _ = run(capsys, "search", "src/net.py", "-k", "1", "--store", store)
+    assert code == 0 and out.count("\n") == 1 and "src/net.py" in out
