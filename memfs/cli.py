@@ -346,30 +346,40 @@ def cmd_unpin(args: argparse.Namespace) -> int:
 
 def cmd_pack_create(args: argparse.Namespace) -> int:
     path, pack = pack_mod.create_pack(_root(args), args.session, args.output)
+    digest = pack_mod.pack_digest(path)
     if args.json:
-        _json({"path": str(path), **pack})
+        _json({"path": str(path), "pack_sha256": digest, **pack})
     else:
         n = len(pack["entries"])
         _out(f"wrote {path} ({n} file{'s' if n != 1 else ''}, "
              f"{_size(sum(e['bytes'] for e in pack['entries']))})")
+        _out(f"pack sha256 {digest}")
+        _out(f"keep it elsewhere; check later with: memfs pack verify {args.session} --digest {digest}")
     return 0
 
 
 def cmd_pack_verify(args: argparse.Namespace) -> int:
-    result = pack_mod.verify_pack(_root(args), args.session, args.file)
+    result = pack_mod.verify_pack(_root(args), args.session, args.file, digest=args.digest)
     if args.json:
         _json(result.to_dict())
-    elif not result.valid:
+        return 0 if result.verified else 1
+    if result.digest_ok is False:
+        _out(f"digest mismatch: the pack file's sha256 is {result.pack_sha256}, not {args.digest.strip().lower()} "
+             f"(the pack itself was replaced)")
+    if not result.valid:
         _out(f"invalid pack {result.pack_path}: {result.reason}")
     else:
         for label, paths in (("mismatch", result.mismatches), ("missing", result.missing),
-                             ("unaccounted", result.unaccounted)):
+                             ("unaccounted", result.unaccounted), ("header", result.header),
+                             ("refreshed", result.refreshed)):
             for p in paths:
                 _out(f"{label:<12}{p}")
         state = "verified" if result.verified else "NOT verified"
-        _out(f"{state}: {result.checked} file{'s' if result.checked != 1 else ''} checked against "
+        grown = f" (grown by {result.grown_events} event{'s' if result.grown_events != 1 else ''} since the pack)" \
+            if result.grown_events else ""
+        _out(f"{state}{grown}: {result.checked} file{'s' if result.checked != 1 else ''} checked against "
              f"{result.pack_path}; {len(result.mismatches)} mismatched, {len(result.missing)} missing, "
-             f"{len(result.unaccounted)} unaccounted")
+             f"{len(result.unaccounted)} unaccounted, {len(result.header)} header disagreements")
     return 0 if result.verified else 1
 
 
@@ -544,10 +554,14 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("-o", "--output", metavar="FILE", help="write the pack here instead")
     q.set_defaults(func=cmd_pack_create)
     q = pack_sub.add_parser("verify", parents=[common, as_json], help="check a session against its audit pack",
-                            description="Check the session folder against its audit pack; exit 0 only when "
-                                        "nothing mismatches and nothing is missing.")
+                            description="Check the session folder against its audit pack, strictly; exit 0 only "
+                                        "when nothing mismatches, is missing or unaccounted, and the header "
+                                        "agrees with the files. A log that only grew verifies as 'grown by N "
+                                        "events'.")
     q.add_argument("session", metavar="SESSION")
     q.add_argument("file", nargs="?", metavar="FILE", help="the pack (default: derived/audit-pack.json)")
+    q.add_argument("--digest", metavar="HEX", help="the SHA-256 'pack create' printed: the pack itself must not "
+                                                    "have been replaced")
     q.set_defaults(func=cmd_pack_verify)
     p.set_defaults(parser=p)
 

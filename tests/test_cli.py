@@ -298,7 +298,7 @@ def test_pack_create_and_verify(capsys, store, tmp_path):
     assert code == 0 and out.startswith("verified: ")
     (path / "extra.txt").write_text("new")
     code, out, _ = run(capsys, "pack", "verify", "s", "--store", store)
-    assert code == 0 and "unaccounted extra.txt" in " ".join(out.split())
+    assert code == 1 and "unaccounted extra.txt" in " ".join(out.split())
     with open(path / "events.jsonl", "ab") as f:
         f.write(b"x")
     code, out, _ = run(capsys, "pack", "verify", "s", "--json", "--store", store)

@@ -66,11 +66,11 @@ def test_a_deleted_file_is_missing(session):
     assert not result.verified and result.missing == ["derived/summary.md"]
 
 
-def test_a_new_file_is_unaccounted_but_still_verified(session):
+def test_a_new_file_is_unaccounted_and_fails(session):
     create_pack(session.parent, "sess-1")
     (session / "derived" / "new.md").write_text("later")
     result = verify_pack(session.parent, "sess-1")
-    assert result.verified and result.unaccounted == ["derived/new.md"]
+    assert result.valid and not result.verified and result.unaccounted == ["derived/new.md"]
 
 
 def test_symlinks_are_neither_listed_nor_followed(session, tmp_path_factory):

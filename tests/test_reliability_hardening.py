@@ -47,3 +47,101 @@ def test_cli_refuses_to_create_a_session_named_like_an_option(capsys, tmp_path):
     assert not (store / "-rf").exists()
     code, out, _ = run(capsys, "append", "--store", store, "--", "a-rf", source)
     assert code == 0 and "appended 4 lines to a-rf" in out
+
+
+# --- 4: memfs pack verify is strict --------------------------------------------------------
+
+
+def _pack(session: Path) -> dict:
+    return json.loads((session / "derived" / "audit-pack.json").read_text())
+
+
+def _rewrite(session: Path, change) -> None:
+    pack = _pack(session)
+    change(pack)
+    (session / "derived" / "audit-pack.json").write_text(json.dumps(pack))
+
+
+def _entry(pack: dict, path: str) -> dict:
+    return next(e for e in pack["entries"] if e["path"] == path)
+
+
+def test_pack_verify_refuses_every_tampering(capsys, tmp_path):
+    import hashlib
+
+    store = tmp_path / "store"
+    session = make(store, "s")
+    log = session / "events.jsonl"
+    pristine = log.read_bytes()
+
+    def fresh():
+        log.write_bytes(pristine)
+        code, out, _ = run(capsys, "pack", "create", "s", "--store", store)
+        assert code == 0
+        return out
+
+    def verify(*extra):
+        code, out, _ = run(capsys, "pack", "verify", "s", *extra, "--store", store)
+        return code, out
+
+    out = fresh()
+    digest = hashlib.sha256((session / "derived" / "audit-pack.json").read_bytes()).hexdigest()
+    assert f"pack sha256 {digest}" in out
+    pack = _pack(session)
+    assert (pack["events_len"], pack["events_sha256"]) == (len(pristine), hashlib.sha256(pristine).hexdigest())
+    assert (pack["event_count"], pack["turn_count"]) == (4, 1)
+    assert verify("--digest", digest) == (0, verify()[1]) and verify()[1].startswith("verified: ")
+
+    # an empty entry list vouches for nothing
+    _rewrite(session, lambda p: p.__setitem__("entries", []))
+    code, out = verify()
+    assert code == 1 and "invalid pack" in out and "lists no files" in out
+
+    # the log tampered with, and its entry deleted
+    fresh()
+    log.write_bytes(pristine.replace(b"retry loop", b"rm -rf /  "))
+    _rewrite(session, lambda p: p.__setitem__("entries", [e for e in p["entries"] if e["path"] != "events.jsonl"]))
+    code, out = verify()
+    assert code == 1 and "no entry for events.jsonl" in out
+
+    # the log tampered with and its entry's sha256 rewritten to match
+    fresh()
+    tampered = pristine.replace(b"retry loop", b"rm -rf /  ")
+    log.write_bytes(tampered)
+    _rewrite(session, lambda p: _entry(p, "events.jsonl").update(sha256=hashlib.sha256(tampered).hexdigest()))
+    code, out = verify()
+    assert code == 1 and "events_len/events_sha256 disagree" in out
+
+    # ... and the header's events_sha256 too: the pack's own digest gives it away
+    _rewrite(session, lambda p: p.__setitem__("events_sha256", hashlib.sha256(tampered).hexdigest()))
+    code, out = verify("--digest", digest)
+    assert code == 1 and "digest mismatch" in out and out.rstrip().splitlines()[-1].startswith("NOT verified")
+
+    # header fields that disagree with the files
+    for key, value in (("event_count", 9), ("turn_count", 3), ("status", "completed"), ("session_id", "other")):
+        fresh()
+        if key == "status":  # completed where the log says active is the sweep's right: use a real lie
+            value = "bogus"
+        _rewrite(session, lambda p: p.__setitem__(key, value))
+        code, out = verify()
+        assert code == 1 and f"header      {key} is" in out, (key, out)
+
+    # an unaccounted file
+    fresh()
+    (session / "notes.txt").write_text("planted")
+    code, out = verify()
+    assert code == 1 and "unaccounted notes.txt" in out
+    (session / "notes.txt").unlink()
+
+    # a legitimate append after packing: grown, verified
+    fresh()
+    with memfs.open_session(store, "s", durability="write", metadata_interval=0) as h:
+        h.append_many([event("turn.started"), event("turn.completed", usage={})])
+    code, out = verify()
+    assert code == 0, out
+    assert "verified (grown by 2 events since the pack)" in out
+    assert "refreshed   manifest.json" in out
+    # ... but a grown log whose packed prefix changed is tampering
+    log.write_bytes(log.read_bytes().replace(b"retry loop", b"rm -rf /  "))
+    code, out = verify()
+    assert code == 1 and "mismatch    events.jsonl" in out

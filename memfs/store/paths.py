@@ -8,11 +8,12 @@ symlink, and the one atomic-replace helper every metadata and derived file goes 
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import shutil
 import stat
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from memfs.errors import SymlinkRefused
 
@@ -186,3 +187,47 @@ def remove_tree(path: Path) -> None:
     if not shutil.rmtree.avoids_symlink_attacks:  # no fd-based walk here: refuse, don't risk it
         raise OSError("refusing to delete: this platform's rmtree may follow symlinks")
     shutil.rmtree(path)
+
+
+def walk_files(top: Path) -> Iterator[tuple[str, int, int]]:
+    """Yield ``(relative posix path, dir_fd, name)`` for every regular file under ``top``.
+
+    Uses ``os.fwalk`` (directory file descriptors, symlinks never followed), so a directory
+    swapped for a symlink mid-walk cannot lead outside. ``dir_fd`` is valid only until the
+    next item is requested.
+    """
+    for dirpath, _dirs, files, dirfd in os.fwalk(top, follow_symlinks=False):
+        rel_dir = os.path.relpath(dirpath, top)
+        for name in sorted(files):
+            try:
+                st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                rel = name if rel_dir == "." else f"{rel_dir}/{name}".replace(os.sep, "/")
+                yield rel, dirfd, name
+
+
+def tree_bytes(top: Path) -> int:
+    """Total size of the regular files under ``top`` (symlinks not followed)."""
+    total = 0
+    for _rel, dirfd, name in walk_files(top):
+        total += os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_size
+    return total
+
+
+def hash_file(dirfd: int, name: str, limit: int | None = None) -> tuple[int, str]:
+    """``(bytes, sha256 hex)`` of one file (of its first ``limit`` bytes when given), opened
+    without following a symlink; streamed, never held whole."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
+    digest, size = hashlib.sha256(), 0
+    try:
+        while limit is None or size < limit:
+            chunk = os.read(fd, 1 << 20 if limit is None else min(1 << 20, limit - size))
+            if not chunk:
+                break
+            digest.update(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    return size, digest.hexdigest()

@@ -49,7 +49,8 @@ import orjson
 from memfs.errors import NotFound, SessionBusy, SymlinkRefused
 from memfs.store import lock as liveness
 from memfs.store.meta import now_rfc3339, parse_rfc3339, read_manifest
-from memfs.store.paths import MANIFEST, PIN, atomic_write, read_file, refuse_symlink, remove_file, remove_tree, sanitize
+from memfs.store.paths import (MANIFEST, PIN, atomic_write, read_file, refuse_symlink, remove_file, remove_tree,
+                               sanitize, tree_bytes)
 from memfs.store.root import is_session_dir
 
 Progress = Callable[[int, int], None]  # (done, total)
@@ -301,7 +302,6 @@ def _mark_completed(path: Path) -> bool:
 def _remove(path: Path) -> int | None:
     """Delete one session folder under its lock; the bytes freed, or None when it must stay
     (it became live, pinned or active meanwhile)."""
-    from memfs.store.pack import tree_bytes  # pack builds on this module
 
     refuse_symlink(path)
     with _locked(path) as held:
@@ -323,7 +323,6 @@ def gc(root: str | os.PathLike, policy: Policy = Policy(), *, preserve: Iterable
     ``dry_run``: change nothing, report what would happen. ``now``: the clock (tests).
     ``progress(done, total)`` is called as sessions are examined.
     """
-    from memfs.store.pack import tree_bytes
 
     root = Path(root)
     report = GcReport(str(root), dry_run, policy)
