@@ -145,3 +145,45 @@ def test_pack_verify_refuses_every_tampering(capsys, tmp_path):
     log.write_bytes(log.read_bytes().replace(b"retry loop", b"rm -rf /  "))
     code, out = verify()
     assert code == 1 and "mismatch    events.jsonl" in out
+
+
+# --- 3: a hostile eviction summary costs that file only ------------------------------------
+
+
+def _fact_session(store: Path, name: str, text: str) -> Path:
+    return make(store, name, [event("turn.started"),
+                              event("item.completed", item={"id": "m", "type": "agent_message", "text": text}),
+                              event("turn.completed", usage={})])
+
+
+@needs_fuse
+def test_planted_eviction_summaries_cost_only_themselves(tmp_path):
+    store = tmp_path / "store"
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"grounded_facts": ["zanzibarquokka retry"]}))
+    sessions = {"linked": "retry loop in linked", "garbage": "retry loop in garbage",
+                "fifo": "retry loop in fifo", "clean": "retry loop in clean"}
+    for name, text in sessions.items():
+        derived = _fact_session(store, name, text) / "derived"
+        derived.mkdir(mode=0o700, exist_ok=True)
+    os.symlink(secret, store / "linked" / "derived" / "eviction-summary-0001.json")
+    (store / "garbage" / "derived" / "eviction-summary-0001.json").write_bytes(b"\xff{not json")
+    os.mkfifo(store / "fifo" / "derived" / "eviction-summary-0001.json")
+    (store / "clean" / "derived" / "eviction-summary-0001.json").write_text(
+        json.dumps({"grounded_facts": ["evicted retry fact"]}))
+    with mounted(store, tmp_path / "mnt") as m:
+        for name, text in sessions.items():
+            derived = m.mnt / "sessions" / name / "derived"
+            facts = [f["fact"] for f in json.loads((derived / "memory.json").read_text())["grounded_facts"]]
+            assert text in facts, name
+            assert (derived / "summary.md").read_text() and (derived / "trajectory.jsonl").read_text()
+            assert not any("zanzibarquokka" in f for f in facts)
+        clean = json.loads((m.mnt / "sessions" / "clean" / "derived" / "memory.json").read_text())
+        assert "evicted retry fact" in [f["fact"] for f in clean["grounded_facts"]]
+        assert os.listdir(m.mnt / "sessions" / "clean" / "derived").count("eviction-summary-0001.json") == 1
+        assert "eviction-summary-0001.json" not in os.listdir(m.mnt / "sessions" / "linked" / "derived")
+        results = [json.loads(x) for x in (m.mnt / "search" / "retry loop?k=20").read_text().splitlines()]
+        assert {r["session_id"] for r in results} == set(sessions)
+        assert not any("zanzibarquokka" in r["snippet"] for r in results)
+        assert (m.mnt / "search" / "zanzibarquokka").read_text() == ""
+        assert "Traceback" not in m.log_text() and "ERROR" not in m.log_text()

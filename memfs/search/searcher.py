@@ -82,10 +82,17 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
     memo: dict[tuple, tuple[int, float, list[dict]]] = {}  # query args → (changes, when, results)
 
     def refresh(names: list[str], whole_store: bool) -> None:
+        """Index ``names``; across the whole store, a session that cannot be opened or read
+        (a hostile file in it) is left out and logged once: it never costs the others."""
         nonlocal changes
         for name in names:
             try:
                 handle = store.open(name)
+                key = (id(handle), handle.version, handle.rewrites)
+                if seen.get(name) != key:
+                    sync_from_handle(index, handle)
+                    seen[name] = key
+                    changes += 1
             except (MemfsError, OSError) as exc:
                 if not whole_store:
                     raise
@@ -97,11 +104,6 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
                     changes += 1
                 continue
             left_out.pop(name, None)
-            key = (id(handle), handle.version, handle.rewrites)
-            if seen.get(name) != key:
-                sync_from_handle(index, handle)
-                seen[name] = key
-                changes += 1
 
     def searcher(query: str, session: str | None = None, k: int | None = None,
                  min_score_: float | None = None) -> list[dict]:

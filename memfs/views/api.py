@@ -37,7 +37,11 @@ def render_view(handle, name: str) -> bytes:
         return _turn_bytes(handle, int(m.group(1)))
     if _SUMMARY_NAME.fullmatch(name):
         refuse_symlink(handle.path / DERIVED_DIR)
-        return read_file(handle.path / DERIVED_DIR / name)
+        path = handle.path / DERIVED_DIR / name
+        if name not in summary_names(handle.path):  # not a regular file: a link, FIFO, directory
+            refuse_symlink(path)  # a planted link is refused as such (ELOOP); anything else is absent
+            raise FileNotFoundError(f"no such derived view: {name}")
+        return read_file(path)
     raise FileNotFoundError(f"no such derived view: {name}")
 
 

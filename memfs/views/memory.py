@@ -24,15 +24,19 @@ Decisions recorded here where the spec is silent:
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from pathlib import Path
 
 import orjson
 
+from memfs.errors import MemfsError
 from memfs.facts import normalize_fact
 from memfs.store.evict import SUMMARY_PREFIX
 from memfs.store.paths import DERIVED_DIR, read_file
+
+log = logging.getLogger("memfs.views")
 
 SCHEMA_VERSION = 3
 EVICTED_TYPE = "evicted"
@@ -117,20 +121,32 @@ def summary_names(session_dir: Path) -> list[str]:
         names = os.listdir(derived)
     except OSError:
         return []
-    return sorted(n for n in names if n.startswith(SUMMARY_PREFIX) and n.endswith(".json"))
+    return sorted(n for n in names if n.startswith(SUMMARY_PREFIX) and n.endswith(".json")
+                  and _regular(derived / n))
+
+
+def _regular(path: Path) -> bool:
+    """A regular file, not followed if a symlink: a link, FIFO or directory planted under a
+    summary's name is not a summary (it would loop, block or fail the view)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def load_evicted_facts(session_dir: Path, facts: FactList) -> int:
     """Add the grounded facts of every stored eviction summary to ``facts``; return how many
     summaries the session has.
 
-    An unreadable or malformed summary contributes nothing rather than failing the view.
+    An unreadable, malformed or hostile summary (a symlink swapped in after listing, say)
+    contributes nothing rather than failing the view: it costs that file only.
     """
     names = summary_names(session_dir)
     for name in names:
         try:
             obj = orjson.loads(read_file(session_dir / DERIVED_DIR / name))
-        except (OSError, orjson.JSONDecodeError):
+        except (OSError, MemfsError, orjson.JSONDecodeError):
+            log.warning("session %s: eviction summary %s left out: unreadable or not JSON", session_dir.name, name)
             continue
         items = obj.get("grounded_facts") if isinstance(obj, dict) else None
         if not isinstance(items, list):
