@@ -304,6 +304,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_gc(args: argparse.Namespace) -> int:
     config = _config(args, max_sessions=args.max_sessions, max_age_days=args.max_age_days)
     policy = retention.Policy(config.retention.max_sessions, config.retention.max_age_days)
+    if not args.dry_run and not args.yes and not _gc_confirmed(config.sessions_root(), policy, args.preserve):
+        return 1
     with ProgressBar("gc") as bar:
         report = retention.gc(config.sessions_root(), policy, preserve=args.preserve, dry_run=args.dry_run,
                               progress=bar)
@@ -324,6 +326,31 @@ def cmd_gc(args: argparse.Namespace) -> int:
     else:
         _out("nothing to remove")
     return 0
+
+
+def _gc_confirmed(root: Path, policy, preserve) -> bool:
+    """Before removing sessions: ask on a terminal; without one, refuse (scripts say --yes).
+    True when nothing would be removed."""
+    plan = retention.gc(root, policy, preserve=preserve, dry_run=True)
+    n = len(plan.removed)
+    if not n:
+        return True
+    what = f"{n} session{'s' if n != 1 else ''} ({_size(plan.bytes_freed)})"
+    if not sys.stdin.isatty():
+        print(f"memfs: gc would remove {what} from {root}; run with --yes to confirm "
+              f"(stdin is not a terminal), or --dry-run to list them", file=sys.stderr)
+        return False
+    for r in plan.removed[:20]:
+        _out(f"  {r.name} (updated {r.updated_at or '?'}; {_size(r.bytes)})")
+    if n > 20:
+        _out(f"  ... and {n - 20} more (--dry-run lists them all)")
+    sys.stdout.write(f"remove {what} from {root}? [y/N] ")
+    sys.stdout.flush()
+    answer = sys.stdin.readline().strip().lower()
+    if answer not in ("y", "yes"):
+        print("memfs: gc: nothing removed", file=sys.stderr)
+        return False
+    return True
 
 
 def cmd_pin(args: argparse.Namespace) -> int:
@@ -531,7 +558,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("gc", cmd_gc, "apply the retention policy: remove old, surplus and empty completed sessions",
             parents=(common, as_json),
             epilog="Live, pinned, preserved and active sessions are never removed. Active sessions idle "
-                   "past --max-age-days and not open anywhere are first marked completed.")
+                   "past --max-age-days and not open anywhere are first marked completed. Before removing "
+                   "anything gc asks on a terminal; without a terminal it refuses unless --yes is given.")
     p.add_argument("--max-sessions", type=_nonneg_int, metavar="N",
                    help="keep at most N removable sessions, newest first (default 50)")
     p.add_argument("--max-age-days", type=_nonneg_float, metavar="D",
@@ -539,6 +567,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "completed session and disables the abandoned sweep)")
     p.add_argument("--preserve", action="append", default=[], metavar="ID", help="never remove this session (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="change nothing; list what would be removed")
+    p.add_argument("-y", "--yes", action="store_true",
+                   help="remove without asking (needed when stdin is not a terminal)")
 
     p = add("pin", cmd_pin, "pin a session against retention", parents=(common, as_json))
     p.add_argument("session", metavar="SESSION")

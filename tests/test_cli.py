@@ -237,7 +237,9 @@ def test_gc_human_json_and_dry_run(capsys, store):
     make(store, "new", completed=True)
     code, out, _ = run(capsys, "gc", "--dry-run", "--store", store)
     assert code == 0 and "would remove old" in out and (store / "old").exists()
-    code, out, _ = run(capsys, "gc", "--json", "--store", store)
+    code, _, err = run(capsys, "gc", "--store", store)  # no terminal, no --yes: refused, nothing removed
+    assert code == 1 and "gc would remove 1 session" in err and "--yes" in err and (store / "old").exists()
+    code, out, _ = run(capsys, "gc", "--json", "--yes", "--store", store)
     report = json.loads(out)
     assert code == 0 and [r["name"] for r in report["removed"]] == ["old"]
     assert report["removed"][0]["reason"] == "age" and report["bytes_freed"] > 0
@@ -249,7 +251,7 @@ def test_gc_human_json_and_dry_run(capsys, store):
 def test_gc_policy_flags_and_preserve(capsys, store):
     for i in range(3):
         make(store, f"s{i}", age_days=i + 1, completed=True)
-    code, out, _ = run(capsys, "gc", "--max-sessions", "1", "--preserve", "s2", "--store", store)
+    code, out, _ = run(capsys, "gc", "--max-sessions", "1", "--preserve", "s2", "--yes", "--store", store)
     assert code == 0
     assert "remove s1 (beyond the newest 1" in out and "removed 1 session" in out
     assert sorted(p.name for p in store.iterdir()) == ["s0", "s2"]
@@ -261,9 +263,9 @@ def test_gc_policy_from_a_config_file(capsys, store, tmp_path):
         make(store, f"s{i}", age_days=i + 1, completed=True)
     config = tmp_path / "memfs.toml"
     config.write_text(f'store = "{store}"\n[retention]\nmax_sessions = 2\n')
-    code, out, _ = run(capsys, "gc", "--json", "--config", config)
+    code, out, _ = run(capsys, "gc", "--json", "--yes", "--config", config)
     assert [r["name"] for r in json.loads(out)["removed"]] == ["s2"]
-    code, out, _ = run(capsys, "gc", "--json", "--config", config, "--max-sessions", "1")  # flag wins
+    code, out, _ = run(capsys, "gc", "--json", "--yes", "--config", config, "--max-sessions", "1")  # flag wins
     assert [r["name"] for r in json.loads(out)["removed"]] == ["s1"]
 
 

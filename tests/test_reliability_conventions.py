@@ -68,3 +68,54 @@ def test_search_names_percent_decoding_and_bad_parameters(tmp_path, capsys):
     assert code == 2 and "must be at least 1" in err
     code, out, _ = run(capsys, "search", "src/net.py", "-k", "1", "--store", store)
     assert code == 0 and out.count("\n") == 1 and "src/net.py" in out
+
+
+# --- 12: memfs gc asks before removing ---------------------------------------------------
+
+
+def _completed(root: Path, name: str, age_days: float) -> None:
+    import time
+
+    from memfs.store.meta import format_rfc3339
+
+    make(root, name, FACTS + [event("thread.completed", thread_id="t", session_id=name, subtype="success",
+                                    outcome_code="completed", usage={}, num_turns=1)])
+    path = root / name / "manifest.json"
+    m = json.loads(path.read_text())
+    m["updated_at"] = format_rfc3339(time.time() - age_days * 86400)
+    path.write_text(json.dumps(m))
+
+
+def _gc_on_a_terminal(store: Path, answer: bytes) -> tuple[int, str]:
+    import pty
+    import subprocess
+    import sys
+
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "memfs", "gc", "--store", str(store)],
+                                stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        os.write(master, answer)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        os.close(master)
+        os.close(slave)
+    return proc.returncode, out.decode()
+
+
+def test_gc_confirms_on_a_terminal_and_refuses_without_one(capsys, tmp_path):
+    store = tmp_path / "store"
+    _completed(store, "old", 60)
+    _completed(store, "new", 0)
+    code, out = _gc_on_a_terminal(store, b"n\n")
+    assert code == 1 and "old (updated" in out and "remove 1 session" in out and "[y/N]" in out
+    assert "nothing removed" in out and (store / "old").exists()
+    code, out = _gc_on_a_terminal(store, b"y\n")
+    assert code == 0 and "removed 1 session" in out and not (store / "old").exists()
+    _completed(store, "old2", 60)
+    code, _, err = run(capsys, "gc", "--store", store)  # stdin is not a terminal here
+    assert code == 1 and err.count("\n") == 1 and "run with --yes to confirm" in err
+    assert (store / "old2").exists()
+    assert run(capsys, "gc", "--store", store, "--dry-run")[0] == 0 and (store / "old2").exists()
+    code, out, _ = run(capsys, "gc", "--store", store, "--yes")
+    assert code == 0 and "removed 1 session" in out and sorted(os.listdir(store)) == ["new"]

@@ -187,3 +187,80 @@ def test_planted_eviction_summaries_cost_only_themselves(tmp_path):
         assert not any("zanzibarquokka" in r["snippet"] for r in results)
         assert (m.mnt / "search" / "zanzibarquokka").read_text() == ""
         assert "Traceback" not in m.log_text() and "ERROR" not in m.log_text()
+
+
+# --- 6: stale temp files after kill -9; interrupted gc removals ----------------------------
+
+
+def _wait_for(predicate, timeout: float = 15.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not (found := predicate()):
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+    return found
+
+
+def test_fsck_removes_the_temp_files_of_a_killed_writer(capsys, tmp_path):
+    import signal
+    import subprocess
+
+    store = tmp_path / "store"
+    session = make(store, "s")
+    (session / "derived").mkdir(mode=0o700, exist_ok=True)
+    targets = [session / "manifest.json", session / "index" / "turns.json",
+               session / "index" / "pending-cap-rewrite.json", session / "derived" / "eviction-summary-0001.json"]
+    writer = ("import os, sys, time\nfrom pathlib import Path\nfrom memfs.store.paths import atomic_write\n"
+              "def stall(fd):\n    os.write(fd, b'partial')\n    time.sleep(600)\n"
+              "import threading\n"
+              "for t in sys.argv[1:]:\n    threading.Thread(target=atomic_write, args=(Path(t), stall), daemon=True).start()\n"
+              "time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", writer, *map(str, targets)])
+    try:
+        temps = _wait_for(lambda: (lambda found: found if len(found) == 4 else None)(
+            [p for t in targets for p in t.parent.glob(f".{t.name}.{proc.pid}.*.tmp")]))
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    # a temp file whose writer still runs is not stale
+    live = session / "derived" / f".memory.json.{os.getpid()}.0123abcd.tmp"
+    live.write_bytes(b"in flight")
+    code, out, _ = run(capsys, "fsck", "--store", store)
+    assert code == 1 and "repaired: removed 4 stale temp file(s) of an interrupted write" in out
+    assert not any(p.exists() for p in temps) and live.exists()
+    code, out, _ = run(capsys, "fsck", "--store", store, "--json")
+    assert code == 0 and json.loads(out)[0]["stale_temps"] == 0
+
+
+def test_an_interrupted_gc_removal_never_leaves_a_listed_session(capsys, tmp_path, monkeypatch):
+    from memfs.store import paths, retention
+
+    store = tmp_path / "store"
+    with memfs.open_session(store, "old", durability="write", metadata_interval=0) as h:
+        h.append_many(GOOD + [event("thread.completed", thread_id="t", session_id="old", subtype="success",
+                                    outcome_code="completed", usage={}, num_turns=1)])
+    make(store, "keep")
+    real_rmtree = paths.shutil.rmtree
+
+    def crash_midway(path, *a, **kw):  # the process dies after deleting part of the tree
+        os.unlink(os.path.join(path, "events.jsonl"))
+        raise KeyboardInterrupt("killed")
+
+    crash_midway.avoids_symlink_attacks = True
+
+    monkeypatch.setattr(paths.shutil, "rmtree", crash_midway)
+    with pytest.raises(KeyboardInterrupt):
+        retention.gc(store, retention.Policy(max_sessions=0, max_age_days=0))
+    monkeypatch.setattr(paths.shutil, "rmtree", real_rmtree)
+    leftovers = [n for n in os.listdir(store) if n.startswith(".trash-")]
+    assert len(leftovers) == 1 and leftovers[0].endswith("-old")
+    code, out, _ = run(capsys, "sessions", "--store", store, "--json")
+    assert [s["name"] for s in json.loads(out)] == ["keep"]
+    # the leftover's process is this one, still running: a later gc in another process
+    # (pid gone) finishes it; simulate that by renaming it to a dead pid
+    dead = leftovers[0].replace(f".trash-{os.getpid()}-", ".trash-999999999-")
+    os.rename(store / leftovers[0], store / dead)
+    code, out, _ = run(capsys, "gc", "--store", store, "--yes", "--json")
+    assert code == 0 and json.loads(out)["trash_removed"] == 1
+    assert sorted(os.listdir(store)) == ["keep"]

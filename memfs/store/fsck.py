@@ -10,7 +10,8 @@ counts, shifted offsets) is invalidated and rebuilt by reopening.
 What counts (decisions recorded here):
 
 * **repaired** — a torn tail truncated, metadata rebuilt, a stale marker removed, an
-  interrupted cap rewrite completed;
+  interrupted cap rewrite completed, temp files of a killed writer removed
+  (:func:`~memfs.store.paths.remove_stale_temps`);
 * **damaged** — lines the rescan must skip (not UTF-8, not JSON, not an envelope,
   malformed lifecycle events): fsck cannot repair those without losing bytes, so they stay
   and are reported every time; or metadata that still disagrees after a rebuild;
@@ -33,9 +34,9 @@ import orjson
 from memfs.errors import MemfsError, SessionBusy
 from memfs.store.log import OpenReport, SessionHandle, open_session, rescan
 from memfs.store.machine import TurnState, renumber
-from memfs.store.paths import EVENTS, MANIFEST, atomic_write, open_nofollow
+from memfs.store.paths import EVENTS, MANIFEST, atomic_write, open_nofollow, remove_stale_temps
 from memfs.store.rejected import count_rejected
-from memfs.store.retention import find_session, list_sessions
+from memfs.store.retention import find_session, list_sessions, remove_trash
 
 Progress = Callable[[int, int], None]
 
@@ -55,6 +56,7 @@ class FsckReport:
     skipped_lines: int = 0
     torn_tail_bytes: int = 0
     stale_marker: bool = False
+    stale_temps: int = 0  # temp files of a dead writer removed
     recovered_marker: bool = False
     rejected: int = 0
     events: int = 0
@@ -149,6 +151,9 @@ def fsck_session(root: str | os.PathLike, session: str) -> FsckReport:
         return report
     try:
         _record_open(report, handle.open_report)
+        report.stale_temps = remove_stale_temps(path)
+        if report.stale_temps:
+            report.repairs.append(f"removed {report.stale_temps} stale temp file(s) of an interrupted write")
         state, found = _full_rescan(handle)
         diffs = _differences(handle, state)
         if diffs:
@@ -183,6 +188,8 @@ def fsck_store(root: str | os.PathLike, sessions: Iterable[str] = (), *,
     A session that cannot be checked (I/O error, symlink, vanished) gives an ``error``
     report instead of stopping the run.
     """
+    if not sessions:
+        remove_trash(root)  # leftovers of a gc removal a crash interrupted
     names = list(sessions) or [s.name for s in sorted(list_sessions(root), key=lambda s: s.name)]
     reports = []
     for i, name in enumerate(names):

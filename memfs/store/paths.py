@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import shutil
 import stat
 from pathlib import Path
@@ -150,7 +151,7 @@ def atomic_write(path: Path, data: bytes | Callable[[int], None]) -> None:
     ``data`` is the new content, or a function that writes it to the temp file's fd (for
     content too large to hold in memory)."""
     refuse_symlink(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")  # see _TEMP_NAME
     fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         if callable(data):
@@ -164,6 +165,48 @@ def atomic_write(path: Path, data: bytes | Callable[[int], None]) -> None:
         raise
     os.close(fd)
     os.rename(tmp, path)
+
+
+# The temp files atomic_write makes: ".<target name>.<pid>.<8 hex>.tmp".
+_TEMP_NAME = re.compile(r"\..+\.([0-9]+)\.[0-9a-f]{8}\.tmp")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (this process counts: another thread may be at work)."""
+    if pid == os.getpid():
+        return True  # another thread of this process may be writing it right now
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, under another user
+        return True
+    return True
+
+
+def remove_stale_temps(session_dir: Path) -> int:
+    """Delete the temp files :func:`atomic_write` left behind in a session folder (and its
+    subfolders) when its process died mid-write (kill -9, a crash); return how many.
+
+    A temp file is stale when the process named in it is gone; one whose writer still runs
+    is left alone. The walk follows no symlink and deletes only regular files, by directory
+    descriptor. A missing folder has none.
+    """
+    removed = 0
+    if not os.path.isdir(session_dir) or os.path.islink(session_dir):
+        return 0
+    for _dirpath, _dirs, files, dirfd in os.fwalk(session_dir, follow_symlinks=False):
+        for name in files:
+            m = _TEMP_NAME.fullmatch(name)
+            if m is None or pid_alive(int(m.group(1))):
+                continue
+            try:
+                if stat.S_ISREG(os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode):
+                    os.unlink(name, dir_fd=dirfd)
+                    removed += 1
+            except FileNotFoundError:
+                continue
+    return removed
 
 
 def remove_file(path: Path) -> bool:

@@ -31,6 +31,9 @@ Decisions recorded here:
   history in ``derived/`` with zero turns in the log; it is not an empty shell, so step 2
   skips it (steps 3 and 4 still apply).
 * Bytes freed are the sizes of the regular files removed.
+* A removal first renames the session to ``.trash-<pid>-<hex>-<name>`` in the root (hidden:
+  never listed), then deletes it; ``gc`` (and ``fsck``) delete such leftovers of a removal
+  a crash interrupted, once their process is gone. ``memfs sessions`` only reads.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from memfs.errors import NotFound, SessionBusy, SymlinkRefused
 from memfs.store import lock as liveness
 from memfs.store.meta import now_rfc3339, parse_rfc3339, read_manifest
 from memfs.store.paths import (MANIFEST, PIN, atomic_write, read_file, refuse_symlink, remove_file, remove_tree,
-                               sanitize, tree_bytes)
+                               pid_alive, sanitize, tree_bytes)
 from memfs.store.root import is_session_dir
 
 Progress = Callable[[int, int], None]  # (done, total)
@@ -254,6 +257,7 @@ class GcReport:
     removed: list[Removed] = field(default_factory=list)
     kept: dict[str, str] = field(default_factory=dict)  # name -> why it is not a candidate
     candidates_left: int = 0
+    trash_removed: int = 0  # leftovers of removals a crash interrupted, deleted now
 
     @property
     def bytes_freed(self) -> int:
@@ -311,8 +315,33 @@ def _remove(path: Path) -> int | None:
         if raw is None or info.status == "active" or is_pinned(path):
             return None
         size = tree_bytes(path)
-        remove_tree(path)
-        return size
+        # out of the sessions root first (one rename), then delete: a crash mid-delete leaves
+        # a hidden trash folder, never a half-deleted session that still lists as one
+        trash = path.with_name(f"{TRASH_PREFIX}{os.getpid()}-{os.urandom(4).hex()}-{path.name}")
+        os.rename(path, trash)
+    remove_tree(trash)
+    return size
+
+
+TRASH_PREFIX = ".trash-"  # + <pid>-<8 hex>-<session name>: a removal in progress (or interrupted)
+
+
+def remove_trash(root: str | os.PathLike) -> int:
+    """Finish removals that a crash interrupted: delete the ``.trash-<pid>-…`` folders of the
+    sessions root whose gc process is gone; return how many."""
+    done = 0
+    for entry in _entries(Path(root)):
+        if not entry.name.startswith(TRASH_PREFIX) or not entry.is_dir(follow_symlinks=False):
+            continue
+        pid = entry.name[len(TRASH_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and pid_alive(int(pid)):
+            continue
+        try:
+            remove_tree(Path(root) / entry.name)
+            done += 1
+        except FileNotFoundError:
+            continue
+    return done
 
 
 def gc(root: str | os.PathLike, policy: Policy = Policy(), *, preserve: Iterable[str] = (),
@@ -326,6 +355,8 @@ def gc(root: str | os.PathLike, policy: Policy = Policy(), *, preserve: Iterable
 
     root = Path(root)
     report = GcReport(str(root), dry_run, policy)
+    if not dry_run:
+        report.trash_removed = remove_trash(root)
     now = time.time() if now is None else now
     cutoff = now - policy.max_age_days * DAY
     preserved = {sanitize(p) for p in preserve}
