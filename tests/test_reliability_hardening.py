@@ -264,3 +264,47 @@ def test_an_interrupted_gc_removal_never_leaves_a_listed_session(capsys, tmp_pat
     code, out, _ = run(capsys, "gc", "--store", store, "--yes", "--json")
     assert code == 0 and json.loads(out)["trash_removed"] == 1
     assert sorted(os.listdir(store)) == ["keep"]
+
+
+# --- 2: a writer without O_APPEND ----------------------------------------------------------
+
+
+@needs_fuse
+def test_a_writer_without_o_append_keeps_writing_after_wrapped_bare_events(tmp_path):
+    import errno
+
+    bare = [b'{"type":"thread.started","thread_id":"t"}\n', b'{"type":"turn.started"}\n',
+            b'{"type":"item.completed","item":{"id":"m","type":"agent_message","text":"hi"}}\n',
+            b'{"type":"turn.completed","usage":{}}\n']
+    with mounted(tmp_path / "store", tmp_path / "mnt") as m:
+        os.mkdir(m.mnt / "sessions" / "s")
+        log = m.mnt / "sessions" / "s" / "events.jsonl"
+        fd = os.open(log, os.O_WRONLY)  # no O_APPEND: the kernel passes the handle's own offset
+        try:
+            for line in bare:
+                assert os.write(fd, line) == len(line)
+            # a line split over two writes, still at the handle's own position
+            assert os.write(fd, b'{"type":"turn.st') == 16 and os.write(fd, b'arted"}\n') == 8
+            stored = len(log.read_bytes())
+            assert stored > sum(map(len, bare)) + 24  # wrapped: longer on disk than written
+            # pwrite at the log's end is accepted too, and so is continuing from there
+            end_line = b'{"type":"turn.completed","usage":{}}\n'
+            assert os.pwrite(fd, end_line, stored) == len(end_line)
+            with pytest.raises(OSError) as err:  # anywhere else is an overwrite
+                os.pwrite(fd, bare[1], 10)
+            assert err.value.errno == errno.EPERM
+        finally:
+            os.close(fd)
+        # a handle opened on a non-empty log, seeked to its end
+        fd = os.open(log, os.O_WRONLY)
+        try:
+            os.lseek(fd, 0, os.SEEK_END)
+            for line in bare[1:]:
+                assert os.write(fd, line) == len(line)
+        finally:
+            os.close(fd)
+        manifest = json.loads((m.mnt / "sessions" / "s" / "manifest.json").read_text())
+        assert (manifest["event_count"], manifest["turn_count"]) == (9, 3)
+    stored_lines = (tmp_path / "store" / "s" / "events.jsonl").read_bytes().splitlines()
+    assert len(stored_lines) == 9 and all(json.loads(x)["schema_version"] for x in stored_lines)
+    assert not (tmp_path / "store" / "s" / "rejected.jsonl").exists()

@@ -71,6 +71,11 @@ class OpenFile:
     session: SessionHandle | None = None
     appender: LineAppender | None = None
     append_mode: bool = False
+    # Without O_APPEND: where this handle's next write() is expected (SPEC §6): the offset its
+    # own writes reached (they count what the writer wrote, not the longer stored line of a
+    # wrapped bare event), else the log's length when it was opened. The log's current end
+    # (pwrite there, a seek to the end) is always accepted too.
+    next_off: int = -1
 
 
 class Operations(pyfuse3.Operations):
@@ -356,6 +361,7 @@ class Operations(pyfuse3.Operations):
                 handle.appender = LineAppender(handle.session, max_line_bytes=self.store.settings.max_line_bytes,
                                                pid=ctx.pid)
                 handle.append_mode = bool(flags & os.O_APPEND)
+                handle.next_off = handle.session.file_len
         elif node.kind is K.REJECTED:
             path = self.store.root / node.session / "rejected.jsonl"
             handle.snapshot = _read_or_empty(path)
@@ -381,11 +387,22 @@ class Operations(pyfuse3.Operations):
         appender = handle.appender
         if appender is None:
             raise fail("EBADF")
-        if not handle.append_mode and off != handle.session.file_len + len(appender.partial):
-            raise fail("EPERM")  # only appending at the current end; no overwrite
+        if not handle.append_mode:
+            if off != handle.next_off and off != handle.session.file_len + len(appender.partial):
+                raise fail("EPERM")  # only appending at the handle's own end or the log's; no overwrite
+            if self.fsync_writes:
+                return self._positioned_write(handle, off, buf)
+            n = appender.write(buf)
+            handle.next_off = off + n
+            return n
         if self.fsync_writes:  # fdatasync waits in a worker thread, never in the event loop
             return trio.to_thread.run_sync(appender.write, buf)
         return appender.write(buf)
+
+    async def _positioned_write(self, handle: OpenFile, off: int, buf: bytes) -> int:
+        n = await trio.to_thread.run_sync(handle.appender.write, buf)
+        handle.next_off = off + n
+        return n
 
     @guarded
     async def flush(self, fh):
