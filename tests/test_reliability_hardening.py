@@ -308,3 +308,40 @@ def test_a_writer_without_o_append_keeps_writing_after_wrapped_bare_events(tmp_p
     stored_lines = (tmp_path / "store" / "s" / "events.jsonl").read_bytes().splitlines()
     assert len(stored_lines) == 9 and all(json.loads(x)["schema_version"] for x in stored_lines)
     assert not (tmp_path / "store" / "s" / "rejected.jsonl").exists()
+
+
+# --- 5: a second SIGTERM during shutdown -----------------------------------------------------
+
+
+@needs_fuse
+def test_a_second_sigterm_does_not_cut_the_final_flush_short(tmp_path):
+    import signal
+    import subprocess
+
+    from mounting import cleanup, is_mounted, start
+
+    store = tmp_path / "store"
+    names = [f"s{i:02d}" for i in range(40)]
+    for name in names:
+        _fact_session(store, name, f"retry loop number {name}")
+    m = start(store, tmp_path / "mnt", "--durability", "buffered")
+    try:
+        views = {}
+        for name in names:  # render the views: their copies to derived/ are written behind
+            session = m.mnt / "sessions" / name
+            views[name] = (session / "derived" / "memory.json").read_bytes()
+            with open(session / "events.jsonl", "a") as f:  # buffered: only in the server's memory
+                f.write(event("turn.started") + "\n")
+        subprocess.run(["fusermount3", "-u", "-z", str(m.mnt)], check=True)
+        m.proc.send_signal(signal.SIGTERM)
+        m.proc.send_signal(signal.SIGTERM)
+        assert m.proc.wait(60) == 0, m.log_text()
+        assert not is_mounted(m.mnt)
+    finally:
+        cleanup(m)
+    for name in names:
+        derived = store / name / "derived" / "memory.json"
+        assert derived.read_bytes() == views[name], name
+        manifest = json.loads((store / name / "manifest.json").read_text())
+        assert (manifest["event_count"], manifest["in_turn"]) == (4, True), name
+        assert (store / name / "events.jsonl").read_bytes().endswith(b'{"type":"turn.started"}}\n')

@@ -120,6 +120,7 @@ def run(config) -> int:
         _detach_stdio()
         os.write(ready_w, b"1")
         os.close(ready_w)
+    _keep_shutdown_whole()
     try:
         trio.run(_serve, store, ops)
     finally:
@@ -132,6 +133,18 @@ def run(config) -> int:
     if ready_w is not None:
         os._exit(0)
     return 0
+
+
+def _keep_shutdown_whole() -> None:
+    """SIGINT/SIGTERM outside the serving loop (trio's receiver handles them while it runs and
+    puts these back after) must not cut the final flush short: log them and carry on (SPEC §6:
+    a second signal during shutdown does not cut it short)."""
+
+    def already_stopping(signum, _frame):
+        log.warning("signal %s: already shutting down; finishing the flush first", signal.Signals(signum).name)
+
+    signal.signal(signal.SIGINT, already_stopping)
+    signal.signal(signal.SIGTERM, already_stopping)
 
 
 def raise_fd_limit() -> None:
