@@ -28,6 +28,7 @@ command -v pkg-config >/dev/null || missing+=(pkg-config)
 pkg-config --exists fuse3 2>/dev/null || missing+=(libfuse3-dev)
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v jq >/dev/null || missing+=(jq)                          # the tests use jq as a user would
+command -v rsync >/dev/null || missing+=(rsync)                    # the tests check a second rsync -a copies nothing
 command -v cc >/dev/null || missing+=(gcc libc6-dev)              # to compile pyfuse3
 if [[ "$(command -v "$PY" || true)" == /usr/bin/* ]]; then        # Debian's own python
   "$PY" -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)

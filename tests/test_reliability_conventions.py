@@ -119,3 +119,59 @@ def test_gc_confirms_on_a_terminal_and_refuses_without_one(capsys, tmp_path):
     assert run(capsys, "gc", "--store", store, "--dry-run")[0] == 0 and (store / "old2").exists()
     code, out, _ = run(capsys, "gc", "--store", store, "--yes")
     assert code == 0 and "removed 1 session" in out and sorted(os.listdir(store)) == ["new"]
+
+
+# --- 8: real times --------------------------------------------------------------------------
+
+
+@needs_fuse
+def test_times_are_real_ls_sorts_and_a_second_rsync_copies_nothing(tmp_path):
+    import shutil
+    import subprocess
+    import time
+
+    from memfs.store.meta import format_rfc3339
+
+    if shutil.which("rsync") is None:
+        pytest.fail("rsync is not installed (scripts/setup.sh installs it)")
+    store = tmp_path / "store"
+    now = time.time()
+    for name, age_hours in (("oldest", 30), ("newest", 1), ("middle", 10)):
+        make(store, name)
+        path = store / name / "manifest.json"
+        m = json.loads(path.read_text())
+        m["updated_at"] = format_rfc3339(now - age_hours * 3600)
+        path.write_text(json.dumps(m, separators=(",", ":")))
+        os.utime(store / name / "events.jsonl", (now - age_hours * 3600,) * 2)
+    copy = tmp_path / "copy"
+    with mounted(store, tmp_path / "mnt") as m:
+        sessions = m.mnt / "sessions"
+        out = subprocess.run(["ls", "-t", str(sessions)], capture_output=True, text=True, check=True).stdout
+        assert out.split() == ["newest", "middle", "oldest"]
+        for name in ("oldest", "newest"):
+            mounted_st = os.stat(sessions / name / "events.jsonl")
+            assert mounted_st.st_mtime_ns == os.stat(store / name / "events.jsonl").st_mtime_ns
+            view = sessions / name / "derived" / "summary.md"
+            first = os.stat(view).st_mtime_ns
+            view.read_bytes()
+            assert os.stat(view).st_mtime_ns == first  # unchanged content, unchanged time
+        assert abs(os.stat(sessions / "oldest").st_mtime - (now - 30 * 3600)) < 1
+
+        def rsync() -> list[str]:
+            done = subprocess.run(["rsync", "-a", "-i", f"{m.mnt}/", f"{copy}/"], capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr
+            return done.stdout.splitlines()
+
+        assert any("events.jsonl" in x for x in rsync())
+        assert rsync() == []  # nothing changed: nothing copied
+        before = os.stat(sessions / "middle" / "derived" / "memory.json").st_mtime_ns
+        with open(sessions / "middle" / "events.jsonl", "a") as f:
+            f.write(event("turn.started") + "\n")
+            f.write(event("item.completed", item={"id": "n", "type": "agent_message", "text": "new fact"}) + "\n")
+            f.write(event("turn.completed", usage={}) + "\n")
+        assert os.stat(sessions / "middle" / "derived" / "memory.json").st_mtime_ns > before
+        out = subprocess.run(["ls", "-t", str(sessions)], capture_output=True, text=True, check=True).stdout
+        assert out.split()[0] == "middle"
+        changed = rsync()
+        assert changed and all("sessions/middle" in x for x in changed), changed
+        assert rsync() == []

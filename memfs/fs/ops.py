@@ -20,6 +20,7 @@ Decisions recorded here:
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import time
@@ -36,6 +37,7 @@ from memfs.fs.errors import fail, guarded, log
 from memfs.fs.nodes import DIR_KINDS, DYNAMIC_KINDS, SESSION_CHILDREN, InodeTable, K, Node, child
 from memfs.store.appender import LineAppender
 from memfs.store.log import SessionHandle
+from memfs.store.meta import parse_rfc3339
 from memfs.store.paths import read_file, refuse_symlink
 from memfs.store.root import Store
 
@@ -96,6 +98,7 @@ class Operations(pyfuse3.Operations):
         self._next_fh = 1
         self.started = time.time_ns()
         self.fsync_writes = store.settings.durability == "fsync"
+        self._mtimes: dict[Node, tuple[tuple[int, int], int]] = {}  # generated file → (content key, mtime)
 
     # --- helpers -----------------------------------------------------------------------------
 
@@ -151,26 +154,53 @@ class Operations(pyfuse3.Operations):
             raise fail("ETIMEDOUT")
         return content.render_results(results, query.format)
 
-    def _size(self, node: Node) -> int:
+    def _size(self, node: Node) -> tuple[int, int]:
+        """``(size, mtime_ns)`` of a node now (SPEC §6: times are real)."""
         kind = node.kind
         if kind is K.EVENTS:
-            return self._session(node).file_len
+            session = self._session(node)
+            return session.file_len, self._file_mtime(session.path / "events.jsonl")
         if kind is K.REJECTED:
             path = self.store.root / node.session / "rejected.jsonl"
             st = refuse_symlink(path)  # ELOOP, as its open: not the size of a link planted there
-            return st.st_size if st is not None else 0
-        if kind in DYNAMIC_KINDS and kind is not K.QUERY:
-            return len(self._content(node))
-        return 0
+            return (st.st_size, st.st_mtime_ns) if st is not None else (0, self.started)
+        if kind is K.SESSION:
+            return 0, _rfc3339_ns(self._session(node).manifest["updated_at"], self.started)
+        if kind in DYNAMIC_KINDS and kind is not K.QUERY and kind is not K.README:
+            data = self._content(node)
+            return len(data), self._content_mtime(node, data)
+        if kind is K.README:
+            return len(self._content(node)), self.started
+        return 0, self.started
+
+    def _file_mtime(self, path) -> int:
+        try:
+            return os.stat(path, follow_symlinks=False).st_mtime_ns
+        except OSError:
+            return self.started
+
+    def _content_mtime(self, node: Node, data: bytes) -> int:
+        """When a generated file's content last changed: the log's mtime when this server
+        first saw it, or when it saw it change (so ``ls -lt`` sorts by recency and a second
+        ``rsync -a`` finds nothing new)."""
+        key = (len(data), hash(data))
+        seen = self._mtimes.get(node)
+        if seen is not None and seen[0] == key:
+            return seen[1]
+        mtime = self._file_mtime(self.store.root / node.session / "events.jsonl")
+        if seen is not None:
+            mtime = max(mtime, seen[1] + 1)
+        self._mtimes[node] = (key, mtime)
+        return mtime
 
     async def _attr(self, node: Node, inode: int | None = None) -> pyfuse3.EntryAttributes:
         kind = node.kind
         if kind is K.QUERY:
-            size = len(await self._query_bytes(node))
+            size, mtime = len(await self._query_bytes(node)), time.time_ns()
         elif kind in SLOW_KINDS and not views.is_current(self._session(node)):
-            size = await trio.to_thread.run_sync(self._size, node)
+            size, mtime = await trio.to_thread.run_sync(self._size, node)
         else:
-            size = self._size(node)
+            size, mtime = self._size(node)
         attr = pyfuse3.EntryAttributes()
         attr.st_ino = inode if inode is not None else self.inodes.inode(node)  # after the size: no inode for a failure
         attr.st_size = size
@@ -185,10 +215,9 @@ class Operations(pyfuse3.Operations):
         attr.st_blocks = (size + 511) // 512
         attr.st_uid, attr.st_gid = self.opts.uid, self.opts.gid
         attr.st_atime_ns = attr.st_ctime_ns = self.started
-        # Files' content changes: a fresh mtime and size at every stat (attr timeout 0).
-        # Directories' attributes never change; the kernel re-checks them on every path walk
-        # under default_permissions, so they are cached like the names in them.
-        attr.st_mtime_ns = self.started if kind in DIR_KINDS or kind is K.README else time.time_ns()
+        # Real times (SPEC §6): the log's last append, the session's updated_at, a generated
+        # file's last change; other directories and README.md: when the mount started.
+        attr.st_mtime_ns = mtime
         static = kind in (K.ROOT, K.README, K.SESSIONS, K.INDEX, K.SEARCH) or (
             kind is K.SESSION and self.opts.single_session)
         if static:
@@ -300,6 +329,8 @@ class Operations(pyfuse3.Operations):
         await trio.to_thread.run_sync(self.store.remove, session)
         self.inodes.drop_session(session)
         views.forget(self.store.root / session)
+        for node in [n for n in self._mtimes if n.session == session]:
+            del self._mtimes[node]
 
     # --- refused changes -----------------------------------------------------------------------
 
@@ -370,6 +401,8 @@ class Operations(pyfuse3.Operations):
         else:
             slow = node.kind in SLOW_KINDS and not views.is_current(self._session(node))
             handle.snapshot = await trio.to_thread.run_sync(self._content, node) if slow else self._content(node)
+            if node.kind is not K.README:
+                self._content_mtime(node, handle.snapshot)
         fh = self._new_fh()
         self.files[fh] = handle
         return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
@@ -473,6 +506,12 @@ class Operations(pyfuse3.Operations):
         st.f_files = len(self.inodes)
         st.f_namemax = 255
         return st
+
+
+@functools.lru_cache(maxsize=4096)
+def _rfc3339_ns(text: str, default: int) -> int:
+    seconds = parse_rfc3339(text)
+    return default if seconds is None else int(seconds * 1_000_000_000)
 
 
 def _read_or_empty(path) -> bytes:
