@@ -12,7 +12,10 @@ file (``migrate``); 2 bad usage; 130 interrupted.
 
 Decisions recorded here:
 
-* ``append`` creates the session when it does not exist, as writing to a new file would.
+* ``append`` creates the session when it does not exist, as writing to a new file would;
+  ``append`` and ``mount`` also create a missing store (they write). Every other command
+  on a store that does not exist says so and exits 1 (a mistyped ``--store`` is not an
+  empty store).
 * ``migrate`` imports into ``--store``/``--workspace`` when given, else the config's store,
   else the migrated workspace's own ``.vtcode/sessions``.
 * ``pin`` requires ``--reason`` (a pin without one is a mystery later); ``unpin`` of a
@@ -39,7 +42,7 @@ from memfs.store import pack as pack_mod
 from memfs.store import retention
 from memfs.store.log import DURABILITY_MODES, open_session
 from memfs.store.paths import new_session_name_problem, sanitize
-from memfs.store.rejected import count_rejected
+from memfs.store.rejected import count_rejected, set_max_rejected_bytes
 
 
 # --- output helpers ----------------------------------------------------------------------
@@ -123,11 +126,23 @@ def _config(args: argparse.Namespace, **overrides: Any) -> Config:
     base = load_config(args.config) if getattr(args, "config", None) else Config()
     flags = {"store": getattr(args, "store", None), "workspace": getattr(args, "workspace", None)}
     flags.update(overrides)
-    return apply_overrides(base, flags)
+    config = apply_overrides(base, flags)
+    set_max_rejected_bytes(config.max_rejected_bytes)  # process-wide: see memfs.store.rejected
+    return config
 
 
 def _root(args: argparse.Namespace) -> Path:
-    return _config(args).sessions_root()
+    """The store a command works on; it must exist (a mistyped --store is not an empty one)."""
+    return _existing(_config(args).sessions_root())
+
+
+def _existing(root: Path) -> Path:
+    if not os.path.lexists(root):
+        raise MemfsError(f"no store at {root}: it does not exist (check --store/--workspace)")
+    if not os.path.isdir(root):
+        raise MemfsError(f"{root} is not a store: not a directory")
+    return root
+
 
 
 # --- commands ----------------------------------------------------------------------------
@@ -145,10 +160,13 @@ def cmd_mount(args: argparse.Namespace) -> int:
         store, mountpoint = paths
     elif len(paths) == 1:
         mountpoint = paths[0]
-    config = _config(args, store=store, mountpoint=mountpoint, session=args.session,
-                     read_only=args.read_only, allow_other=args.allow_other, uid=args.uid, gid=args.gid,
-                     durability=args.durability, max_events=args.max_events,
-                     max_line_bytes=args.max_line_bytes, daemon=args.daemon, log_level=args.log_level)
+    settings = _mount_options(args.options)  # -o a,b=c: as the flags, which win over them
+    flags = dict(session=args.session, read_only=args.read_only, allow_other=args.allow_other, uid=args.uid,
+                 gid=args.gid, durability=args.durability, max_events=args.max_events,
+                 max_line_bytes=args.max_line_bytes, max_rejected_bytes=args.max_rejected_bytes,
+                 daemon=args.daemon, log_level=args.log_level)
+    settings.update({k: v for k, v in flags.items() if v is not None})
+    config = _config(args, store=store, mountpoint=mountpoint, **settings)
     if not config.mountpoint:
         raise _Usage("mount needs a MOUNTPOINT (an argument or mountpoint in --config)")
     try:
@@ -158,12 +176,64 @@ def cmd_mount(args: argparse.Namespace) -> int:
     return run(config)
 
 
+# -o options (mount(8)/sshfs style) → settings; each is also a flag of `memfs mount`.
+_O_BOOL = {"ro": ("read_only", True), "rw": ("read_only", False), "allow_other": ("allow_other", True),
+           "daemon": ("daemon", True), "foreground": ("daemon", False)}
+_O_VALUE = {"uid": int, "gid": int, "durability": str, "max_events": int, "max_line_bytes": int,
+            "max_rejected_bytes": int, "session": str, "log_level": str.upper}
+_O_ALWAYS = ("default_permissions", "auto_unmount", "nodev", "nosuid", "noatime")  # memfs always does these
+
+
+def _mount_options(groups: list[str]) -> dict[str, Any]:
+    """``-o ro,uid=1000`` (repeatable) → config settings; a usage error names a bad one."""
+    settings: dict[str, Any] = {}
+    for group in groups or ():
+        for item in filter(None, group.split(",")):
+            key, eq, value = item.partition("=")
+            key = key.replace("-", "_")
+            if key in _O_BOOL and not eq:
+                name, on = _O_BOOL[key]
+                settings[name] = on
+            elif key in _O_VALUE and eq:
+                try:
+                    settings[key] = _O_VALUE[key](value)
+                except ValueError:
+                    raise _Usage(f"-o {item}: {key} takes {'a number' if _O_VALUE[key] is int else 'a value'}") from None
+            elif key in _O_ALWAYS and not eq:
+                continue
+            else:
+                known = ", ".join([*_O_BOOL, *(f"{k}=" for k in _O_VALUE)])
+                raise _Usage(f"unknown mount option -o {item} (known: {known})")
+    return settings
+
+
 def cmd_umount(args: argparse.Namespace) -> int:
     try:
         from memfs.fs.mount import unmount
     except ImportError as exc:
         raise MemfsError(f"cannot unmount: the filesystem layer is unavailable ({exc})") from None
-    return unmount(args.mountpoint)
+    return unmount(args.mountpoint, lazy=True) if args.lazy else unmount(args.mountpoint)
+
+
+def cmd_mounts(args: argparse.Namespace) -> int:
+    from memfs.fs.registry import memfs_mounts
+
+    mounts = memfs_mounts()
+    if args.store or args.workspace:
+        root = os.path.abspath(_root(args))
+        mounts = [m for m in mounts if m["store"] == root]
+    if args.json:
+        _json(mounts)
+        return 0
+    if not mounts:
+        _out("no memfs mounts")
+        return 0
+    rows = [["MOUNTPOINT", "STORE", "PID", "LOG"]]
+    for m in mounts:
+        store = m["store"] + (f" (session {m['session']})" if m.get("session") else "")
+        rows.append([m["mountpoint"], store, str(m.get("pid") or "?"), m.get("log") or "-"])
+    _table(rows)
+    return 0
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -287,7 +357,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from memfs.search import search_store
 
     session = sanitize(args.session) if args.session else None  # an id or a directory name
-    results = search_store(config.sessions_root(), args.query, session=session,
+    results = search_store(_existing(config.sessions_root()), args.query, session=session,
                            k=config.search.max_results, min_score=config.search.min_score)
     results = list(results)
     if args.json:
@@ -303,6 +373,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     config = _config(args, max_sessions=args.max_sessions, max_age_days=args.max_age_days)
+    _existing(config.sessions_root())
     policy = retention.Policy(config.retention.max_sessions, config.retention.max_age_days)
     if not args.dry_run and not args.yes and not _gc_confirmed(config.sessions_root(), policy, args.preserve):
         return 1
@@ -519,18 +590,33 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the sessions root (optional; default as --store) and where to mount")
     flag = {"action": "store_const", "const": True, "default": None}
     p.add_argument("--session", metavar="ID", help="mount this session only (the form to hand to a sandbox)")
-    p.add_argument("--read-only", help="refuse every write (EROFS)", **flag)
+    p.add_argument("--read-only", help="refuse every write (EROFS); also -o ro", **flag)
     p.add_argument("--allow-other", help="let other users access the mount (needs user_allow_other)", **flag)
     p.add_argument("--uid", type=_nonneg_int, metavar="N", help="owner uid reported for every node")
     p.add_argument("--gid", type=_nonneg_int, metavar="N", help="owner gid reported for every node")
     p.add_argument("--durability", choices=DURABILITY_MODES, help="how appends reach the disk (default: write)")
     p.add_argument("--max-events", type=_nonneg_int, metavar="N", help="event cap per session (0 = unlimited)")
     p.add_argument("--max-line-bytes", type=_nonneg_int, metavar="N", help="longest accepted line")
-    p.add_argument("--daemon", help="detach after mounting", **flag)
+    p.add_argument("--max-rejected-bytes", type=_nonneg_int, metavar="N",
+                   help="rotate rejected.jsonl past N bytes (default 16 MiB)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--daemon", help="detach once the mount is up; log to a file named after the mountpoint",
+                      **flag)
+    mode.add_argument("-f", "--foreground", dest="daemon", action="store_const", const=False,
+                      help="stay in the foreground, logging to stderr (the default)")
+    p.add_argument("-o", dest="options", action="append", default=[], metavar="OPT[,OPT...]",
+                   help="mount(8)-style options, each also a flag: ro, rw, allow_other, uid=N, gid=N, "
+                        "durability=MODE, max_events=N, max_line_bytes=N, max_rejected_bytes=N, session=ID, "
+                        "log_level=LEVEL")
     p.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), type=str.upper)
 
     p = add("umount", cmd_umount, "unmount a memfs mount")
     p.add_argument("mountpoint", metavar="MOUNTPOINT")
+    p.add_argument("-l", "--lazy", action="store_true",
+                   help="detach now even if busy; the server flushes and exits once the last user is gone")
+
+    add("mounts", cmd_mounts, "list the memfs mounts: mountpoint, store, server pid and log (with --store/"
+                              "--workspace: that store's only)", parents=(common, as_json))
 
     add("sessions", cmd_sessions, "list sessions, most recently updated first", parents=(common, as_json))
 

@@ -5,7 +5,7 @@
 
 * top level: ``store``, ``workspace``, ``mountpoint``, ``session``, ``read_only``,
   ``allow_other``, ``uid``, ``gid``, ``durability``, ``max_events``, ``max_line_bytes``,
-  ``log_level``, ``daemon``;
+  ``max_rejected_bytes``, ``log_level``, ``daemon``;
 * ``[retention]``: ``max_sessions``, ``max_age_days``;
 * ``[search]``: ``max_results``, ``min_score``.
 
@@ -32,6 +32,7 @@ from typing import Any
 from memfs.errors import MemfsError
 from memfs.store.log import DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES, DURABILITY_MODES
 from memfs.store.paths import default_root, workspace_root
+from memfs.store.rejected import DEFAULT_MAX_REJECTED_BYTES
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -73,6 +74,7 @@ class Config:
     durability: str = "write"
     max_events: int = DEFAULT_MAX_EVENTS
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    max_rejected_bytes: int = DEFAULT_MAX_REJECTED_BYTES  # rejected.jsonl rotates past this (SPEC §3.8)
     log_level: str = "INFO"
     daemon: bool = False
     retention: RetentionConfig = field(default_factory=RetentionConfig)
@@ -119,6 +121,8 @@ class Config:
                 raise ConfigError(f"{name} must not be negative")
         if self.max_line_bytes < 1:
             raise ConfigError("max_line_bytes must be at least 1")
+        if self.max_rejected_bytes < 1:
+            raise ConfigError("max_rejected_bytes must be at least 1")
         if self.retention.max_sessions < 0 or self.retention.max_age_days < 0:
             raise ConfigError("retention.max_sessions and retention.max_age_days must not be negative")
         if self.search.max_results < 1:
@@ -134,7 +138,7 @@ _NUM = ((int, float), "a number")
 _TOP: dict[str, tuple] = {
     "store": _STR, "workspace": _STR, "mountpoint": _STR, "session": _STR,
     "read_only": _BOOL, "allow_other": _BOOL, "uid": _INT, "gid": _INT,
-    "durability": _STR, "max_events": _INT, "max_line_bytes": _INT, "log_level": _STR,
+    "durability": _STR, "max_events": _INT, "max_line_bytes": _INT, "max_rejected_bytes": _INT, "log_level": _STR,
     "daemon": _BOOL,
 }
 _TABLES: dict[str, dict[str, tuple]] = {

@@ -89,6 +89,7 @@ def test_usage_errors_exit_2(capsys):
 
 
 def test_python_dash_m_runs_the_cli(store):
+    store.mkdir()
     done = subprocess.run([PYTHON, "-m", "memfs", "sessions", "--json", "--store", str(store)],
                           capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0 and json.loads(done.stdout) == []
@@ -123,6 +124,7 @@ def test_sessions_of_a_workspace(capsys, tmp_path):
 
 
 def test_sessions_of_an_empty_store(capsys, store):
+    store.mkdir()
     code, out, _ = run(capsys, "sessions", "--store", store)
     assert code == 0 and "no sessions" in out
 
@@ -156,6 +158,7 @@ def test_show_a_view(capsys, store):
 
 
 def test_show_of_an_unknown_session_fails_in_one_line(capsys, store):
+    store.mkdir()
     code, out, err = run(capsys, "show", "ghost", "--store", store)
     assert code == 1 and out == "" and err.count("\n") == 1 and "ghost" in err
 

@@ -63,16 +63,26 @@ def guarded(handler):
         except pyfuse3.FUSEError:
             raise
         except MemfsError as exc:
-            log.info("%s: %s", name, exc)
+            log.info("%s%s: %s", name, _about(name, args), exc)
             raise fuse_error(exc) from None
         except OSError as exc:
-            log.warning("%s: %s", name, exc)
+            log.warning("%s%s: %s", name, _about(name, args), exc)
             raise fuse_error(exc) from None
         except Exception:
-            log.exception("unexpected error in %s", name)
+            log.exception("unexpected error in %s%s", name, _about(name, args))
             raise pyfuse3.FUSEError(errno.EIO) from None
 
     return wrapper
+
+
+def _about(handler: str, args: tuple) -> str:
+    """`` [session NAME]`` for a log line about a request to one session (SPEC §6: every log
+    line about a session names it), or ''. Never raises."""
+    try:
+        session = args[0].session_of(handler, args[1:])
+    except Exception:
+        return ""
+    return f" [session {session}]" if session else ""
 
 
 def fail(name: str) -> pyfuse3.FUSEError:

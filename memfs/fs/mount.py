@@ -3,7 +3,9 @@
 :func:`run` takes a :class:`memfs.config.Config`. SIGINT and SIGTERM end the loop; every open
 session is then flushed with its metadata persisted, and only then is the mount removed.
 With ``daemon`` the process forks once the mount is up, the parent prints the server's pid
-and returns; the server logs to :func:`daemon_log_path`.
+and returns; the server logs to :func:`daemon_log_path` (one file per mountpoint). The
+mount's source is ``memfs:<store path>``; a path that already is a memfs mount is refused,
+and a missing mountpoint whose parent exists is created.
 """
 
 from __future__ import annotations
@@ -22,16 +24,21 @@ import trio
 
 from memfs import views
 from memfs.errors import MemfsError
+from memfs.fs import registry
 from memfs.fs.ops import MountOptions, Operations
 from memfs.search import store_searcher
 from memfs.store.paths import sanitize
+from memfs.store.rejected import set_max_rejected_bytes
 from memfs.store.root import Store, StoreSettings
 
 log = logging.getLogger("memfs.fs")
 
 
-def fuse_options(config) -> set[str]:
-    options = set(pyfuse3.default_options) | {"fsname=memfs", "subtype=memfs", "auto_unmount"}
+def fuse_options(config, store_root: Path | None = None) -> set[str]:
+    """The FUSE mount options; the source reads ``memfs:<store path>`` in findmnt/mount."""
+    root = os.path.abspath(store_root if store_root is not None else config.sessions_root())
+    fsname = "memfs:" + root.replace("\\", "\\\\").replace(",", "\\,")  # libfuse splits options at ','
+    options = set(pyfuse3.default_options) | {f"fsname={fsname}", "subtype=memfs", "auto_unmount"}
     if config.allow_other:
         options.add("allow_other")
     if config.read_only:
@@ -43,6 +50,7 @@ def build(config) -> tuple[Store, Operations]:
     """The store and the operations a config describes (no mount yet)."""
     settings = StoreSettings(durability=config.durability, max_events=config.max_events,
                              max_line_bytes=config.max_line_bytes, read_only=config.read_only)
+    set_max_rejected_bytes(config.max_rejected_bytes)
     store = Store(config.sessions_root(), settings)
     single = None
     if config.session:
@@ -76,7 +84,7 @@ async def _serve(store: Store, ops: Operations) -> None:
                 try:  # one session per thread call: shutdown need not wait for the rest
                     await trio.to_thread.run_sync(warm, [name])
                 except Exception:
-                    log.exception("warming the search index with %s", name)
+                    log.exception("session %s: warming the search index failed", name)
 
         nursery.start_soon(stop_on_signal)
         nursery.start_soon(warm_search_index)
@@ -88,9 +96,9 @@ def run(config) -> int:
     """Mount and serve until unmounted or signalled; return an exit status."""
     logging.basicConfig(level=getattr(logging, str(config.log_level).upper(), logging.INFO),
                         format="memfs[%(process)d] %(levelname)s %(message)s")
-    mountpoint = Path(config.mountpoint).expanduser()
-    if not mountpoint.is_dir():
-        raise MemfsError(f"mountpoint {mountpoint} is not a directory")
+    mountpoint = Path(os.path.abspath(Path(config.mountpoint).expanduser()))
+    _check_mountpoint(mountpoint)
+    mountpoint = Path(os.path.realpath(mountpoint))  # resolved now: once mounted, no lookups of our own tree
     raise_fd_limit()
     store, ops = build(config)
     ready_w = None
@@ -108,18 +116,23 @@ def run(config) -> int:
         os.close(ready_r)
         os.setsid()
     try:
-        pyfuse3.init(ops, str(mountpoint), fuse_options(config))
+        pyfuse3.init(ops, str(mountpoint), fuse_options(config, store.root))
     except BaseException:
         store.close()
         if ready_w is not None:
             os.write(ready_w, b"0")
             os._exit(1)
         raise
-    log.info("serving %s at %s", store.root, mountpoint)
+    log_file = None
     if ready_w is not None:
-        _detach_stdio()
+        log_file = _detach_stdio(mountpoint)
         os.write(ready_w, b"1")
         os.close(ready_w)
+    what = f"session {config.session} of {store.root}" if config.session else str(store.root)
+    log.info("serving %s at %s%s", what, mountpoint, " (read-only)" if config.read_only else "")
+    record = registry.register(str(mountpoint), {
+        "mountpoint": str(mountpoint), "store": os.path.abspath(store.root), "pid": os.getpid(),
+        "log": str(log_file) if log_file else None, "session": config.session, "read_only": config.read_only})
     _keep_shutdown_whole()
     try:
         trio.run(_serve, store, ops)
@@ -129,6 +142,7 @@ def run(config) -> int:
             store.close()
         finally:
             pyfuse3.close(unmount=True)
+            registry.unregister(record)
     log.info("unmounted %s", mountpoint)
     if ready_w is not None:
         os._exit(0)
@@ -158,16 +172,37 @@ def raise_fd_limit() -> None:
             log.warning("could not raise the open-files limit above %d", soft)
 
 
-def daemon_log_path() -> Path:
-    """Where a daemon logs: ``$XDG_STATE_HOME/memfs/memfs.log`` (``~/.local/state/...``)."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "memfs" / "memfs.log"
+def _check_mountpoint(mountpoint: Path) -> None:
+    """Refuse a path that is already a memfs mount (stacking one on another hides the first);
+    create a missing mountpoint whose parent exists (as ``mkdir`` would, one level only)."""
+    existing = registry.memfs_mount_at(mountpoint)
+    if existing is not None:
+        raise MemfsError(f"{mountpoint} is already a memfs mount (store {existing['store'] or '?'}); "
+                         f"unmount it first: memfs umount {mountpoint}")
+    if not os.path.lexists(mountpoint) and mountpoint.parent.is_dir():
+        try:
+            mountpoint.mkdir(mode=0o755)
+            log.info("created the mountpoint %s", mountpoint)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise MemfsError(f"cannot create the mountpoint {mountpoint}: {exc.strerror}") from None
+    if not mountpoint.is_dir():
+        if not mountpoint.parent.is_dir():
+            raise MemfsError(f"mountpoint {mountpoint} does not exist, nor does its parent {mountpoint.parent}")
+        raise MemfsError(f"mountpoint {mountpoint} is not a directory")
 
 
-def _detach_stdio() -> None:
+def daemon_log_path(mountpoint: str | os.PathLike) -> Path:
+    """Where the daemon serving ``mountpoint`` logs (one file per mount, see
+    :mod:`memfs.fs.registry`)."""
+    return registry.log_path(mountpoint)
+
+
+def _detach_stdio(mountpoint: Path) -> Path:
     """A daemon keeps no terminal or pipe open (whoever started it may wait for EOF); its log
-    goes to :func:`daemon_log_path`."""
-    path = daemon_log_path()
+    goes to :func:`daemon_log_path`, which is returned."""
+    path = daemon_log_path(mountpoint)
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s memfs[%(process)d] %(levelname)s %(message)s"))
@@ -179,15 +214,37 @@ def _detach_stdio() -> None:
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
+    return path
 
 
-def unmount(mountpoint: str | os.PathLike) -> int:
-    """Unmount a memfs mount (``fusermount3 -u``); the server then flushes and exits."""
+def unmount(mountpoint: str | os.PathLike, lazy: bool = False) -> int:
+    """Unmount a memfs mount (``fusermount3 -u``, ``-z`` when ``lazy``); the server then
+    flushes and exits. A failure is one line on stderr saying what is wrong and what to do."""
+    target = os.path.abspath(os.path.expanduser(mountpoint))
+    if registry.memfs_mount_at(target) is None:
+        if not os.path.exists(target):
+            print(f"memfs: {target} does not exist", file=sys.stderr)
+        elif os.path.ismount(target):
+            print(f"memfs: {target} is not a memfs mount (see memfs mounts); use umount for others",
+                  file=sys.stderr)
+        else:
+            print(f"memfs: {target} is not mounted (memfs mounts lists the memfs mounts)", file=sys.stderr)
+        return 1
     tool = shutil.which("fusermount3") or shutil.which("fusermount")
     if tool is None:
         print("memfs: fusermount3 not found (install fuse3)", file=sys.stderr)
         return 1
-    result = subprocess.run([tool, "-u", str(mountpoint)], capture_output=True, text=True)
+    result = subprocess.run([tool, "-u", *(["-z"] if lazy else []), target], capture_output=True, text=True)
     if result.returncode:
-        print(f"memfs: {result.stderr.strip() or 'unmount failed'}", file=sys.stderr)
-    return result.returncode
+        raw = result.stderr.strip()
+        if "busy" in raw.lower():
+            print(f"memfs: {target} is busy: a process has a file open or its working directory in it "
+                  f"(see: fuser -vm {target}); close it, or detach now with: memfs umount --lazy {target}",
+                  file=sys.stderr)
+        elif "permitted" in raw.lower() or "permission" in raw.lower():
+            print(f"memfs: not allowed to unmount {target}: it was mounted by another user", file=sys.stderr)
+        else:
+            print(f"memfs: cannot unmount {target}: {raw.splitlines()[-1] if raw else 'fusermount3 failed'}",
+                  file=sys.stderr)
+        return 1
+    return 0

@@ -38,7 +38,7 @@ from memfs.fs.nodes import DIR_KINDS, DYNAMIC_KINDS, SESSION_CHILDREN, InodeTabl
 from memfs.store.appender import LineAppender
 from memfs.store.log import SessionHandle
 from memfs.store.meta import parse_rfc3339
-from memfs.store.paths import read_file, refuse_symlink
+from memfs.store.paths import open_nofollow, refuse_symlink
 from memfs.store.root import Store
 
 # Seconds the kernel may cache: names that never change vs. anything that does.
@@ -78,6 +78,7 @@ class OpenFile:
     # wrapped bare event), else the log's length when it was opened. The log's current end
     # (pwrite there, a seek to the end) is always accepted too.
     next_off: int = -1
+    fd: int = -1  # a backing file read in place (rejected.jsonl), closed at release
 
 
 class Operations(pyfuse3.Operations):
@@ -110,6 +111,20 @@ class Operations(pyfuse3.Operations):
 
     def _session(self, node: Node) -> SessionHandle:
         return self.store.open(node.session)
+
+    def session_of(self, handler: str, args: tuple) -> str | None:
+        """The session a request (``handler`` with its arguments) is about, for log lines."""
+        if handler in ("read", "write", "flush", "fsync"):
+            handle = self.files.get(args[0])
+            return handle.node.session if handle is not None else None
+        if handler in ("mkdir", "rmdir"):
+            return os.fsdecode(args[1])
+        node = self.inodes.node(args[0])
+        if node is None:
+            return None
+        if handler == "lookup" and node.kind is K.SESSIONS:
+            return os.fsdecode(args[1])
+        return node.session or self.opts.single_session
 
     def _refuse_change(self) -> pyfuse3.FUSEError:
         return fail("EROFS" if self.opts.read_only else "EPERM")
@@ -393,9 +408,12 @@ class Operations(pyfuse3.Operations):
                                                pid=ctx.pid)
                 handle.append_mode = bool(flags & os.O_APPEND)
                 handle.next_off = handle.session.file_len
-        elif node.kind is K.REJECTED:
+        elif node.kind is K.REJECTED:  # streamed from an fd: never copied whole into memory
             path = self.store.root / node.session / "rejected.jsonl"
-            handle.snapshot = _read_or_empty(path)
+            try:
+                handle.fd = open_nofollow(path, os.O_RDONLY)
+            except FileNotFoundError:
+                handle.snapshot = b""
         elif node.kind is K.QUERY:
             handle.snapshot = await self._query_bytes(node)
         else:
@@ -412,6 +430,8 @@ class Operations(pyfuse3.Operations):
         handle = self.files[fh]
         if handle.snapshot is not None:
             return handle.snapshot[off : off + size]
+        if handle.fd >= 0:
+            return os.pread(handle.fd, size, off)
         return handle.session.read_bytes(off, size)
 
     @guarded
@@ -455,6 +475,9 @@ class Operations(pyfuse3.Operations):
 
     async def release(self, fh):
         handle = self.files.pop(fh, None)
+        if handle is not None and handle.fd >= 0:
+            os.close(handle.fd)
+            handle.fd = -1
         if handle is not None and handle.appender is not None and handle.appender.partial:
             try:
                 handle.appender.close()
@@ -512,11 +535,3 @@ class Operations(pyfuse3.Operations):
 def _rfc3339_ns(text: str, default: int) -> int:
     seconds = parse_rfc3339(text)
     return default if seconds is None else int(seconds * 1_000_000_000)
-
-
-def _read_or_empty(path) -> bytes:
-    try:
-        return read_file(path)
-    except FileNotFoundError:
-        return b""
-

@@ -115,9 +115,9 @@ class _Writer:
         except FileNotFoundError:
             pass  # the session went away meanwhile
         except SymlinkRefused as exc:
-            log.warning("derived view not copied: %s", exc)
+            log.warning("session %s: derived view %s not copied: %s", session_dir.name, rel, exc)
         except Exception:  # a view copy must never take its caller (or the thread) down
-            log.exception("could not write derived view %s/%s", session_dir, rel)
+            log.exception("session %s: could not write derived view %s (%s)", session_dir.name, rel, session_dir)
 
 
 def _make_dir(path: Path) -> None:
