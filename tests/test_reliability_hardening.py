@@ -345,3 +345,74 @@ def test_a_second_sigterm_does_not_cut_the_final_flush_short(tmp_path):
         manifest = json.loads((store / name / "manifest.json").read_text())
         assert (manifest["event_count"], manifest["in_turn"]) == (4, True), name
         assert (store / name / "events.jsonl").read_bytes().endswith(b'{"type":"turn.started"}}\n')
+
+
+# --- 1: rejected.jsonl is bounded, and read by streaming ------------------------------------
+
+
+def _status_kib(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {field} for {pid}")
+
+
+@needs_fuse
+def test_a_huge_line_without_newline_keeps_the_server_small(tmp_path):
+    import errno
+    import hashlib
+    import threading
+
+    limit = 64 * 1024
+    with mounted(tmp_path / "store", tmp_path / "mnt", "-o", f"max_rejected_bytes={limit},max_line_bytes=4194304") as m:
+        os.mkdir(m.mnt / "sessions" / "s")
+        session = m.mnt / "sessions" / "s"
+        baseline = _status_kib(m.proc.pid, "VmRSS")
+        chunk = b"A" * (1 << 20)
+        refused, stop = [], threading.Event()
+
+        def reader():  # concurrent readers of rejected.jsonl, all the while
+            while not stop.is_set():
+                try:
+                    (session / "rejected.jsonl").read_bytes()
+                except FileNotFoundError:
+                    pass
+
+        readers = [threading.Thread(target=reader) for _ in range(6)]
+        for t in readers:
+            t.start()
+        try:
+            fd = os.open(session / "events.jsonl", os.O_WRONLY | os.O_APPEND)
+            try:
+                for _ in range(96):  # 96 MiB, never a newline
+                    try:
+                        os.write(fd, chunk)
+                    except OSError as exc:
+                        assert exc.errno == errno.EFBIG
+                        refused.append(exc)
+            finally:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass  # the last fragment, refused at close
+        finally:
+            stop.set()
+            for t in readers:
+                t.join(60)
+        peak = _status_kib(m.proc.pid, "VmHWM")
+        assert len(refused) >= 15
+        assert peak - baseline < 64 * 1024, f"server grew by {(peak - baseline) // 1024} MiB"
+        shown = (session / "rejected.jsonl").read_bytes()
+        on_disk = (tmp_path / "store" / "s" / "rejected.jsonl").read_bytes()
+        assert shown == on_disk and 0 < len(on_disk) <= limit
+    rotated = tmp_path / "store" / "s" / "rejected.1.jsonl"
+    assert rotated.exists() and rotated.stat().st_size <= limit
+    records = [json.loads(x) for x in on_disk.splitlines()]
+    assert records[-1]["errno"] == "EBADMSG"  # the fragment left at close
+    record = next(r for r in reversed(records) if r["errno"] == "EFBIG")
+    assert record["truncated"] is True
+    assert len(record["line"]) == 4096 and record["line"] == "A" * 4096
+    assert record["bytes"] > 4 << 20 and len(record["sha256"]) == 64
+    assert record["sha256"] == hashlib.sha256(b"A" * record["bytes"]).hexdigest()
+    assert (tmp_path / "store" / "s" / "events.jsonl").read_bytes() == b""

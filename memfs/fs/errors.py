@@ -11,6 +11,7 @@ import errno
 import functools
 import logging
 import os
+import traceback
 from types import CoroutineType
 
 import pyfuse3
@@ -64,15 +65,30 @@ def guarded(handler):
             raise
         except MemfsError as exc:
             log.info("%s%s: %s", name, _about(name, args), exc)
-            raise fuse_error(exc) from None
+            error = fuse_error(exc)
+            _drop_frames(exc)
         except OSError as exc:
             log.warning("%s%s: %s", name, _about(name, args), exc)
-            raise fuse_error(exc) from None
-        except Exception:
+            error = fuse_error(exc)
+            _drop_frames(exc)
+        except Exception as exc:
             log.exception("unexpected error in %s%s", name, _about(name, args))
-            raise pyfuse3.FUSEError(errno.EIO) from None
+            error = pyfuse3.FUSEError(errno.EIO)
+            _drop_frames(exc)
+        try:  # outside the except: the reply carries no context holding the failed request
+            raise error
+        finally:  # nor does its traceback, through this frame, hold the request's arguments
+            error = args = None
 
     return wrapper
+
+
+def _drop_frames(exc: BaseException) -> None:
+    """Clear the locals of the frames a refused request went through: the exception and its
+    traceback form a cycle that would otherwise keep the request's buffers (a refused 16 MiB
+    line, say) alive until the cyclic GC runs, so memory would grow with every refusal."""
+    traceback.clear_frames(exc.__traceback__)
+    exc.__traceback__ = None
 
 
 def _about(handler: str, args: tuple) -> str:
