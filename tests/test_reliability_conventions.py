@@ -175,3 +175,129 @@ def test_times_are_real_ls_sorts_and_a_second_rsync_copies_nothing(tmp_path):
         changed = rsync()
         assert changed and all("sessions/middle" in x for x in changed), changed
         assert rsync() == []
+
+
+# --- 9, 10: mount conventions, memfs mounts, umount messages, one log per daemon ------------
+
+
+def _memfs(*argv, env, cwd=None, timeout=60):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "memfs", *map(str, argv)], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=timeout)
+
+
+def _xdg(tmp_path: Path) -> dict:
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path / "run"), "XDG_STATE_HOME": str(tmp_path / "state")}
+    (tmp_path / "run").mkdir(mode=0o700)
+    return env
+
+
+@needs_fuse
+def test_mount_options_source_mounts_list_and_umount_messages(tmp_path):
+    import shutil
+    import subprocess
+
+    env = _xdg(tmp_path)
+    store = tmp_path / "store"
+    make(store, "s")
+    mnt = tmp_path / "mnt"
+    with mounted(store, mnt, "-o", "ro,uid=1234,gid=4321,durability=fsync,max_events=5", "-f", env=env) as m:
+        if shutil.which("findmnt"):
+            out = subprocess.run(["findmnt", "-n", "-o", "SOURCE,FSTYPE", str(mnt)], capture_output=True,
+                                 text=True).stdout.split()
+            assert out == [f"memfs:{store}", "fuse.memfs"]
+        st = os.stat(mnt / "sessions" / "s" / "events.jsonl")
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (1234, 4321, 0o444)
+        assert errno_of(lambda: open(mnt / "sessions" / "s" / "events.jsonl", "a")) == errno.EROFS
+        listed = json.loads(_memfs("mounts", "--json", env=env).stdout)
+        assert {"mountpoint": str(mnt), "store": str(store), "pid": m.proc.pid, "log": None, "session": None,
+                "read_only": True} in listed
+        human = _memfs("mounts", env=env).stdout.splitlines()
+        assert human[0].split() == ["MOUNTPOINT", "STORE", "PID", "LOG"]
+        assert [str(mnt), str(store), str(m.proc.pid), "-"] in [row.split() for row in human]
+        # stacking another memfs on it is refused
+        again = _memfs("mount", tmp_path / "other", mnt, env=env)
+        assert again.returncode == 1 and again.stderr.strip().count("\n") == 0
+        assert f"{mnt} is already a memfs mount (store {store})" in again.stderr
+        # busy: one line saying what to do
+        holder = subprocess.Popen(["cat"], cwd=mnt, stdin=subprocess.PIPE)
+        try:
+            busy = _memfs("umount", mnt, env=env)
+            assert busy.returncode == 1 and busy.stderr.count("\n") == 1
+            assert "is busy" in busy.stderr and f"memfs umount --lazy {mnt}" in busy.stderr
+            assert _memfs("umount", "--lazy", mnt, env=env).returncode == 0
+        finally:
+            holder.communicate(timeout=10)
+        assert m.proc.wait(30) == 0
+    missing = _memfs("umount", mnt, env=env)
+    assert missing.returncode == 1 and missing.stderr == f"memfs: {mnt} is not mounted (memfs mounts lists the memfs mounts)\n"
+    assert _memfs("umount", tmp_path / "nowhere", env=env).stderr == f"memfs: {tmp_path / 'nowhere'} does not exist\n"
+    bad = _memfs("mount", store, mnt, "-o", "ro,colour=blue", env=env)
+    assert bad.returncode == 2 and "unknown mount option -o colour=blue" in bad.stderr
+
+
+@needs_fuse
+def test_a_daemon_creates_its_mountpoint_and_logs_to_its_own_file(tmp_path):
+    import subprocess
+    import time
+
+    from mounting import is_mounted
+
+    env = _xdg(tmp_path)
+    store = tmp_path / "store"
+    make(store, "s")
+    mnts = [tmp_path / "mem-a", tmp_path / "mem-b"]  # do not exist yet: created (their parent does)
+    pids = []
+    try:
+        for mnt in mnts:
+            done = _memfs("mount", store, mnt, "--daemon", env=env)
+            assert done.returncode == 0, done.stderr
+            pids.append(int(done.stdout.strip()))
+            assert is_mounted(mnt)
+        listed = {m["mountpoint"]: m for m in json.loads(_memfs("mounts", "--json", env=env).stdout)}
+        logs = [Path(listed[str(mnt)]["log"]) for mnt in mnts]
+        assert [listed[str(mnt)]["pid"] for mnt in mnts] == pids
+        assert logs[0] != logs[1] and logs[0].parent == tmp_path / "state" / "memfs" / "logs"
+        assert logs[0].name == f"{str(mnts[0]).strip('/').replace('-', '%2D').replace('/', '-')}.log"
+        for mnt, log in zip(mnts, logs):
+            assert f"serving {store} at {mnt}" in log.read_text()
+        with pytest.raises(OSError):
+            with open(mnts[0] / "sessions" / "s" / "events.jsonl", "a") as f:
+                f.write('{"type":"turn.failed"}\n')
+        refused = [x for x in logs[0].read_text().splitlines() if "turn.failed" in x or "refused" in x
+                   or "EBADMSG" in x or "flush" in x or "write" in x]
+        assert refused and all("[session s]" in x for x in refused), logs[0].read_text()
+        assert "[session s]" not in logs[1].read_text()
+        for mnt in mnts:
+            assert _memfs("umount", mnt, env=env).returncode == 0
+        deadline = time.monotonic() + 30
+        while any(os.path.exists(f"/proc/{pid}") and "zombie" not in open(f"/proc/{pid}/status").read()
+                  for pid in pids):
+            assert time.monotonic() < deadline, "daemons did not exit"
+            time.sleep(0.05)
+        assert "unmounted" in logs[0].read_text()
+        assert json.loads(_memfs("mounts", "--json", env=env).stdout) == []
+    finally:
+        for mnt in mnts:
+            if is_mounted(mnt):
+                subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
+        for pid in pids:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+
+
+# --- 11: a store that does not exist ----------------------------------------------------------
+
+
+def test_commands_on_a_missing_store_say_so(capsys, tmp_path):
+    missing = tmp_path / "nope"
+    for argv in (["sessions"], ["show", "s"], ["search", "retry"], ["gc", "--dry-run"], ["fsck"],
+                 ["pack", "create", "s"], ["pin", "s", "--reason", "x"]):
+        code, out, err = run(capsys, *argv, "--store", missing)
+        assert code == 1 and out == "", argv
+        assert err == f"memfs: no store at {missing}: it does not exist (check --store/--workspace)\n", argv
+    assert not missing.exists()
