@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import hashlib
 import itertools
 import json
 import os
@@ -180,10 +181,13 @@ def test_hostile_input_through_the_mount(fuzz_mount):
         assert [r["errno"] for r in records] == [e for _, e in refused]
         for record, (line, e) in zip(records, refused):
             got = rejected_bytes(record)
-            if e == "EFBIG":  # kept as far as it was read when it crossed the limit
-                assert len(got) > MAX_LINE and line.startswith(got)
+            if e == "EFBIG":  # read as far as it crossed the limit; the record keeps its first 4 KiB
+                assert record["bytes"] > MAX_LINE and record.get("truncated") is True
+                assert line.startswith(got) and 4096 - 4 < len(got) <= 4096
+                assert record["sha256"] == hashlib.sha256(line[:record["bytes"]]).hexdigest()
             else:
-                assert got == line
+                assert got == line and record["bytes"] == len(line)
+                assert record["sha256"] == hashlib.sha256(line).hexdigest()
         assert m.proc.poll() is None and is_mounted(m.mnt)
 
     run()

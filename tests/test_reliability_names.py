@@ -159,7 +159,7 @@ def test_planted_symlinks_are_never_followed_and_are_reported(tmp_path, planted)
         hits = [json.loads(line)["session_id"] for line in shown["/"]["retry"].splitlines()]
         assert hits == ["derived"]
         assert "search: session manifest left out" in m.log_text()
-    assert "derived view not copied" in m.log_text()
+    assert "session derived: derived view memory.json not copied" in m.log_text()
     assert snapshot(outside) == before  # no target was written, replaced or removed
     for name, rel in PLANTED.items():
         assert os.path.islink(store / name if rel is None else store / name / rel), name

@@ -180,7 +180,11 @@ class Operations(pyfuse3.Operations):
             st = refuse_symlink(path)  # ELOOP, as its open: not the size of a link planted there
             return (st.st_size, st.st_mtime_ns) if st is not None else (0, self.started)
         if kind is K.SESSION:
-            return 0, _rfc3339_ns(self._session(node).manifest["updated_at"], self.started)
+            try:  # a session that cannot be opened (a planted link) is still listed, as before
+                updated = self._session(node).manifest["updated_at"]
+            except (MemfsError, OSError):
+                return 0, self.started
+            return 0, _rfc3339_ns(updated, self.started)
         if kind in DYNAMIC_KINDS and kind is not K.QUERY and kind is not K.README:
             data = self._content(node)
             return len(data), self._content_mtime(node, data)

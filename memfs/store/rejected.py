@@ -45,13 +45,13 @@ def set_max_rejected_bytes(limit: int) -> None:
     _max_rejected_bytes = limit
 
 
-def _kept_text(kept: bytes) -> tuple[str, bool]:
-    """``kept`` as text, and whether it is valid UTF-8 (a character cut at the 4 KiB edge
-    does not count against it)."""
+def _kept_text(kept: bytes, cut: bool) -> tuple[str, bool]:
+    """``kept`` as text, and whether it is valid UTF-8 (when the line was ``cut`` at the
+    4 KiB edge, a character cut there does not count against it)."""
     try:
         return kept.decode("utf-8"), True
     except UnicodeDecodeError as exc:
-        if exc.reason == "unexpected end of data" and exc.end == len(kept) and _valid(kept[:exc.start]):
+        if cut and exc.reason == "unexpected end of data" and exc.end == len(kept) and _valid(kept[:exc.start]):
             return kept[:exc.start].decode("utf-8"), True
         return kept.decode("utf-8", "replace"), False
 
@@ -67,7 +67,7 @@ def _valid(data: bytes) -> bool:
 def rejected_record(raw: bytes, reason: str, errno_name: str, pid: int | None = None) -> bytes:
     """One ``rejected.jsonl`` line (with its ``\\n``) for the refused ``raw`` bytes."""
     kept = raw[:KEEP_BYTES]
-    text, valid = _kept_text(kept)
+    text, valid = _kept_text(kept, len(raw) > KEEP_BYTES)
     record = {
         "at": now_rfc3339(),
         "reason": reason,
