@@ -52,11 +52,6 @@ def make(root: Path, name: str, lines=GOOD, *, age_days: float = 0.0, completed:
     return root / name
 
 
-@pytest.fixture
-def store(tmp_path) -> Path:
-    return tmp_path / "store"
-
-
 # --- help and usage ----------------------------------------------------------------------
 
 COMMANDS = [["mount"], ["umount"], ["sessions"], ["show"], ["append"], ["search"], ["gc"], ["pin"],

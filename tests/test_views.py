@@ -36,12 +36,6 @@ def offsets(handle) -> list[int]:
     return out
 
 
-@pytest.fixture
-def session(tmp_path):
-    with memfs.open_session(tmp_path, "sess-1", max_events=0) as handle:
-        yield handle
-
-
 def facts_of(handle) -> list[tuple]:
     return [(f["type"], f["fact"], f["turn"], f["offset"]) for f in views.memory_view(handle)["grounded_facts"]]
 

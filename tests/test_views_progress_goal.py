@@ -31,12 +31,6 @@ def failed(at: str | None = None) -> dict:
     return event
 
 
-@pytest.fixture
-def session(tmp_path):
-    with memfs.open_session(tmp_path, "sess-p", max_events=0) as handle:
-        yield handle
-
-
 # --- ProgressLedger -------------------------------------------------------------------------
 
 
@@ -72,7 +66,7 @@ def test_progress_follows_the_latest_plan_item(session):
                                                                          ("c", "pending")]
     assert list(p) == ["session_id", "goal", "milestones", "confidence", "stalled_since", "updated_at",
                        "previous_session_id", "handoff_summary", "known_issues", "git_checkpoint"]
-    assert p["session_id"] == "sess-p" and p["goal"] == ""
+    assert p["session_id"] == "sess-1" and p["goal"] == ""
     assert (p["previous_session_id"], p["handoff_summary"], p["known_issues"], p["git_checkpoint"]) == (
         None, None, [], None)
     raw = views.render_view(session, "progress.json")

@@ -11,7 +11,7 @@ The line-size limit is checked once, by :func:`check_line_size`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -51,20 +51,15 @@ class SessionConfig:
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     summary_hook: SummaryHook | None = None
     metadata_interval: float = DEFAULT_METADATA_INTERVAL
+    writes_through: bool = field(init=False)  # every append's bytes reach the file before it returns
+    syncs: bool = field(init=False)  # every append returns only once its bytes are on disk (fdatasync)
 
     def __post_init__(self) -> None:
         if self.durability not in DURABILITY_MODES:
             raise ValueError(f"durability must be one of {', '.join(DURABILITY_MODES)}")
-
-    @property
-    def writes_through(self) -> bool:
-        """Every append's bytes reach the file before the append returns."""
-        return self.durability != "buffered"
-
-    @property
-    def syncs(self) -> bool:
-        """Every append returns only once its bytes are on disk (``fdatasync``)."""
-        return self.durability == "fsync"
+        # derived once (read on every append): the only place that interprets the mode names
+        object.__setattr__(self, "writes_through", self.durability != "buffered")
+        object.__setattr__(self, "syncs", self.durability == "fsync")
 
     def strongest(self, durability: str) -> SessionConfig:
         """This config, with ``durability`` when that is the stronger mode."""

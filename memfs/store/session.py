@@ -130,7 +130,8 @@ class Session:
         if type(raw) is not bytes:
             raw = _as_bytes(raw)
         try:
-            check_line_size(len(raw), self.config.max_line_bytes)
+            if len(raw) > self.config.max_line_bytes:
+                check_line_size(len(raw), self.config.max_line_bytes)
             return parse_line(raw)
         except ValidationError as err:
             if record:
@@ -384,8 +385,16 @@ class SessionHandle:
         ``OSError`` (``accepted`` 0: the line was taken back). ``pid`` is the writer's,
         recorded with a refused line (default: this process).
         """
-        s = self._writable()
-        s.commit((s.check_line(line, pid),))
+        if self._closed or self._read_only:
+            self._writable()  # raises the reason
+        s = self._s
+        record = s.check_line(line, pid)
+        with s.mutex:
+            if s.closed:
+                raise SessionClosed("session handle is closed")
+            sync_target = commit(s, (record,))[1]
+        if sync_target:
+            s.log.sync_to(sync_target)
 
     def append_many(self, lines: Iterable[bytes | str | dict], *, pid: int | None = None) -> int:
         """Append lines in order; return how many were accepted.

@@ -17,7 +17,7 @@ so appends of several threads share one ``fdatasync`` (group commit).
 Failures, one strategy for one line and for many:
 
 * A failed write of log bytes (``ENOSPC``, ``EIO``): the file is cut back to its last complete
-  write (:meth:`LogFile.write_out`), and the state returns to the last *mark* — taken at the
+  write (:meth:`LogFile.write_pending`), and the state returns to the last *mark* — taken at the
   start of the call and after every successful write — so exactly the lines that did not
   reach the file are taken back, and a line reported as failed is never committed later. The
   ``OSError`` carries ``accepted``: the lines of this call that are in the log.
@@ -37,6 +37,7 @@ from typing import Iterable
 from memfs.errors import CapRewriteError, ValidationError
 from memfs.events import Kind, Record
 from memfs.store.config import BUFFER_LIMIT
+from memfs.store.evict import enforce_cap
 from memfs.store.machine import apply
 from memfs.store.meta import now_rfc3339
 from memfs.store.paths import write_all
@@ -77,23 +78,21 @@ class LogFile:
         return self.dropped + self.flushed_len
 
     def write_pending(self) -> None:
-        """Write the pending bytes; on failure the file is as it was and they stay pending."""
-        if self.pending:
-            self.write_out(self.pending)
-            self.pending = bytearray()
-
-    def write_out(self, data: bytes | bytearray) -> None:
-        """Append ``data`` to the file whole, or raise with the file as it was."""
+        """Write the pending bytes to the file whole; on failure the file is cut back to what
+        it held (no torn line stays for the next append to merge into: ``O_APPEND`` writes at
+        the file's real end) and the bytes stay pending."""
+        data = self.pending
+        if not data:
+            return
         try:
             n = _write(self.fd, data)
             if n != len(data):
                 write_all(self.fd, memoryview(data)[n:])
         except OSError:
-            # part of the bytes may be in the file: cut them, so the next append cannot
-            # merge into a torn line (O_APPEND writes at the file's real end)
             os.ftruncate(self.fd, self.flushed_len)
             raise
         self.flushed_len += len(data)
+        self.pending = bytearray()
 
     def sync_to(self, target: int) -> None:
         """Return once the file is durable up to sync position ``target``. Group commit: one
@@ -147,9 +146,10 @@ def _mark(s, accepted: int) -> tuple:
     """The state as it is now (the file's bytes and ``pending`` describe it exactly), and how
     many records of the call it covers: :func:`_rollback` returns here. O(1): ``apply`` only
     adds index entries and changes the last one."""
-    state, index = s.state, s.state.index
-    n = len(index)
-    last = (index.end[-1], index.count[-1], index.outcome[-1]) if n else (0, 0, 0)
+    state = s.state
+    index = state.index
+    n = len(index.start)
+    last = (index.end[-1], index.count[-1], index.outcome[-1]) if n else None
     return (accepted, len(s.log.pending), state.turn_count, state.event_count, state.status, state.in_turn,
             index.base, n, last, s.last_change)
 
@@ -174,10 +174,8 @@ def commit(s, records: Iterable[Record]) -> tuple[int, int]:
     """Append ``records`` to session ``s`` (caller holds ``s.mutex``); return ``(accepted,
     sync_target)`` — the caller must :meth:`LogFile.sync_to` ``sync_target`` (when not 0)
     after releasing the mutex. See the module docstring for what a failure leaves."""
-    from memfs.store.evict import enforce_cap  # evict builds on the writer
-
     log, state, config = s.log, s.state, s.config
-    max_events = config.max_events
+    max_events, writes_through = config.max_events, config.writes_through
     accepted = 0
     mark = _mark(s, 0)
     s.last_change = _time()  # before any persist of this call: updated_at is its time
@@ -199,9 +197,9 @@ def commit(s, records: Iterable[Record]) -> tuple[int, int]:
             elif len(pending) >= BUFFER_LIMIT:
                 log.write_pending()
                 mark = _mark(s, accepted)
-                if not config.writes_through:  # the spec's 64 KiB persist is buffered mode's
+                if not writes_through:  # the spec's 64 KiB persist is buffered mode's
                     s.request_persist()
-            elif end >= s.persist_at and not config.writes_through:
+            elif end >= s.persist_at and not writes_through:
                 s.request_persist()  # 64 KiB since the last request, flushed by reads
             if max_events and state.event_count > max_events:
                 log.write_pending()
@@ -212,11 +210,11 @@ def commit(s, records: Iterable[Record]) -> tuple[int, int]:
                     raise CapRewriteError(f"event cap not applied: {exc}") from exc
                 finally:
                     mark = _mark(s, accepted)
-        if accepted and config.writes_through:
+        if writes_through and accepted:
             log.write_pending()
     except (ValidationError, CapRewriteError) as exc:
         refused = exc  # the lines before it stay committed
-        if accepted and config.writes_through:
+        if writes_through and accepted:
             try:
                 log.write_pending()
             except OSError as err:
@@ -229,7 +227,7 @@ def commit(s, records: Iterable[Record]) -> tuple[int, int]:
     if refused is not None:
         refused.accepted = accepted
         raise refused
-    return accepted, (log.position if config.syncs and accepted else 0)
+    return accepted, (log.dropped + log.flushed_len if config.syncs and accepted else 0)
 
 
 def _failed_write(s, mark: tuple, exc: OSError) -> None:
