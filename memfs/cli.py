@@ -295,8 +295,6 @@ def cmd_record(args: argparse.Namespace) -> int:
     from memfs.ingest.record import record
 
     cmd = list(args.cmd)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
     if not cmd:
         raise _Usage("record needs the agent's command after --")
     config = _config(args, max_events=args.max_events)
@@ -588,7 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("session", metavar="SESSION")
     p.add_argument("--format", choices=FORMATS, default="auto", help="the agent's output format (default: auto)")
     p.add_argument("--max-events", type=_nonneg_int, metavar="N", help="event cap (default 10000; 0 = unlimited)")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+    p.set_defaults(cmd=[])  # main() gives it everything after "--"
 
     p = add("import", cmd_import, "bring Codex and Claude Code transcripts in as sessions (idempotent)",
             parents=(common, as_json),
@@ -666,8 +664,15 @@ def _usage_of(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    agent: list[str] | None = None
+    if "record" in argv and "--" in argv and argv.index("record") < argv.index("--"):
+        cut = argv.index("--")  # record's agent command is everything after "--", options included
+        argv, agent = argv[:cut], argv[cut + 1:]
     try:
         args = parser.parse_args(argv)
+        if agent is not None:
+            args.cmd = agent
     except SystemExit as exc:  # --help, --version, usage errors
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     if not getattr(args, "func", None):
