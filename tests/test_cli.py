@@ -194,7 +194,8 @@ def test_append_json_output_and_a_last_line_without_newline(capsys, store, tmp_p
     assert "JSON" in result["reason"]
     source.write_text(GOOD[1])  # no trailing newline: still one final line
     code, out, _ = run(capsys, "append", "s", source, "--json", "--store", store)
-    assert code == 0 and json.loads(out) == {"session": "s", "appended": 1, "ok": True, "line": None, "reason": None}
+    assert code == 0 and json.loads(out) == {"session": "s", "appended": 1, "ok": True, "line": None, "reason": None,
+                                            "refused": []}
 
 
 def test_append_to_a_session_held_by_another_process_fails(capsys, store, tmp_path):
