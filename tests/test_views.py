@@ -268,6 +268,7 @@ def test_summary_markdown(session):
     assert views.summary_markdown(session) == (
         "# Session sess-1\n\n"
         "- **Status:** completed\n"
+        "- **Agent:** vtcode (thread `t`)\n"  # thread.completed: VT Code's, Codex has none
         "- **Turns:** 2 closed (1 completed, 1 failed, 0 abandoned)\n"
         f"- **Events:** 8 ({session.file_len} bytes)\n"
         "- **Tokens:** 1200 input (800 cached, 0 cache creation), 95 output\n"
@@ -311,3 +312,57 @@ def test_views_are_a_pure_function_of_the_log(tmp_path):
                 out[name] = out[name].replace(f'Session {sid}'.encode(), b"").replace(f'"{sid}"'.encode(), b"")
             rendered.append(out)
     assert rendered[0] == rendered[1]
+
+
+# --- Codex's dialect (SPEC §2, §4): what the views read from a real-shaped `codex exec --json` ---
+
+CODEX_EXEC = (__import__("pathlib").Path(__file__).parent / "fixtures" / "codex_exec.jsonl").read_bytes()
+
+
+def test_codex_stream_facts_trajectory_summary_and_progress(session):
+    lines = CODEX_EXEC.splitlines()
+    assert session.append_many(lines) == len(lines) == 26
+    m = session.manifest
+    assert (m["turn_count"], m["in_turn"], m["event_count"]) == (2, False, 26)
+    facts = [(f["type"], f["fact"], f["turn"]) for f in views.memory_view(session)["grounded_facts"]]
+    for fact in [
+        ("mcp_tool_call", "called docs.search", 1),
+        ("mcp_tool_call", "called tracker.open_issue failed: tool call timed out after 60s", 1),
+        ("command_execution", "declined: git push origin main", 1),
+        ("web_search", "web search: python socket retry jitter", 1),
+        ("error", "command declined by the approval policy: git push origin main", 1),
+        ("todo_list", "todo: [x] Read src/net.py; [x] Add a retry loop with backoff; [ ] Run the tests", 1),
+        ("error", "Reconnecting... 1/5", 2),
+        ("turn.failed", "stream disconnected before completion: error sending request for url "
+                        "(https://api.openai.com/v1/responses)", 2),
+    ]:
+        assert fact in facts
+    t1, t2 = views.trajectory(session)
+    assert (t1["outcome"], t2["outcome"]) == ("completed", "failed")
+    assert t1["item_types"] == {"reasoning": 1, "command_execution": 2, "mcp_tool_call": 2, "web_search": 1,
+                                "file_change": 1, "error": 1, "agent_message": 1, "todo_list": 1}
+    assert {"command": "git push origin main", "exit_code": None, "status": "declined"} in t1["commands"]
+    assert t1["errors"] == ["tracker.open_issue failed: tool call timed out after 60s",
+                            "command declined by the approval policy: git push origin main"]
+    assert t1["usage"]["input_tokens"] == 24763 and t1["files"] == ["src/net.py", "tests/test_net.py"]
+    assert t2["errors"] == ["Reconnecting... 1/5", "stream disconnected before completion: error sending "
+                            "request for url (https://api.openai.com/v1/responses)"]
+    summary = views.summary_markdown(session)
+    assert "- **Agent:** codex (thread `0199a213-81c0-7800-8aa1-bbab2a035a53`)\n" in summary
+    assert "- turn 2 (turn.failed): stream disconnected before completion" in summary
+    p = views.progress(session)
+    assert [(m["description"], m["status"]) for m in p["milestones"]] == [
+        ("Read src/net.py", "done"), ("Add a retry loop with backoff", "done"), ("Run the tests", "pending")]
+    assert p["goal"] == "Read src/net.py; Add a retry loop with backoff; Run the tests"
+    assert p["stalled_since"] is not None  # the failed turn
+
+
+@pytest.mark.parametrize(("first", "agent"), [
+    ({"type": "thread.started", "thread_id": "x", "agent": "claude-code"}, "claude-code"),  # the ingest's marker
+    ({"type": "turn.started", "context": {"origin": "user"}}, "vtcode"),
+    (item("todo_list", items=[]), "codex"),
+    ({"type": "turn.started"}, "unknown"),
+])
+def test_the_agent_that_wrote_a_session(session, first, agent):
+    session.append_many([first, STARTED])
+    assert f"- **Agent:** {agent} (" in views.summary_markdown(session)

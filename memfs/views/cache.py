@@ -260,7 +260,7 @@ class ViewState:
 
     def ledger(self, handle) -> dict:
         fold = self.fold
-        return fold.ledger.to_dict(handle.session_id, fold.goal.objective or "", self.resolver(handle))
+        return fold.ledger.to_dict(handle.session_id, fold.goal_text(), self.resolver(handle))
 
     def note_turn_written(self, handle, n: int, key: tuple, data: bytes) -> None:
         if handle.read_only or self._written_turns.get(n) == key:
