@@ -175,12 +175,12 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     if not sessions:
         _out(f"no sessions in {root}")
         return 0
-    rows = [["UPDATED", "STATUS", "TURNS", "EVENTS", "FLAGS", "SESSION"]]
+    rows = [["UPDATED", "STATUS", "TURNS", "EVENTS", "AGENT", "FLAGS", "SESSION"]]
     for s in sessions:
         flags = ",".join(f for f, on in (("live", s.live), ("pinned", s.pinned), ("imported", s.imported),
                                          ("unreadable", not s.readable)) if on) or "-"
         name = s.name if s.session_id == s.name else f"{s.name} ({s.session_id})"
-        rows.append([s.updated_at or "-", s.status, str(s.turn_count), str(s.event_count), flags, name])
+        rows.append([s.updated_at or "-", s.status, str(s.turn_count), str(s.event_count), s.agent, flags, name])
     _table(rows, right={2, 3})
     return 0
 

@@ -76,7 +76,7 @@ def test_every_translated_line_is_valid():
 def test_claude_stream_json_maps_per_the_spec_table():
     ev = translate("claude_stream.jsonl")
     assert [e["type"] for e in ev][:2] == ["thread.started", "turn.started"]
-    assert ev[0]["thread_id"] == CLAUDE_SID
+    assert ev[0] == {"type": "thread.started", "thread_id": CLAUDE_SID, "agent": "claude-code"}
     done = items(ev)
     assert done["reasoning"][0]["text"].startswith("The user wants retries")
     assert done["command_execution"][0] == {"id": "toolu_01Bash", "type": "command_execution",
@@ -130,7 +130,7 @@ def test_claude_transcript_turns_usage_once_per_message_and_interruption():
 
 def test_codex_rollout_keeps_each_fact_once():
     ev = translate("codex_rollout.jsonl")
-    assert ev[0] == {"type": "thread.started", "thread_id": ROLLOUT_SID}
+    assert ev[0] == {"type": "thread.started", "thread_id": ROLLOUT_SID, "agent": "codex"}
     done = items(ev)
     # agent_message and reasoning come both as event_msg and response_item: once each
     assert [i["text"] for i in done["agent_message"]] == ["Added the retry loop with exponential backoff."]
@@ -256,7 +256,7 @@ def test_import_each_format_once_and_again_adds_nothing(tmp_path):
                 ROLLOUT_SID: translate("codex_rollout.jsonl")}
     for sid, events in expected.items():
         assert events_of(store, sid) == events
-    assert manifest_of(store, EXEC_SID)["event_count"] + len(rejected_of(store, EXEC_SID)) == 17
+    assert manifest_of(store, EXEC_SID)["event_count"] + len(rejected_of(store, EXEC_SID)) == 26
     before = {p: p.read_bytes() for p in store.rglob("events.jsonl")}
     again = cli("import", "--store", str(store), "--json", str(FIXTURES))
     assert again.returncode == 0

@@ -10,7 +10,8 @@ Code 1.x–2.x writes to ``~/.claude/projects/<project>/<session-uuid>.jsonl`` (
 The mapping:
 
 * ``system``/``init`` (or, in a transcript, the first line naming a ``sessionId``) →
-  ``thread.started`` with the session id as ``thread_id``.
+  ``thread.started`` with the session id as ``thread_id`` and ``"agent": "claude-code"``
+  (:mod:`memfs.agents`).
 * A prompt (a ``user`` line with text, not a tool result and not ``isMeta``) closes the open
   turn and opens a new one: ``turn.started`` (with the line's ``timestamp`` in ``context``),
   then an ``item.completed`` of type ``user_message`` (an item type this family leaves open)
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from memfs.agents import CLAUDE_CODE
 from memfs.ingest import dumps, parse_object, text_of
 
 FILE_TOOLS = ("Edit", "Write", "MultiEdit", "NotebookEdit")
@@ -120,7 +122,7 @@ class ClaudeTranslator:
             self.thread_id = sid
         if not self.started and self.thread_id:
             self.started = True
-            out.append(dumps({"type": "thread.started", "thread_id": self.thread_id}))
+            out.append(dumps({"type": "thread.started", "thread_id": self.thread_id, "agent": CLAUDE_CODE}))
 
     def _open(self, obj: dict, out: list) -> None:
         if self.in_turn:

@@ -14,7 +14,8 @@ Two sources:
 
 The rollout mapping:
 
-* ``session_meta`` → ``thread.started`` (``thread_id`` = the session's ``id``).
+* ``session_meta`` → ``thread.started`` (``thread_id`` = the session's ``id``, ``"agent":
+  "codex"``: :mod:`memfs.agents`).
 * ``event_msg`` ``task_started``/``turn_started`` → ``turn.started`` (``context``: the turn
   id and the line's timestamp); ``task_complete``/``turn_complete`` → ``turn.completed`` with
   the turn's usage (the growth of ``token_count``'s ``total_token_usage`` over the turn) and
@@ -46,6 +47,7 @@ from typing import Any
 
 import orjson
 
+from memfs.agents import CODEX
 from memfs.ingest import dumps, parse_object, text_of
 
 SHELL_TOOLS = ("shell", "container.exec", "exec_command", "local_shell", "shell_command")
@@ -178,7 +180,7 @@ class RolloutTranslator:
             sid = payload.get("id")
             if isinstance(sid, str) and sid and self.thread_id is None:
                 self.thread_id = sid
-                out.append(dumps({"type": "thread.started", "thread_id": sid}))
+                out.append(dumps({"type": "thread.started", "thread_id": sid, "agent": CODEX}))
         elif kind == "event_msg":
             self._event(payload, ts, out)
         elif kind == "response_item":

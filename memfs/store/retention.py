@@ -31,6 +31,11 @@ Decisions recorded here:
   history in ``derived/`` with zero turns in the log; it is not an empty shell, so step 2
   skips it (steps 3 and 4 still apply).
 * Bytes freed are the sizes of the regular files removed.
+* A listing also says which agent wrote each session and its thread id
+  (:mod:`memfs.agents`), read from the first 64 KiB of its log only (a listing of 100,000
+  sessions must not read their logs), so a log whose first signs come later lists as
+  ``unknown`` while its ``summary.md`` (the whole retained log) may know better. The read is
+  cached until the log is replaced or its head changes.
 """
 
 from __future__ import annotations
@@ -46,10 +51,12 @@ from typing import Callable, Iterable
 
 import orjson
 
+from memfs.agents import Origin
 from memfs.errors import NotFound, SessionBusy, SymlinkRefused
+from memfs.events import decode_stored
 from memfs.store import lock as liveness
 from memfs.store.meta import now_rfc3339, parse_rfc3339, read_manifest
-from memfs.store.paths import MANIFEST, PIN, atomic_write, read_file, refuse_symlink, remove_file, remove_tree, sanitize
+from memfs.store.paths import EVENTS, MANIFEST, PIN, atomic_write, open_nofollow, read_file, refuse_symlink, remove_file, remove_tree, sanitize
 from memfs.store.root import is_session_dir
 
 Progress = Callable[[int, int], None]  # (done, total)
@@ -125,6 +132,8 @@ class SessionInfo:
     imported: bool = False
     pinned: bool = False
     live: bool = False
+    agent: str = "unknown"  # which agent wrote it (memfs.agents), from the log's head
+    thread_id: str | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -192,6 +201,41 @@ def _cached_info(session_dir: Path) -> SessionInfo:
     return dataclasses.replace(info)
 
 
+HEAD_BYTES = 64 * 1024
+_ORIGINS: dict[str, tuple[tuple, tuple[str, str | None]]] = {}
+
+
+def _origin(session_dir: Path) -> tuple[str, str | None]:
+    """``(agent, thread_id)`` of a session from the complete lines of its log's first
+    :data:`HEAD_BYTES` (see the module's decisions); unreadable reads as unknown."""
+    path = session_dir / EVENTS
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return "unknown", None
+        key = (st.st_dev, st.st_ino, min(st.st_size, HEAD_BYTES))
+        hit = _ORIGINS.get(str(session_dir))
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        fd = open_nofollow(path, os.O_RDONLY)
+        try:
+            head = os.pread(fd, HEAD_BYTES, 0)
+        finally:
+            os.close(fd)
+    except (OSError, SymlinkRefused):
+        return "unknown", None
+    origin = Origin()
+    for line in head.split(b"\n")[:-1]:
+        decoded = decode_stored(line)
+        if decoded is not None:
+            origin.feed(decoded[1])
+            if origin.settled:
+                break
+    result = (origin.agent, origin.thread_id)
+    _ORIGINS[str(session_dir)] = (key, result)
+    return result
+
+
 def _entries(root: Path) -> list[os.DirEntry]:
     """The root's entries (sorted by name); a symlinked root is refused; none when absent."""
     refuse_symlink(root)
@@ -224,6 +268,7 @@ def list_sessions(root: str | os.PathLike) -> list[SessionInfo]:
         info = _cached_info(path)
         info.pinned = is_pinned(path)
         info.live = liveness.is_live(path)
+        info.agent, info.thread_id = _origin(path)
         sessions.append(info)
     sessions.sort(key=lambda s: s.name)
     sessions.sort(key=lambda s: s.updated_ts, reverse=True)
