@@ -32,9 +32,7 @@ Decisions recorded here:
   skips it (steps 3 and 4 still apply).
 * Bytes freed are the sizes of the regular files removed.
 * A listing also says which agent wrote each session and its thread id
-  (:mod:`memfs.agents`), read from the first 64 KiB of its log only (a listing of 100,000
-  sessions must not read their logs), so a log whose first signs come later lists as
-  ``unknown`` while its ``summary.md`` (the whole retained log) may know better. The read is
+  (:mod:`memfs.agents`: from the head of its log, as ``summary.md`` says it). The read is
   cached until the log is replaced or its head changes.
 """
 
@@ -51,7 +49,7 @@ from typing import Callable, Iterable
 
 import orjson
 
-from memfs.agents import Origin
+from memfs.agents import HEAD_BYTES, Origin
 from memfs.errors import NotFound, SessionBusy, SymlinkRefused
 from memfs.events import decode_stored
 from memfs.store import lock as liveness
@@ -201,31 +199,34 @@ def _cached_info(session_dir: Path) -> SessionInfo:
     return dataclasses.replace(info)
 
 
-HEAD_BYTES = 64 * 1024
 _ORIGINS: dict[str, tuple[tuple, tuple[str, str | None]]] = {}
 
 
 def _origin(session_dir: Path) -> tuple[str, str | None]:
-    """``(agent, thread_id)`` of a session from the complete lines of its log's first
-    :data:`HEAD_BYTES` (see the module's decisions); unreadable reads as unknown."""
+    """``(agent, thread_id)`` of a session from the lines that start in its log's first
+    :data:`~memfs.agents.HEAD_BYTES`; unreadable reads as unknown."""
     path = session_dir / EVENTS
     try:
         st = os.lstat(path)
         if not stat.S_ISREG(st.st_mode):
             return "unknown", None
-        key = (st.st_dev, st.st_ino, min(st.st_size, HEAD_BYTES))
+        key = (st.st_dev, st.st_ino, min(st.st_size, 2 * HEAD_BYTES))
         hit = _ORIGINS.get(str(session_dir))
         if hit is not None and hit[0] == key:
             return hit[1]
         fd = open_nofollow(path, os.O_RDONLY)
         try:
-            head = os.pread(fd, HEAD_BYTES, 0)
+            head = os.pread(fd, 2 * HEAD_BYTES, 0)  # the lines that start in the head, whole
         finally:
             os.close(fd)
     except (OSError, SymlinkRefused):
         return "unknown", None
     origin = Origin()
+    offset = 0
     for line in head.split(b"\n")[:-1]:
+        if offset >= HEAD_BYTES:
+            break
+        offset += len(line) + 1
         decoded = decode_stored(line)
         if decoded is not None:
             origin.feed(decoded[1])
