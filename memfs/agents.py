@@ -18,23 +18,23 @@ decoded events in order and settles on the first decisive sign:
    ``tool_name`` → ``"vtcode"``.
 
 Until then the agent reads ``"unknown"``. The thread id is the first ``thread.started``'s
-``thread_id`` (Codex repeats it when a thread is resumed). Both come from the retained log: a
-session whose opening lines were evicted by the event cap may read ``unknown``/null.
+``thread_id`` (Codex repeats it when a thread is resumed). Both are read from the lines that
+start in the first :data:`HEAD_BYTES` of the retained log only — by the views (``summary.md``)
+and by :func:`memfs.store.retention.list_sessions` alike, so the two always agree and neither
+pays for it past the head (a listing of 100,000 sessions must not read their logs). A session
+whose opening lines were evicted by the event cap reads what its new head says.
 
-No I/O here; :func:`memfs.store.retention.list_sessions` feeds it the head of each log and
-the views (``summary.md``) the whole retained log.
+No I/O here.
 """
 
 from __future__ import annotations
 
-import re
-
+HEAD_BYTES = 64 * 1024
 UNKNOWN = "unknown"
 CODEX = "codex"
 VTCODE = "vtcode"
 CLAUDE_CODE = "claude-code"
 
-_CODEX_ITEM_ID = re.compile(r"item_[0-9]+")
 _VTCODE_EVENTS = frozenset((
     "thread.completed", "thread.compact_boundary", "context.reset", "turn.blocked",
     "permission.requested", "permission.resolved", "interjected", "plan.delta",
@@ -47,7 +47,7 @@ _ITEM_EVENTS = frozenset(("item.started", "item.updated", "item.completed"))
 def _codex_item(item: dict) -> bool:
     itype = item.get("type")
     iid = item.get("id")
-    if type(iid) is str and _CODEX_ITEM_ID.fullmatch(iid):
+    if type(iid) is str and iid.startswith("item_") and iid[5:].isdigit() and iid[5:].isascii():
         return True
     if itype == "todo_list":
         return True

@@ -37,7 +37,8 @@ from memfs.store import fsck as fsck_mod
 from memfs.store import migrate as migrate_mod
 from memfs.store import pack as pack_mod
 from memfs.store import retention
-from memfs.store.log import DURABILITY_MODES, open_session
+from memfs.store.config import DURABILITY_MODES
+from memfs.store.session import open_session
 from memfs.store.paths import sanitize
 from memfs.store.rejected import count_rejected
 

@@ -46,7 +46,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import memfs  # noqa: E402
-from memfs.store.log import OpenReport, rescan  # noqa: E402
+from memfs.store.recovery import OpenReport, rescan  # noqa: E402
 
 LINE_BYTES = 300
 GOALS = {

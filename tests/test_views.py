@@ -407,3 +407,9 @@ def test_context_brief_never_exceeds_its_budget_and_cuts_the_oldest(session, bud
         shown = [line for line in brief.splitlines() if line.startswith("- ran step-")]
         assert shown == [f"- ran step-{i:03d} (exit 0)" for i in range(299, 299 - len(shown), -1)]  # newest first
         assert brief.rstrip().endswith(f"- … {300 - len(shown)} earlier")
+
+
+def test_the_agent_is_told_from_the_head_of_the_log_only(session):
+    filler = [item("agent_message", f"m{i}", text="x" * 1000) for i in range(70)]  # > 64 KiB, no sign
+    session.append_many([STARTED, *filler, item("todo_list", items=[])])
+    assert "- **Agent:** unknown (no thread id)\n" in views.summary_markdown(session)

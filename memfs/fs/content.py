@@ -14,7 +14,7 @@ import orjson
 
 from memfs import views
 from memfs.errors import NotFound
-from memfs.store.log import SessionHandle
+from memfs.store.session import SessionHandle
 from memfs.views.context import MAX_BUDGET
 
 README = """\

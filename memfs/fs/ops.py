@@ -35,7 +35,7 @@ from memfs.fs import content
 from memfs.fs.errors import fail, guarded, log
 from memfs.fs.nodes import DIR_KINDS, DYNAMIC_KINDS, SESSION_CHILDREN, InodeTable, K, Node, child
 from memfs.store.appender import LineAppender
-from memfs.store.log import SessionHandle
+from memfs.store.session import SessionHandle
 from memfs.store.paths import read_file, refuse_symlink
 from memfs.store.root import Store
 
@@ -90,7 +90,7 @@ class Operations(pyfuse3.Operations):
         self.dirs: dict[int, list[tuple[str, Node]]] = {}
         self._next_fh = 1
         self.started = time.time_ns()
-        self.fsync_writes = store.settings.durability == "fsync"
+        self.fsync_writes = store.settings.session_config.syncs  # the store decides what may wait for the disk
 
     # --- helpers -----------------------------------------------------------------------------
 

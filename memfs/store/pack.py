@@ -33,10 +33,10 @@ from typing import Iterator
 
 import orjson
 
-from memfs.store.log import open_session
+from memfs.store.session import open_session
 from memfs.store.meta import now_rfc3339
 from memfs.store.paths import DERIVED_DIR, atomic_write, ensure_private_dir, read_file
-from memfs.store.retention import find_session
+from memfs.store.catalog import find_session
 
 PACK_NAME = "audit-pack.json"
 PACK_SCHEMA_VERSION = 1

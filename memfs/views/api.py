@@ -1,6 +1,6 @@
 """The views' public functions: what the filesystem, the CLI, search and library users call.
 
-Every function takes an open :class:`~memfs.store.log.SessionHandle` and returns the view of
+Every function takes an open :class:`~memfs.store.session.SessionHandle` and returns the view of
 the log as it is now (lazily and incrementally refreshed, see :mod:`memfs.views.cache`).
 """
 

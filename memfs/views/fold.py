@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Iterable
 
-from memfs.agents import Origin
+from memfs.agents import HEAD_BYTES, Origin
 from memfs.events import Kind, decode_stored
 from memfs.facts import event_facts, failure_message, mcp_call, todo_entries
 from memfs.store.machine import TurnState, apply
@@ -99,7 +99,7 @@ class Fold:
             else:
                 rec = records[-1] if was_in else None
             etype = event["type"]
-            if not origin.settled:
+            if offset < HEAD_BYTES and not origin.settled:
                 origin.feed(event)
             if etype == "item.completed":  # the bulk of a log: kept on the shortest path
                 item = event.get("item")
