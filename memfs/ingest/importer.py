@@ -45,7 +45,7 @@ import orjson
 from memfs.errors import CapRewriteError, MemfsError, ValidationError
 from memfs.events import parse_line
 from memfs.ingest import AutoTranslator, Untranslatable, classify, session_id_of
-from memfs.store.log import open_session
+from memfs.store.session import open_session
 from memfs.store.meta import now_rfc3339
 from memfs.store.paths import INDEX_DIR, atomic_write, sanitize
 

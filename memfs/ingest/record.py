@@ -40,7 +40,7 @@ from typing import Sequence
 from memfs.errors import MemfsError
 from memfs.ingest import AutoTranslator, Untranslatable, dumps
 from memfs.ingest.importer import append_tolerant, reject
-from memfs.store.log import open_session
+from memfs.store.session import open_session
 
 READ_SIZE = 1 << 16
 
