@@ -271,7 +271,8 @@ def write_report(report: dict, path: Path) -> None:
               "| events | median ms | p90 ms | cat manifest.json median ms |", "|---:|---:|---:|---:|"]
     for row in r["memory_json"]:
         lines.append(f"| {row['events']:,} | {row['median_ms']:.1f} | {row['p90_ms']:.1f} | {row['cat_manifest_median_ms']:.1f} |")
-    for script, title in (("bench_views.py", "Derived views"), ("bench_search.py", "Search (memfs, rank_bm25, bm25s)")):
+    for script, title in (("bench_views.py", "Derived views"), ("bench_search.py", "Search (memfs, rank_bm25, bm25s)"),
+                          ("bench_ingest.py", "Ingest: memfs import beside memfs append of the same events")):
         comp = r["components"].get(script, {})
         lines += ["", f"## {title}", ""]
         if "error" in comp:
@@ -343,6 +344,7 @@ def main() -> int:
             "bench_fs.py": ["--events", "3000", "--bulk", "20000"] if q else [],
             "bench_views.py": ["--events", "20000", "--samples", "10"] if q else [],
             "bench_search.py": ["--small", "2000", "--large", "50000", "--sessions", "50"] if q else [],
+            "bench_ingest.py": ["--events", "10000", "--rounds", "1"] if q else [],
         }
         for script, extra in components.items():
             if script not in args.skip and (ROOT / "scripts" / script).exists():

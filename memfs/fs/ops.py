@@ -112,7 +112,7 @@ class Operations(pyfuse3.Operations):
         if node.session is not None and not self.store.exists(node.session):
             return False
         if kind is K.VIEW:  # the fixed views exist without listing derived/ at every stat
-            return node.arg in views.VIEW_NAMES or node.arg in content.view_names(self._session(node))
+            return content.is_view_name(node.arg) or node.arg in content.view_names(self._session(node))
         if kind is K.TURN:
             return int(node.arg) in content.turn_numbers(self._session(node))
         if kind is K.QUERY:

@@ -31,6 +31,9 @@ Decisions recorded here:
   history in ``derived/`` with zero turns in the log; it is not an empty shell, so step 2
   skips it (steps 3 and 4 still apply).
 * Bytes freed are the sizes of the regular files removed.
+* A listing also says which agent wrote each session and its thread id
+  (:mod:`memfs.agents`: from the head of its log, as ``summary.md`` says it). The read is
+  cached until the log is replaced or its head changes.
 """
 
 from __future__ import annotations
@@ -46,10 +49,13 @@ from typing import Callable, Iterable
 
 import orjson
 
+from memfs.agents import HEAD_BYTES, Origin
 from memfs.errors import SessionBusy, SymlinkRefused
+from memfs.events import decode_stored
 from memfs.store import lock as liveness
 from memfs.store.meta import now_rfc3339, parse_rfc3339, read_manifest
-from memfs.store.paths import MANIFEST, PIN, atomic_write, read_file, refuse_symlink, remove_file, remove_tree, sanitize
+from memfs.store.paths import (EVENTS, MANIFEST, PIN, atomic_write, open_nofollow, read_file, refuse_symlink,
+                               remove_file, remove_tree, sanitize)
 from memfs.store.catalog import find_session, is_session_entry, root_entries, session_names
 
 Progress = Callable[[int, int], None]  # (done, total)
@@ -112,6 +118,8 @@ class SessionInfo:
     imported: bool = False
     pinned: bool = False
     live: bool = False
+    agent: str = "unknown"  # which agent wrote it (memfs.agents), from the log's head
+    thread_id: str | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -179,6 +187,44 @@ def _cached_info(session_dir: Path) -> SessionInfo:
     return dataclasses.replace(info)
 
 
+_ORIGINS: dict[str, tuple[tuple, tuple[str, str | None]]] = {}
+
+
+def _origin(session_dir: Path) -> tuple[str, str | None]:
+    """``(agent, thread_id)`` of a session from the lines that start in its log's first
+    :data:`~memfs.agents.HEAD_BYTES`; unreadable reads as unknown."""
+    path = session_dir / EVENTS
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return "unknown", None
+        key = (st.st_dev, st.st_ino, min(st.st_size, 2 * HEAD_BYTES))
+        hit = _ORIGINS.get(str(session_dir))
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        fd = open_nofollow(path, os.O_RDONLY)
+        try:
+            head = os.pread(fd, 2 * HEAD_BYTES, 0)  # the lines that start in the head, whole
+        finally:
+            os.close(fd)
+    except (OSError, SymlinkRefused):
+        return "unknown", None
+    origin = Origin()
+    offset = 0
+    for line in head.split(b"\n")[:-1]:
+        if offset >= HEAD_BYTES:
+            break
+        offset += len(line) + 1
+        decoded = decode_stored(line)
+        if decoded is not None:
+            origin.feed(decoded[1])
+            if origin.settled:
+                break
+    result = (origin.agent, origin.thread_id)
+    _ORIGINS[str(session_dir)] = (key, result)
+    return result
+
+
 def list_sessions(root: str | os.PathLike) -> list[SessionInfo]:
     """Every session of the store, most recently updated first (ties by name).
 
@@ -193,6 +239,7 @@ def list_sessions(root: str | os.PathLike) -> list[SessionInfo]:
         info = _cached_info(path)
         info.pinned = is_pinned(path)
         info.live = liveness.is_live(path)
+        info.agent, info.thread_id = _origin(path)
         sessions.append(info)
     sessions.sort(key=lambda s: s.name)
     sessions.sort(key=lambda s: s.updated_ts, reverse=True)
