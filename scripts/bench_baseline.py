@@ -29,7 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_fs import event_line, placement, single_appends, start_server, stop_server  # noqa: E402
+from bench_fs import placement, single_appends, start_server, stop_server  # noqa: E402
+
+from memfs.samples import sized_message  # noqa: E402
 
 LIBRARY = r"""
 import os, sys, tempfile, time, shutil
@@ -94,7 +96,7 @@ def main() -> int:
         os.sched_setaffinity(0, writer_cpus)
     servers = {}
     targets: dict[str, Path] = {}
-    lines = [event_line(i) for i in range(1000)]
+    lines = [sized_message(i) for i in range(1000)]
     try:
         mnt = work / "nullfs"
         mnt.mkdir()

@@ -155,10 +155,16 @@ def test_usage_counters_are_non_negative_integers(usage, path):
     assert reason == f'turn.completed: "{path}" must be a non-negative integer'
 
 
-def test_usage_counters_may_be_missing_or_null_and_optional_fields_null():
-    parse_line(line_of({"type": "turn.completed", "usage": {"input_tokens": None, "output_tokens": 3}}))
-    parse_line(line_of({"type": "turn.failed", "message": "m", "usage": None, "completed_at": None}))
-    parse_line(line_of({"type": "turn.started", "context": None, "token_breakdown": None}))
+@pytest.mark.parametrize("event, kind", [
+    ({"type": "turn.completed", "usage": {"input_tokens": None, "output_tokens": 3}}, Kind.TURN_COMPLETED),
+    ({"type": "turn.failed", "message": "m", "usage": None, "completed_at": None}, Kind.TURN_FAILED),
+    ({"type": "turn.started", "context": None, "token_breakdown": None}, Kind.TURN_STARTED),
+])
+def test_usage_counters_may_be_missing_or_null_and_optional_fields_null(event, kind):
+    line = line_of(event)
+    stored, etype, decoded, got = parse_line(line)
+    assert (etype, decoded, got) == (event["type"], event, kind)  # accepted as a lifecycle event
+    assert decode_stored(stored) == (kind, event)  # and a rescan counts it the same way
 
 
 def test_turn_started_context_is_checked():
