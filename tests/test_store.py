@@ -600,3 +600,17 @@ def test_append_takes_its_arguments_as_a_method_does(tmp_path):
         assert list(inspect.signature(memfs.SessionHandle.append).parameters) == ["self", "line", "pid"]
         assert "def append(self" in inspect.getsource(memfs.SessionHandle)  # a real method, for tools
     assert log_lines(tmp_path / "s") == [msg("by keyword")]
+
+
+def test_atomic_write_makes_the_rename_durable(tmp_path, monkeypatch):
+    """A metadata replace fsyncs the temp file, renames it, then fsyncs the directory."""
+    from memfs.store import paths
+
+    calls = []
+    real_fsync, real_rename = os.fsync, os.rename
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(("fsync", os.path.isdir(f"/proc/self/fd/{fd}")))
+                        or real_fsync(fd))
+    monkeypatch.setattr(os, "rename", lambda a, b: calls.append(("rename", None)) or real_rename(a, b))
+    paths.atomic_write(tmp_path / "f.json", b"{}")
+    assert calls == [("fsync", False), ("rename", None), ("fsync", True)]
+    assert (tmp_path / "f.json").read_bytes() == b"{}"
