@@ -2,38 +2,53 @@
 
 Library first: :func:`open_session` gives a validated, append-only session log; the
 filesystem (``memfs.fs``) and the command line (``memfs.cli``) are thin skins over it.
+
+The public names are exported lazily (PEP 562): ``import memfs.events`` loads the event
+contract only, and the store is imported the first time one of its names is used.
 """
 
-from memfs.errors import (
-    CapRewriteError,
-    LineTooLong,
-    MemfsError,
-    ReadOnlySession,
-    SessionBusy,
-    SessionClosed,
-    SymlinkRefused,
-    TurnNotFound,
-    ValidationError,
-)
-from memfs.store.lock import is_live
-from memfs.store.log import SessionHandle, open_session
-from memfs.store.paths import default_root, sanitize
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "CapRewriteError",
-    "LineTooLong",
-    "MemfsError",
-    "ReadOnlySession",
-    "SessionBusy",
-    "SessionClosed",
-    "SessionHandle",
-    "SymlinkRefused",
-    "TurnNotFound",
-    "ValidationError",
-    "default_root",
-    "is_live",
-    "open_session",
-    "sanitize",
-]
+_EXPORTS = {
+    "CapRewriteError": "memfs.errors",
+    "LineTooLong": "memfs.errors",
+    "MemfsError": "memfs.errors",
+    "ReadOnlySession": "memfs.errors",
+    "SessionBusy": "memfs.errors",
+    "SessionClosed": "memfs.errors",
+    "SymlinkRefused": "memfs.errors",
+    "TurnNotFound": "memfs.errors",
+    "ValidationError": "memfs.errors",
+    "SessionHandle": "memfs.store.session",
+    "open_session": "memfs.store.session",
+    "is_live": "memfs.store.lock",
+    "default_root": "memfs.store.paths",
+    "sanitize": "memfs.store.paths",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on first use
+    from memfs.errors import (CapRewriteError, LineTooLong, MemfsError, ReadOnlySession, SessionBusy, SessionClosed,
+                              SymlinkRefused, TurnNotFound, ValidationError)
+    from memfs.store.lock import is_live
+    from memfs.store.paths import default_root, sanitize
+    from memfs.store.session import SessionHandle, open_session
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memfs' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

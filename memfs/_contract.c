@@ -13,9 +13,16 @@
  *   ("one_of", what, frozenset_of_str)      ("equal", what, value)
  *   ("fields", what, [field, ...])          the value is an object with these fields
  *   ("list_of", what, check)                a list whose every element passes ``check``
- *   ("by", what, key, {value: fields_check}, fallback_fields_check)
- *                                           an object, checked by the fields check its
- *                                           string ``key`` selects (the fallback otherwise)
+ *   ("by", what, key, {value: check}, fallback_check)
+ *                                           an object, checked by the check its string
+ *                                           ``key`` selects (the fallback otherwise)
+ *   ("present", what, [(key, check), ...], fallback_check)
+ *                                           an object, checked by the check of the first
+ *                                           ``key`` it has with a non-null value (the
+ *                                           fallback otherwise): "``message`` or
+ *                                           ``error.message``" (a rule of two dialects)
+ * The cases of "by" and "present", their fallbacks and an event type's own check are
+ * "fields", "by" or "present" checks: checks of an object.
  * and a field is (name, required, check, what_if_missing or None). A required field must be
  * present and pass (null fails every check but "any"); an optional one may be absent or null.
  * Fields are checked in order and the first wrong one is reported with its dotted path
@@ -27,12 +34,12 @@
 
 typedef enum {
     K_STR, K_BOOL, K_INT, K_UINT, K_NUMBER, K_OBJECT, K_ANY, K_STR_LIST,
-    K_ONE_OF, K_EQUAL, K_FIELDS, K_LIST_OF, K_BY
+    K_ONE_OF, K_EQUAL, K_FIELDS, K_LIST_OF, K_BY, K_PRESENT
 } CheckKind;
 
 static const char *const KIND_NAMES[] = {
     "str", "bool", "int", "uint", "number", "object", "any", "str_list",
-    "one_of", "equal", "fields", "list_of", "by", NULL
+    "one_of", "equal", "fields", "list_of", "by", "present", NULL
 };
 
 typedef struct Check Check;
@@ -53,9 +60,16 @@ struct Check {
     Check *item;             /* list_of */
     PyObject *key;           /* by: the field that selects */
     PyObject *cases;         /* by: dict value -> int index into case_checks */
+    Py_ssize_t ncases;       /* present: the keys, in order, beside case_checks */
+    PyObject **case_keys;
     Check **case_checks;
     Check *fallback;
 };
+
+static int is_object_check(const Check *c)
+{
+    return c->kind == K_FIELDS || c->kind == K_BY || c->kind == K_PRESENT;
+}
 
 /* Everything configure() was given; compiled tables live as long as the process. */
 static struct {
@@ -180,11 +194,55 @@ static Check *compile_check(PyObject *spec)
             if (index == NULL || PyDict_SetItem(c->cases, value, index) < 0)
                 return NULL;
             Py_DECREF(index);
-            if ((c->case_checks[i++] = compile_check(fields)) == NULL)
+            if ((c->case_checks[i] = compile_check(fields)) == NULL)
                 return NULL;
+            if (!is_object_check(c->case_checks[i++]))
+                goto not_object;
         }
         if ((c->fallback = compile_check(PyTuple_GET_ITEM(spec, 4))) == NULL)
             return NULL;
+        if (!is_object_check(c->fallback))
+            goto not_object;
+        break;
+    }
+    case K_PRESENT: {
+        if (size != 4)
+            goto bad_size;
+        PyObject *seq = PySequence_Fast(PyTuple_GET_ITEM(spec, 2), "present takes a sequence of cases");
+        if (seq == NULL)
+            return NULL;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        c->ncases = n;
+        c->case_keys = PyMem_Calloc(n + 1, sizeof(PyObject *));
+        c->case_checks = PyMem_Calloc(n + 1, sizeof(Check *));
+        if (c->case_keys == NULL || c->case_checks == NULL) {
+            Py_DECREF(seq);
+            PyErr_NoMemory();
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *key, *check;
+            if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "UO:present case", &key, &check)) {
+                Py_DECREF(seq);
+                return NULL;
+            }
+            Py_INCREF(key);
+            PyUnicode_InternInPlace(&key);
+            c->case_keys[i] = key;
+            if ((c->case_checks[i] = compile_check(check)) == NULL) {
+                Py_DECREF(seq);
+                return NULL;
+            }
+            if (!is_object_check(c->case_checks[i])) {
+                Py_DECREF(seq);
+                goto not_object;
+            }
+        }
+        Py_DECREF(seq);
+        if ((c->fallback = compile_check(PyTuple_GET_ITEM(spec, 3))) == NULL)
+            return NULL;
+        if (!is_object_check(c->fallback))
+            goto not_object;
         break;
     }
     default:
@@ -194,6 +252,9 @@ static Check *compile_check(PyObject *spec)
     return c;
 bad_size:
     PyErr_Format(PyExc_TypeError, "wrong number of parts in check %R", spec);
+    return NULL;
+not_object:
+    PyErr_Format(PyExc_TypeError, "the cases of %R must be checks of an object", spec);
     return NULL;
 }
 
@@ -330,7 +391,24 @@ static int run_check(const Check *c, PyObject *v, PyObject **path, PyObject **wh
         }
         if (PyErr_Occurred())
             return ERR;
-        return run_fields(target, v, path, what);
+        return run_check(target, v, path, what);
+    }
+    case K_PRESENT: {
+        if (!PyDict_CheckExact(v)) {
+            ok = 0;
+            break;
+        }
+        const Check *target = c->fallback;
+        for (Py_ssize_t i = 0; i < c->ncases; i++) {
+            PyObject *found = PyDict_GetItemWithError(v, c->case_keys[i]);
+            if (found == NULL && PyErr_Occurred())
+                return ERR;
+            if (found != NULL && found != Py_None) {
+                target = c->case_checks[i];
+                break;
+            }
+        }
+        return run_check(target, v, path, what);
     }
     default:
         ok = 0;
@@ -373,7 +451,7 @@ static int check_event(Py_ssize_t index, PyObject *etype, PyObject *event, int r
     if (check == NULL)
         return 0;
     PyObject *path = NULL, *what = NULL;
-    int r = run_fields(check, event, &path, &what);
+    int r = run_check(check, event, &path, &what);  /* an object check: event is a dict */
     if (r == OK)
         return 0;
     if (r == ERR)
@@ -550,8 +628,8 @@ static PyObject *configure(PyObject *module, PyObject *args)
         if (spec != Py_None) {
             if ((C.checks[i] = compile_check(spec)) == NULL)
                 return NULL;
-            if (C.checks[i]->kind != K_FIELDS) {
-                PyErr_Format(PyExc_TypeError, "the check of %R must be a fields check", etype);
+            if (!is_object_check(C.checks[i])) {
+                PyErr_Format(PyExc_TypeError, "the check of %R must be a check of an object", etype);
                 return NULL;
             }
         }

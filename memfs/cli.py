@@ -40,7 +40,8 @@ from memfs.store import fsck as fsck_mod
 from memfs.store import migrate as migrate_mod
 from memfs.store import pack as pack_mod
 from memfs.store import retention
-from memfs.store.log import DURABILITY_MODES, open_session
+from memfs.store.config import DURABILITY_MODES
+from memfs.store.session import open_session
 from memfs.store.paths import new_session_name_problem, sanitize
 from memfs.store.rejected import count_rejected, set_max_rejected_bytes
 
@@ -245,12 +246,12 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     if not sessions:
         _out(f"no sessions in {root}")
         return 0
-    rows = [["UPDATED", "STATUS", "TURNS", "EVENTS", "FLAGS", "SESSION"]]
+    rows = [["UPDATED", "STATUS", "TURNS", "EVENTS", "AGENT", "FLAGS", "SESSION"]]
     for s in sessions:
         flags = ",".join(f for f, on in (("live", s.live), ("pinned", s.pinned), ("imported", s.imported),
                                          ("unreadable", not s.readable)) if on) or "-"
         name = s.name if s.session_id == s.name else f"{s.name} ({s.session_id})"
-        rows.append([s.updated_at or "-", s.status, str(s.turn_count), str(s.event_count), flags, name])
+        rows.append([s.updated_at or "-", s.status, str(s.turn_count), str(s.event_count), s.agent, flags, name])
     _table(rows, right={2, 3})
     return 0
 
@@ -319,7 +320,7 @@ def cmd_append(args: argparse.Namespace) -> int:
         if problem:
             raise MemfsError(problem)
     source = sys.stdin.buffer if args.file in (None, "-") else open(args.file, "rb")
-    appended, failure = 0, None
+    appended, refused, failure = 0, [], None
     try:
         with open_session(root, args.session, durability="write", max_events=config.max_events,
                           max_line_bytes=config.max_line_bytes) as handle:
@@ -330,26 +331,98 @@ def cmd_append(args: argparse.Namespace) -> int:
                 try:
                     handle.append(raw)
                 except ValidationError as exc:
-                    failure = (lineno, f"refused: {exc} (recorded in rejected.jsonl; "
-                                       f"{appended} line{'s' if appended != 1 else ''} before it appended)")
+                    refused.append((lineno, str(exc)))
+                    if args.keep_going:
+                        continue
+                    rest = f"tail -n +{lineno + 1} {args.file}" if args.file not in (None, "-") else \
+                        f"the input from line {lineno + 1}"
+                    failure = (lineno, f"refused: {exc} (recorded in rejected.jsonl); {_lines(appended)} before it "
+                                       f"appended, nothing after it: to go on, append {rest} (or use --keep-going)")
                     break
                 except CapRewriteError as exc:
                     appended += 1
-                    failure = (lineno, f"appended, but {exc}")
+                    failure = (lineno, f"appended, but {exc}; {_lines(appended)} appended, nothing after it")
                     break
                 appended += 1
     finally:
         if source is not sys.stdin.buffer:
             source.close()
     if args.json:
-        _json({"session": name, "appended": appended, "ok": failure is None,
-               "line": failure[0] if failure else None, "reason": failure[1] if failure else None})
+        _json({"session": name, "appended": appended, "ok": failure is None and not refused,
+               "line": failure[0] if failure else None, "reason": failure[1] if failure else None,
+               "refused": [{"line": n, "reason": r} for n, r in refused]})
     elif failure is None:
-        _out(f"appended {appended} line{'s' if appended != 1 else ''} to {name}")
+        _out(f"appended {_lines(appended)} to {name}" +
+             (f"; refused {_lines(len(refused))} (recorded in rejected.jsonl)" if refused else ""))
     if failure is not None:
         print(f"memfs: line {failure[0]}: {failure[1]}", file=sys.stderr)
         return 1
-    return 0
+    for lineno, reason in refused:
+        print(f"memfs: line {lineno}: refused: {reason}", file=sys.stderr)
+    return 1 if refused else 0
+
+
+def _lines(n: int) -> str:
+    return f"{n} line{'s' if n != 1 else ''}"
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from memfs.ingest.record import record
+
+    cmd = list(args.cmd)
+    if not cmd:
+        raise _Usage("record needs the agent's command after --")
+    config = _config(args, max_events=args.max_events)
+    sys.stdout.flush()
+    status, report = record(config.sessions_root(), args.session, cmd, fmt=args.format,
+                            max_events=config.max_events)
+    if report.refused:
+        print(f"memfs record: {_lines(report.refused)} of the agent's output refused (see rejected.jsonl)",
+              file=sys.stderr)
+    if report.closed_turn:
+        print(f"memfs record: closed the open turn as failed: {report.closed_turn}", file=sys.stderr)
+    return status
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from memfs.ingest import importer
+
+    config = _config(args, max_events=args.max_events)
+    root = config.sessions_root()
+    would = "would " if args.dry_run else ""
+
+    def show(item) -> None:
+        if args.json:
+            sys.stdout.write(orjson.dumps(item.to_dict()).decode() + "\n")
+            sys.stdout.flush()
+        elif item.status == "imported":
+            _out(f"{would}import {item.source} -> {item.session} ({item.format}): {_lines(item.lines)}, "
+                 f"{item.appended} event{'s' if item.appended != 1 else ''}"
+                 + (f", {item.refused} refused (see rejected.jsonl)" if item.refused else ""))
+        elif item.status == "up-to-date":
+            _out(f"up to date {item.source} ({item.session})")
+        elif item.status == "empty":
+            _out(f"skip {item.source}: empty")
+        else:
+            _out(f"skip {item.source}: {item.status}: {item.reason}")
+        sys.stdout.flush()
+
+    if args.follow:
+        if args.dry_run:
+            raise _Usage("--follow and --dry-run do not go together")
+        importer.follow(root, args.paths, fmt=args.format, max_events=config.max_events, report=show)
+        return 0
+    with ProgressBar("import") as bar:
+        items = importer.import_paths(root, args.paths, fmt=args.format, dry_run=args.dry_run,
+                                      max_events=config.max_events, progress=bar)
+    if args.json:
+        _json([i.to_dict() for i in items])
+    else:
+        for item in items:
+            show(item)
+        if not items:
+            _out("no files to import")
+    return 1 if any(i.status in ("error", "changed") for i in items) else 0
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -628,11 +701,42 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("append", cmd_append, "validated append of event lines without a mount", parents=(common, as_json),
             epilog="Stops at the first refused line: the lines before it stay appended, the refused one "
-                   "goes to rejected.jsonl, and the exit status is 1.")
+                   "goes to rejected.jsonl, the message says how many were appended and where to go on, and "
+                   "the exit status is 1. With --keep-going every refused line is recorded and skipped.")
     p.add_argument("session", metavar="SESSION")
     p.add_argument("file", nargs="?", metavar="FILE", help="JSON lines to append (default or '-': stdin)")
     p.add_argument("--max-events", type=_nonneg_int, metavar="N", help="event cap (default 10000; 0 = unlimited)")
     p.add_argument("--max-line-bytes", type=_nonneg_int, metavar="N", help="longest accepted line (default 16 MiB)")
+    p.add_argument("--keep-going", action="store_true",
+                   help="record refused lines in rejected.jsonl and go on with the next line (exit 1 if any)")
+
+    from memfs.ingest import FORMATS
+
+    p = add("record", cmd_record, "run an agent, pass its output through, and record its events in SESSION",
+            usage="memfs record [options] SESSION [--format F] -- CMD [ARGS...]",
+            epilog="The agent's stdout is copied through unchanged and its stderr is untouched; its event "
+                   "stream (Codex exec --json, or Claude Code stream-json, translated) is appended as it "
+                   "arrives. Refused lines go to rejected.jsonl and never stop the agent. The exit status "
+                   "is the agent's (128+N when killed by signal N).")
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("--format", choices=FORMATS, default="auto", help="the agent's output format (default: auto)")
+    p.add_argument("--max-events", type=_nonneg_int, metavar="N", help="event cap (default 10000; 0 = unlimited)")
+    p.set_defaults(cmd=[])  # main() gives it everything after "--"
+
+    p = add("import", cmd_import, "bring Codex and Claude Code transcripts in as sessions (idempotent)",
+            parents=(common, as_json),
+            epilog="Codex exec --json output, Codex rollout files (~/.codex/sessions), Claude Code stream-json "
+                   "output and transcripts (~/.claude/projects). A DIR yields its *.jsonl files, recursively. "
+                   "Each file becomes a session named by its thread/session id; what was imported is "
+                   "remembered in the session's index/import-sources.json, so importing again adds only "
+                   "new lines. Exit status 1 when a file failed or changed since its last import.")
+    p.add_argument("paths", nargs="+", metavar="FILE|DIR")
+    p.add_argument("--format", choices=FORMATS, default="auto", help="the files' format (default: auto, per file)")
+    p.add_argument("--dry-run", action="store_true", help="change nothing; say what would be imported")
+    p.add_argument("--follow", action="store_true",
+                   help="keep watching the DIRs (inotify) and append lines as the tools write them; "
+                        "Ctrl-C or SIGTERM stops")
+    p.add_argument("--max-events", type=_nonneg_int, metavar="N", help="event cap per session (default 10000; 0 = unlimited)")
 
     p = add("search", cmd_search, "BM25 search over the sessions' grounded facts", parents=(common, as_json))
     p.add_argument("query", metavar="QUERY")
@@ -703,8 +807,15 @@ def _usage_of(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    agent: list[str] | None = None
+    if "record" in argv and "--" in argv and argv.index("record") < argv.index("--"):
+        cut = argv.index("--")  # record's agent command is everything after "--", options included
+        argv, agent = argv[:cut], argv[cut + 1:]
     try:
         args = parser.parse_args(argv)
+        if agent is not None:
+            args.cmd = agent
     except SystemExit as exc:  # --help, --version, usage errors
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     if not getattr(args, "func", None):

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from memfs.errors import MemfsError
-from memfs.store.log import DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES, DURABILITY_MODES
+from memfs.store.config import DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES, DURABILITY_MODES
 from memfs.store.paths import default_root, workspace_root
 from memfs.store.rejected import DEFAULT_MAX_REJECTED_BYTES
 

@@ -23,6 +23,15 @@ Decisions recorded here where the spec is silent:
 * Fields the spec names without a type (``tool_name``, ``trigger``, ``mode``, ``delta``, …)
   must be strings; ``arguments`` of a command execution may be any value.
 * Optional fields may be absent or ``null``.
+* Two dialects of the one event family are accepted as they are (SPEC §2): VT Code's and
+  Codex ``exec --json``'s (``turn.failed`` with ``{"error": {"message"}}``, ``mcp_tool_call``
+  with ``server``/``tool``, ``todo_list``, ``declined``…). Enumerated values inside items
+  (statuses, change kinds) are open: any string. Rules with two forms use the ``present``
+  check (:func:`present`), so each form is refused with its own reason.
+* A bare line in another agent's format (Claude Code stream-json or transcript, Codex rollout)
+  is refused with a reason naming the format and the command that ingests it
+  (:func:`foreign_format`). An *envelope* whose event looks like one is not: it is this
+  family's line by construction, an unknown event.
 
 The rules live here, as data (:data:`EVENT_FIELDS`) and as the Python functions that word the
 refusals of lines that are not well-formed envelopes; the per-line work that applies them runs
@@ -102,6 +111,13 @@ def fields(*specs: tuple, what: str = "an object") -> tuple:
     return ("fields", what, list(specs))
 
 
+def present(*cases: tuple, otherwise: tuple) -> tuple:
+    """An object checked by the case of the first key it has (with a non-null value), else by
+    ``otherwise`` — a rule of two dialects: "``message``, or ``error`` with a ``message``".
+    Each case is ``(key, check of an object)``."""
+    return ("present", "an object", list(cases), otherwise)
+
+
 def req(name: str, check: tuple, missing: str | None = None) -> tuple:
     return (name, True, check, missing)
 
@@ -121,8 +137,13 @@ TURN_CONTEXT = fields(
     opt("timestamp", STR),
 )
 
-FILE_CHANGES = ("list_of", "a list of {path, kind}",
-                fields(req("path", STR), req("kind", one_of("add", "delete", "update"))))
+# Enumerations inside items are open (SPEC §2): a status or kind is any string, and the views
+# read a value they do not know as unknown. Only lifecycle events are strict.
+FILE_CHANGES = ("list_of", "a list of {path, kind}", fields(req("path", STR), req("kind", STR)))
+
+TODO_ITEMS = ("list_of", "a list of {text, completed}", fields(req("text", STR), req("completed", BOOL)))
+
+ERROR_MESSAGE = fields(req("message", STR), what='an object with a string "message"')
 
 
 def _item(*specific: tuple) -> tuple:
@@ -137,13 +158,21 @@ THREAD_ITEM = ("by", "an object", "type", {
     "plan": _item(req("text", STR)),
     "reasoning": _item(req("text", STR), opt("stage", STR)),
     "decision": _item(req("summary", STR), req("rationale", STR)),
-    "command_execution": _item(req("command", STR), req("status", one_of("completed", "failed", "in_progress")),
+    # status: completed/failed/in_progress, Codex also declined; others read as unknown
+    "command_execution": _item(req("command", STR), req("status", STR),
                                opt("aggregated_output", STR), opt("exit_code", INT), opt("arguments", ANY)),
     "tool_invocation": _item(req("tool_name", STR), req("status", STR)),
     "tool_output": _item(req("call_id", STR), req("status", STR), opt("output", STR)),
-    "file_change": _item(req("status", one_of("completed", "failed")), req("changes", FILE_CHANGES)),
-    "mcp_tool_call": _item(req("tool_name", STR)),
-    "web_search": _item(req("query", STR)),
+    # status: completed/failed, Codex also in_progress
+    "file_change": _item(req("status", STR), req("changes", FILE_CHANGES)),
+    # VT Code names the tool in ``tool_name``; Codex gives ``server`` + ``tool`` and the call
+    "mcp_tool_call": present(
+        ("tool_name", _item(req("tool_name", STR))),
+        ("tool", _item(req("tool", STR), opt("server", STR), opt("arguments", ANY), opt("result", OBJECT),
+                       opt("error", ERROR_MESSAGE), opt("status", STR))),
+        otherwise=_item(req("tool_name", ("str", 'a string (or "tool", with "server", as Codex writes it)')))),
+    "todo_list": _item(req("items", TODO_ITEMS)),
+    "web_search": _item(req("query", STR), opt("action", ANY)),
     "harness": _item(req("event", STR), opt("message", STR)),
     "error": _item(req("message", STR)),
 }, fields(req("id", STR), req("type", STR), opt("context", OBJECT)))
@@ -166,7 +195,12 @@ EVENT_FIELDS: dict[str, tuple] = {
     "turn.started": fields(opt("token_breakdown", OBJECT), opt("context", TURN_CONTEXT)),
     "turn.completed": fields(opt("completed_at", STR), opt("in_progress_exec_sessions", STR_LIST),
                              req("usage", USAGE, "a Usage object")),
-    "turn.failed": fields(req("message", STR), opt("completed_at", STR), opt("usage", USAGE)),
+    # VT Code: a string ``message``; Codex: ``{"error": {"message": …}}``
+    "turn.failed": present(
+        ("message", fields(req("message", STR), opt("completed_at", STR), opt("usage", USAGE))),
+        ("error", fields(req("error", ERROR_MESSAGE), opt("completed_at", STR), opt("usage", USAGE))),
+        otherwise=fields(req("message", ("str", 'a string (or "error" an object with a string "message", '
+                                                'as Codex writes it)')))),
     "turn.blocked": fields(req("message", STR), opt("completed_at", STR), opt("last_tool", STR),
                            opt("usage", USAGE)),
     "item.started": ITEM_EVENT,
@@ -204,11 +238,56 @@ def _undecodable_reason(line: bytes, exc: orjson.JSONDecodeError) -> str:
     return f"line is not valid JSON: {exc}"
 
 
+# --- other agents' formats, refused with the command that ingests them (SPEC §2, §8) ---------
+# Only lines that are not envelopes are looked at (bare lines: the way those tools write), and
+# only on their top-level shape, so that an unknown event of this family is never taken for one:
+# none of these types is a type of the family, and each also needs a field of its format.
+
+_CLAUDE_STREAM_TYPES = frozenset(("system", "assistant", "user", "result", "stream_event"))
+_CLAUDE_TRANSCRIPT_TYPES = frozenset(("system", "assistant", "user", "summary"))
+_CLAUDE_TRANSCRIPT_FIELDS = ("parentUuid", "sessionId", "leafUuid", "isSidechain")
+_CLAUDE_STREAM_FIELDS = ("session_id", "parent_tool_use_id")
+_CODEX_ROLLOUT_TYPES = frozenset(("session_meta", "response_item", "event_msg", "turn_context", "compacted"))
+_FOREIGN_TYPES = _CLAUDE_STREAM_TYPES | _CLAUDE_TRANSCRIPT_TYPES | _CODEX_ROLLOUT_TYPES
+
+
+def foreign_format(obj: dict) -> str | None:
+    """The refusal reason for a decoded bare line in another agent's format, else None.
+
+    * Claude Code transcript (``~/.claude/projects/*/*.jsonl``): ``type`` user / assistant /
+      system / summary with one of ``parentUuid``, ``sessionId``, ``leafUuid``, ``isSidechain``;
+    * Claude Code ``stream-json``: ``type`` system / assistant / user / result / stream_event
+      with ``session_id`` or ``parent_tool_use_id``, or an assistant/user ``message`` object, or
+      a system/result ``subtype`` string;
+    * Codex rollout (``~/.codex/sessions/**/rollout-*.jsonl``): ``type`` session_meta /
+      response_item / event_msg / turn_context / compacted with an object ``payload``.
+    """
+    etype = obj.get("type")
+    if type(etype) is not str:
+        return None
+    if etype in _CLAUDE_TRANSCRIPT_TYPES and any(f in obj for f in _CLAUDE_TRANSCRIPT_FIELDS):
+        return f'Claude Code transcript line ("type":"{etype}"): use "memfs import"'
+    if etype in _CLAUDE_STREAM_TYPES and (
+            any(f in obj for f in _CLAUDE_STREAM_FIELDS)
+            or (etype in ("assistant", "user") and type(obj.get("message")) is dict)
+            or (etype in ("system", "result") and type(obj.get("subtype")) is str)):
+        return (f'Claude Code stream-json line ("type":"{etype}"): '
+                f'use "memfs record --format claude" or "memfs import"')
+    if etype in _CODEX_ROLLOUT_TYPES and type(obj.get("payload")) is dict:
+        return f'Codex rollout line ("type":"{etype}"): use "memfs import"'
+    return None
+
+
 def _unwrap_slow(obj: Any, line: bytes) -> tuple[dict, bytes]:
     """The event and stored bytes of a decoded line that is not a well-formed envelope:
     a bare event is wrapped; anything else is refused with its reason."""
     if type(obj) is not dict:
         raise ValidationError("line is not a JSON object")
+    etype = obj.get("type")
+    if type(etype) is str and etype in _FOREIGN_TYPES:
+        reason = foreign_format(obj)
+        if reason is not None:
+            raise ValidationError(reason)
     if "event" in obj or "schema_version" in obj:
         if type(obj.get("schema_version")) is not str:
             raise ValidationError('envelope: "schema_version" must be a string')

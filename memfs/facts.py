@@ -7,7 +7,14 @@ Decisions recorded here where the spec is silent:
 
 * Items contribute only through ``item.completed``; ``item.started``/``item.updated`` carry
   partial text that would otherwise be indexed again at every update.
-* A command execution without an ``exit_code`` reads ``ran <command>``.
+* A command execution without an ``exit_code`` reads ``ran <command>``; one the approval
+  policy refused (Codex's ``declined``) reads ``declined: <command>``.
+* Both dialects of SPEC §2 are read: an MCP call reads ``called <server>.<tool>`` (Codex) or
+  ``called <tool_name>`` (VT Code), plus `` failed: <message>`` when it carries an error
+  (`` failed`` alone for a ``failed`` status without one); a failed turn's reason is its
+  ``message`` or Codex's ``error.message`` (:func:`failure_message`); a web search reads
+  ``web search: <query>``; an ``error`` item its message; a to-do list
+  ``todo: [x] first; [ ] second``.
 """
 
 from __future__ import annotations
@@ -23,6 +30,40 @@ def normalize_fact(text: str) -> str:
     if len(encoded) <= MAX_FACT_BYTES:
         return text
     return encoded[:_CUT_BYTES].decode("utf-8", "ignore") + "…"
+
+
+def failure_message(event: dict) -> str | None:
+    """The reason of a ``turn.failed`` / ``turn.blocked`` / ``error`` event: its ``message``,
+    or Codex's ``{"error": {"message": …}}``; None when it has neither as a string."""
+    message = event.get("message")
+    if type(message) is str:
+        return message
+    error = event.get("error")
+    if type(error) is dict and type(error.get("message")) is str:
+        return error["message"]
+    return None
+
+
+def mcp_call(item: dict) -> tuple[str | None, str | None]:
+    """``(name, error message)`` of an ``mcp_tool_call`` item in either dialect: the name is
+    ``server.tool`` (Codex; ``tool`` alone without a server) or ``tool_name`` (VT Code)."""
+    tool, server = item.get("tool"), item.get("server")
+    if type(tool) is str:
+        name = f"{server}.{tool}" if type(server) is str and server else tool
+    else:
+        name = item.get("tool_name") if type(item.get("tool_name")) is str else None
+    error = item.get("error")
+    message = error.get("message") if type(error) is dict else None
+    return name, message if type(message) is str else None
+
+
+def todo_entries(item: dict) -> list[tuple[str, bool]]:
+    """``[(text, completed)]`` of a ``todo_list`` item; malformed entries are skipped."""
+    items = item.get("items")
+    if type(items) is not list:
+        return []
+    return [(e["text"], e.get("completed") is True) for e in items
+            if type(e) is dict and type(e.get("text")) is str]
 
 
 def _item_facts(item: dict) -> list[tuple[str, str]]:
@@ -41,10 +82,27 @@ def _item_facts(item: dict) -> list[tuple[str, str]]:
         command = item.get("command")
         if not isinstance(command, str):
             return []
+        if item.get("status") == "declined":
+            return [(itype, f"declined: {command}")]
         code = item.get("exit_code")
         return [(itype, f"ran {command}" if code is None else f"ran {command} (exit {code})")]
-    if itype == "harness":
+    if itype in ("harness", "error"):
         return [(itype, item.get("message"))]
+    if itype == "mcp_tool_call":
+        name, error = mcp_call(item)
+        if name is None:
+            return []
+        if error is not None:
+            return [(itype, f"called {name} failed: {error}")]
+        return [(itype, f"called {name} failed" if item.get("status") == "failed" else f"called {name}")]
+    if itype == "web_search":
+        query = item.get("query")
+        return [(itype, f"web search: {query}")] if type(query) is str and query.strip() else []
+    if itype == "todo_list":
+        entries = todo_entries(item)
+        if not entries:
+            return []
+        return [(itype, "todo: " + "; ".join(("[x] " if done else "[ ] ") + text for text, done in entries))]
     return []
 
 
@@ -58,7 +116,7 @@ def event_facts(event: dict) -> list[tuple[str, str]]:
         item = event.get("item")
         raw = _item_facts(item) if isinstance(item, dict) else []
     elif etype in ("turn.failed", "turn.blocked", "error"):
-        raw = [(etype, event.get("message"))]
+        raw = [(etype, failure_message(event))]
     else:
         return []
     out = []

@@ -38,7 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts"), str(ROOT / "tests")]
 
 import memfs  # noqa: E402
-from bench_fs import event_line, start_server, stop_server  # noqa: E402
+from bench_fs import start_server, stop_server  # noqa: E402
+from memfs.samples import sized_message  # noqa: E402
 
 OUT = ROOT / "bench"
 
@@ -60,7 +61,7 @@ def run_component(script: str, args: list[str], work: Path) -> dict:
 
 def native_appends(work: Path, n: int) -> dict:
     """The physical limits: one ``write()`` per 300-byte event, and ``write()+fdatasync()``."""
-    lines = [event_line(i) for i in range(1000)]
+    lines = [sized_message(i) for i in range(1000)]
     results = {}
     for name, sync, count in (("native write", False, n), ("native write+fdatasync", True, max(n // 20, 500))):
         path = work / f"native-{sync}.jsonl"
@@ -80,7 +81,7 @@ def write_log(path: Path, n_events: int, turn_len: int = 10) -> None:
     """A valid log of ``n_events`` 300-byte-ish events in turns of ``turn_len``, written directly."""
     start = b'{"schema_version":"0.18.0","event":{"type":"turn.started"}}\n'
     done = b'{"schema_version":"0.18.0","event":{"type":"turn.completed","usage":{"input_tokens":1}}}\n'
-    body = [event_line(i) for i in range(1000)]
+    body = [sized_message(i) for i in range(1000)]
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb", buffering=1 << 20) as f:
         i = 0
@@ -271,7 +272,8 @@ def write_report(report: dict, path: Path) -> None:
               "| events | median ms | p90 ms | cat manifest.json median ms |", "|---:|---:|---:|---:|"]
     for row in r["memory_json"]:
         lines.append(f"| {row['events']:,} | {row['median_ms']:.1f} | {row['p90_ms']:.1f} | {row['cat_manifest_median_ms']:.1f} |")
-    for script, title in (("bench_views.py", "Derived views"), ("bench_search.py", "Search (memfs, rank_bm25, bm25s)")):
+    for script, title in (("bench_views.py", "Derived views"), ("bench_search.py", "Search (memfs, rank_bm25, bm25s)"),
+                          ("bench_ingest.py", "Ingest: memfs import beside memfs append of the same events")):
         comp = r["components"].get(script, {})
         lines += ["", f"## {title}", ""]
         if "error" in comp:
@@ -343,6 +345,7 @@ def main() -> int:
             "bench_fs.py": ["--events", "3000", "--bulk", "20000"] if q else [],
             "bench_views.py": ["--events", "20000", "--samples", "10"] if q else [],
             "bench_search.py": ["--small", "2000", "--large", "50000", "--sessions", "50"] if q else [],
+            "bench_ingest.py": ["--events", "10000", "--rounds", "1"] if q else [],
         }
         for script, extra in components.items():
             if script not in args.skip and (ROOT / "scripts" / script).exists():

@@ -40,13 +40,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from mounting import is_mounted  # noqa: E402
 
-
-def event_line(i: int) -> bytes:
-    """A valid 300-byte event line (newline included), distinct per ``i``."""
-    head = '{"schema_version":"0.18.0","event":{"type":"item.completed","item":{"id":"m%08d",' % i
-    head += '"type":"agent_message","text":"'
-    tail = '"}}}\n'
-    return (head + "x" * (300 - len(head) - len(tail)) + tail).encode()
+from memfs.samples import sized_message  # noqa: E402
 
 
 def placement() -> tuple[set[int] | None, set[int] | None]:
@@ -98,7 +92,7 @@ def main() -> int:
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="memfs-bench-"))
-    lines = [event_line(i) for i in range(1000)]
+    lines = [sized_message(i) for i in range(1000)]
     servers: dict[str, tuple[subprocess.Popen, Path]] = {}
     targets: dict[str, Path] = {}
     results: dict[str, float] = {}

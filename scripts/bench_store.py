@@ -43,10 +43,9 @@ from pathlib import Path
 
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import memfs  # noqa: E402
-from memfs.store.log import OpenReport, rescan  # noqa: E402
+import memfs
+from memfs.samples import padded, sized_message
+from memfs.store.recovery import OpenReport, rescan
 
 LINE_BYTES = 300
 GOALS = {
@@ -58,34 +57,12 @@ GOALS = {
 }
 
 
-def sized(event: dict, pad_field: str) -> bytes:
-    """The enveloped line of ``event`` padded (in ``pad_field``) to exactly 300 bytes with \\n."""
-    base = orjson.dumps({"schema_version": "0.18.0", "event": event})
-    pad = LINE_BYTES - 1 - len(base)
-    assert pad >= 0
-    ev = dict(event)
-    target = ev
-    for key in pad_field.split(".")[:-1]:
-        target[key] = dict(target[key])
-        target = target[key]
-    last = pad_field.split(".")[-1]
-    target[last] = target[last] + "x" * pad
-    line = orjson.dumps({"schema_version": "0.18.0", "event": ev})
-    assert len(line) == LINE_BYTES - 1, len(line)
-    return line
+START = padded({"type": "turn.started", "context": {"task_id": ""}}, "context.task_id", LINE_BYTES)
+DONE = padded({"type": "turn.completed", "usage": {"input_tokens": 1200, "output_tokens": 95},
+               "completed_at": ""}, "completed_at", LINE_BYTES)
 
 
-START = sized({"type": "turn.started", "context": {"task_id": ""}}, "context.task_id")
-DONE = sized({"type": "turn.completed", "usage": {"input_tokens": 1200, "output_tokens": 95},
-              "completed_at": ""}, "completed_at")
-
-
-def message(i: int) -> bytes:
-    return sized({"type": "item.completed", "item": {"id": f"m{i:08d}", "type": "agent_message",
-                                                     "text": f"step {i}: "}}, "item.text")
-
-
-MESSAGES = [message(i) for i in range(1000)]
+MESSAGES = [sized_message(i, LINE_BYTES)[:-1] for i in range(1000)]
 
 
 def turn_lines(size: int, offset: int = 0) -> list[bytes]:

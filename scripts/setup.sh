@@ -3,8 +3,8 @@
 #   1. FUSE userland + build deps via apt (fuse3, libfuse3-dev, pkg-config, bubblewrap),
 #      only if something is missing;
 #   2. a virtualenv at .venv (system python3 >= 3.11, or $PYTHON) with `pip install -e '.[test]'`
-#      (pyfuse3 is built from source against the libfuse3 headers; memfs's own C modules,
-#      memfs/_contract.c and memfs/store/_append.c, are compiled into the source tree).
+#      (pyfuse3 is built from source against the libfuse3 headers; memfs's own C module,
+#      memfs/_contract.c, is compiled into the source tree).
 # Re-runs are fast: pip runs only when pyproject.toml, setup.py or a C source changed since the
 # last successful install (or a compiled module is missing).
 # Usage: scripts/setup.sh [--bench]     (--bench also installs the '.[bench]' extras)
@@ -55,7 +55,7 @@ if ! .venv/bin/python -c '' 2>/dev/null; then
 fi
 
 # --- 3. Python packages (skipped when the stamp matches the build inputs) --
-c_modules=(memfs/_contract memfs/store/_append)  # the extensions setup.py builds
+c_modules=(memfs/_contract)  # the extensions setup.py builds
 hash=$(cat pyproject.toml setup.py "${c_modules[@]/%/.c}" | sha256sum | cut -d' ' -f1)
 built=1
 for m in "${c_modules[@]}"; do compgen -G "$m.*.so" >/dev/null || built=0; done

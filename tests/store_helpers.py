@@ -11,34 +11,16 @@ from pathlib import Path
 import orjson
 
 import memfs
+from memfs.samples import DONE, FAILED, START, bare, event, message, turn  # noqa: F401 (re-exported)
 
 SV = "0.18.0"
 
+env = event  # the tests' short name for an enveloped event line
+msg = message
 
-def env(etype: str, **fields) -> bytes:
-    """A compact enveloped event line (no newline)."""
-    return orjson.dumps({"schema_version": SV, "event": {"type": etype, **fields}})
-
-
-def bare(etype: str, **fields) -> bytes:
-    return orjson.dumps({"type": etype, **fields})
-
-
-START = env("turn.started")
-DONE = env("turn.completed", usage={"input_tokens": 10, "output_tokens": 2})
-FAILED = env("turn.failed", message="tests failed")
 THREAD_START = env("thread.started", thread_id="thread-1")
 THREAD_DONE = env("thread.completed", thread_id="thread-1", session_id="s", subtype="success",
                   outcome_code="completed", usage={"input_tokens": 1}, num_turns=1)
-
-
-def msg(text: str, item_id: str = "m") -> bytes:
-    return env("item.completed", item={"id": item_id, "type": "agent_message", "text": text})
-
-
-def turn(tag: str, n_msgs: int = 2, end: bytes = DONE) -> list[bytes]:
-    """``turn.started``, ``n_msgs`` agent messages tagged ``tag``, then ``end``."""
-    return [START, *(msg(f"{tag} message {i}", f"{tag}-{i}") for i in range(n_msgs)), end]
 
 
 def open_s(root: Path, sid: str = "s", **kw) -> memfs.SessionHandle:

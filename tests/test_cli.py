@@ -20,6 +20,7 @@ from memfs.store.meta import format_rfc3339
 from mounting import cleanup, is_mounted, needs_fuse, start
 
 REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).parent / "fixtures"
 PYTHON = sys.executable
 
 
@@ -50,11 +51,6 @@ def make(root: Path, name: str, lines=GOOD, *, age_days: float = 0.0, completed:
         m["updated_at"] = format_rfc3339(time.time() - age_days * 86400)
         path.write_text(json.dumps(m))
     return root / name
-
-
-@pytest.fixture
-def store(tmp_path) -> Path:
-    return tmp_path / "store"
 
 
 # --- help and usage ----------------------------------------------------------------------
@@ -108,13 +104,24 @@ def test_sessions_human_and_json(capsys, store):
     code, out, _ = run(capsys, "sessions", "--store", store)
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["UPDATED", "STATUS", "TURNS", "EVENTS", "FLAGS", "SESSION"]
-    assert lines[1].split()[1:] == ["active", "1", "4", "-", "newer"]
-    assert lines[2].split()[1:] == ["completed", "1", "5", "-", "older"]
+    assert lines[0].split() == ["UPDATED", "STATUS", "TURNS", "EVENTS", "AGENT", "FLAGS", "SESSION"]
+    assert lines[1].split()[1:] == ["active", "1", "4", "unknown", "-", "newer"]
+    assert lines[2].split()[1:] == ["completed", "1", "5", "vtcode", "-", "older"]
     code, out, _ = run(capsys, "sessions", "--json", "--store", store)
     listed = json.loads(out)
     assert [s["name"] for s in listed] == ["newer", "older"]
     assert listed[1]["status"] == "completed" and listed[1]["turn_count"] == 1 and listed[1]["live"] is False
+    assert (listed[1]["agent"], listed[1]["thread_id"]) == ("vtcode", "t")  # thread.completed: VT Code's
+
+
+def test_sessions_json_names_the_agent_and_thread_of_a_codex_stream(capsys, store):
+    with memfs.open_session(store, "codex-run") as handle:
+        handle.append_many((FIXTURES / "codex_exec.jsonl").read_bytes().splitlines())
+    code, out, _ = run(capsys, "sessions", "--json", "--store", store)
+    [listed] = json.loads(out)
+    assert (listed["agent"], listed["thread_id"]) == ("codex", "0199a213-81c0-7800-8aa1-bbab2a035a53")
+    code, out, _ = run(capsys, "sessions", "--store", store)
+    assert out.splitlines()[1].split()[4] == "codex"
 
 
 def test_sessions_of_a_workspace(capsys, tmp_path):
@@ -197,7 +204,8 @@ def test_append_json_output_and_a_last_line_without_newline(capsys, store, tmp_p
     assert "JSON" in result["reason"]
     source.write_text(GOOD[1])  # no trailing newline: still one final line
     code, out, _ = run(capsys, "append", "s", source, "--json", "--store", store)
-    assert code == 0 and json.loads(out) == {"session": "s", "appended": 1, "ok": True, "line": None, "reason": None}
+    assert code == 0 and json.loads(out) == {"session": "s", "appended": 1, "ok": True, "line": None, "reason": None,
+                                            "refused": []}
 
 
 def test_append_to_a_session_held_by_another_process_fails(capsys, store, tmp_path):

@@ -113,7 +113,8 @@ def test_invalid_line_in_the_middle_of_cat(m, tmp_path):
     assert lines(s / "events.jsonl") == good[:300]
     rejected = [json.loads(line) for line in lines(s / "rejected.jsonl")]
     assert [(r["line"], r["errno"]) for r in rejected] == [(bad, "EBADMSG")]
-    assert 'turn.failed: "message" must be a string' == rejected[0]["reason"]
+    assert rejected[0]["reason"] == ('turn.failed: "message" must be a string '
+                                     '(or "error" an object with a string "message", as Codex writes it)')
     reason = os.getxattr(s, "user.memfs.last_error").decode()
     assert "message" in reason
 

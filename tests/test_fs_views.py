@@ -26,7 +26,7 @@ LOG = [
 
 
 @pytest.fixture
-def session(tmp_path):
+def mounted_session(tmp_path):
     with mounted(tmp_path / "store", tmp_path / "mnt") as m:
         s = m.mnt / "sessions" / "s1"
         os.mkdir(s)
@@ -35,8 +35,8 @@ def session(tmp_path):
         yield m, s
 
 
-def test_derived_listing_and_turn_files(session):
-    m, s = session
+def test_derived_listing_and_turn_files(mounted_session):
+    m, s = mounted_session
     names = set(os.listdir(s / "derived"))
     assert {"memory.json", "trajectory.jsonl", "summary.md", "progress.json", "progress.md", "goal.json",
             "turns"} <= names
@@ -48,8 +48,8 @@ def test_derived_listing_and_turn_files(session):
     assert not (s / "derived" / "turns" / "3.jsonl").exists()
 
 
-def test_tools_agree_on_memory_json(session):
-    m, s = session
+def test_tools_agree_on_memory_json(mounted_session):
+    m, s = mounted_session
     raw = (s / "derived" / "memory.json").read_bytes()
     assert int(sh("wc -c < derived/memory.json", s).stdout) == len(raw) == os.stat(s / "derived" / "memory.json").st_size
     facts = sh("jq -r '.grounded_facts[].fact' derived/memory.json", s).stdout.splitlines()
@@ -67,8 +67,8 @@ def test_tools_agree_on_memory_json(session):
     assert outcomes == ["completed", "failed"]
 
 
-def test_a_view_read_right_after_an_append_includes_it(session):
-    m, s = session
+def test_a_view_read_right_after_an_append_includes_it(mounted_session):
+    m, s = mounted_session
     before = json.loads((s / "derived" / "memory.json").read_text())
     sh("echo '" + event("item.completed", item={"id": "m9", "type": "decision", "summary": "Use exponential backoff",
                                                  "rationale": "fewer retries"}) + "' >> events.jsonl", s)
@@ -77,8 +77,8 @@ def test_a_view_read_right_after_an_append_includes_it(session):
     assert after["source"]["event_count"] == before["source"]["event_count"] + 1
 
 
-def test_views_reach_the_backing_store(session):
-    m, s = session
+def test_views_reach_the_backing_store(mounted_session):
+    m, s = mounted_session
     through_mount = (s / "derived" / "summary.md").read_bytes()
     m.stop()
     on_disk = m.store / "s1" / "derived" / "summary.md"

@@ -23,7 +23,7 @@ EVENTS = [
 
 
 @pytest.fixture
-def session(tmp_path) -> Path:
+def session_dir(tmp_path) -> Path:
     with memfs.open_session(tmp_path, "s", durability="write", metadata_interval=0) as h:
         h.append_many(EVENTS)
     return tmp_path / "s"
@@ -33,93 +33,93 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def test_a_clean_session_is_ok(session):
-    report = fsck_session(session.parent, "s")
+def test_a_clean_session_is_ok(session_dir):
+    report = fsck_session(session_dir.parent, "s")
     assert report.result == "ok" and not report.failed
     assert (report.events, report.turns, report.skipped_lines, report.rejected) == (6, 2, 0, 0)
     assert report.fast_path and report.repairs == [] and report.damage == []
 
 
-def test_a_corrupted_manifest_is_repaired(session):
-    good = read_json(session / "manifest.json")
-    (session / "manifest.json").write_text("{not json")
-    report = fsck_session(session.parent, "s")
+def test_a_corrupted_manifest_is_repaired(session_dir):
+    good = read_json(session_dir / "manifest.json")
+    (session_dir / "manifest.json").write_text("{not json")
+    report = fsck_session(session_dir.parent, "s")
     assert report.result == "repaired" and report.failed
     assert not report.fast_path and "manifest" in report.rescan_reason
-    repaired = read_json(session / "manifest.json")
+    repaired = read_json(session_dir / "manifest.json")
     for key in ("event_count", "turn_count", "status", "in_turn", "persisted_file_len", "retained_turn_base"):
         assert repaired[key] == good[key]
-    assert fsck_session(session.parent, "s").result == "ok"
+    assert fsck_session(session_dir.parent, "s").result == "ok"
 
 
-def test_metadata_that_passes_the_fast_path_but_lies_is_rebuilt(session):
-    manifest = read_json(session / "manifest.json")
+def test_metadata_that_passes_the_fast_path_but_lies_is_rebuilt(session_dir):
+    manifest = read_json(session_dir / "manifest.json")
     manifest["event_count"] = 99
-    (session / "manifest.json").write_text(json.dumps(manifest))
-    turns = read_json(session / "index" / "turns.json")
+    (session_dir / "manifest.json").write_text(json.dumps(manifest))
+    turns = read_json(session_dir / "index" / "turns.json")
     turns["entries"][0]["event_count"] = 1
-    (session / "index" / "turns.json").write_text(json.dumps(turns))
-    report = fsck_session(session.parent, "s")
+    (session_dir / "index" / "turns.json").write_text(json.dumps(turns))
+    report = fsck_session(session_dir.parent, "s")
     assert report.result == "repaired"
     assert any("event_count is 99" in r for r in report.repairs)
-    assert read_json(session / "manifest.json")["event_count"] == 6
-    assert read_json(session / "index" / "turns.json")["entries"][0]["event_count"] == 3
-    assert fsck_session(session.parent, "s").result == "ok"
+    assert read_json(session_dir / "manifest.json")["event_count"] == 6
+    assert read_json(session_dir / "index" / "turns.json")["entries"][0]["event_count"] == 3
+    assert fsck_session(session_dir.parent, "s").result == "ok"
 
 
-def test_a_torn_tail_is_reported_and_repaired(session):
-    size = (session / "events.jsonl").stat().st_size
+def test_a_torn_tail_is_reported_and_repaired(session_dir):
+    size = (session_dir / "events.jsonl").stat().st_size
     tail = b'{"schema_version":"0.18.0","event":{"ty'
-    with open(session / "events.jsonl", "ab") as f:
+    with open(session_dir / "events.jsonl", "ab") as f:
         f.write(tail)
-    report = fsck_session(session.parent, "s")
+    report = fsck_session(session_dir.parent, "s")
     assert report.result == "repaired"
     assert report.torn_tail_bytes == len(tail)
     assert report.rejected == 1
-    assert (session / "events.jsonl").stat().st_size == size
-    rejected = read_json(session / "rejected.jsonl")
+    assert (session_dir / "events.jsonl").stat().st_size == size
+    rejected = read_json(session_dir / "rejected.jsonl")
     assert rejected["reason"].startswith("torn-tail")
-    assert fsck_session(session.parent, "s").result == "ok"
+    assert fsck_session(session_dir.parent, "s").result == "ok"
 
 
-def test_unreadable_lines_are_damage_and_stay_reported(session):
-    data = (session / "events.jsonl").read_bytes()
-    (session / "events.jsonl").write_bytes(data + b"not json at all\n\xff\xfe\n")
-    report = fsck_session(session.parent, "s")
+def test_unreadable_lines_are_damage_and_stay_reported(session_dir):
+    data = (session_dir / "events.jsonl").read_bytes()
+    (session_dir / "events.jsonl").write_bytes(data + b"not json at all\n\xff\xfe\n")
+    report = fsck_session(session_dir.parent, "s")
     assert report.result == "damaged" and report.failed
     assert report.skipped_lines == 2
     assert any("metadata rebuilt" in r for r in report.repairs)
-    again = fsck_session(session.parent, "s")
+    again = fsck_session(session_dir.parent, "s")
     assert again.result == "damaged" and again.repairs == [] and again.skipped_lines == 2
 
 
-def test_a_stale_cap_marker_is_removed(session):
-    marker = session / "index" / "pending-cap-rewrite.json"
+def test_a_stale_cap_marker_is_removed(session_dir):
+    marker = session_dir / "index" / "pending-cap-rewrite.json"
     marker.write_text(json.dumps({"previous_file_len": 5, "new_file_len": 3, "retained_turn_base": 1}))
-    report = fsck_session(session.parent, "s")
+    report = fsck_session(session_dir.parent, "s")
     assert report.result == "repaired" and report.stale_marker
     assert not marker.exists()
 
 
-def test_rejected_lines_are_counted_but_are_not_damage(session):
-    with memfs.open_session(session.parent, "s") as h:
+def test_rejected_lines_are_counted_but_are_not_damage(session_dir):
+    with memfs.open_session(session_dir.parent, "s") as h:
         with pytest.raises(memfs.ValidationError):
             h.append(b'{"type": "turn.completed"}')  # no usage: refused
-    report = fsck_session(session.parent, "s")
+    report = fsck_session(session_dir.parent, "s")
     assert report.result == "ok" and report.rejected == 1
 
 
-def test_a_live_session_is_skipped(session):
-    held = lock.acquire(session)  # as another process holding it would
+def test_a_live_session_is_skipped(session_dir):
+    held = lock.acquire(session_dir)  # as another process holding it would
     try:
-        report = fsck_session(session.parent, "s")
+        report = fsck_session(session_dir.parent, "s")
     finally:
         lock.release(held)
     assert report.result == "skipped" and not report.failed and "live" in report.note
 
 
-def test_fsck_store_checks_every_session_or_the_named_ones(session):
-    root = session.parent
+def test_fsck_store_checks_every_session_or_the_named_ones(session_dir):
+    root = session_dir.parent
     with memfs.open_session(root, "other", durability="write") as h:
         h.append(EVENTS[0])
     (root / "other" / "manifest.json").write_text("")

@@ -91,10 +91,12 @@ def test_appends_fail_with_enospc_take_nothing_and_resume(small_store, tmp_path,
 
             # a line that fits the log's last page is written; the turn boundary's metadata
             # cannot be persisted, which must not fail the append
-            time.sleep(0.1)  # past the metadata coalescing interval
             accepted.append(event("turn.completed", usage={"input_tokens": 7}).encode() + b"\n")
             assert os.write(fd, accepted[-1]) == len(accepted[-1])
-            time.sleep(0.5)  # the persister thread tries the metadata, and retries, meanwhile
+            deadline = time.monotonic() + 30  # the persister thread tries the metadata and fails
+            while "persisting metadata of s1: " not in m.log_text():
+                assert time.monotonic() < deadline, m.log_text()[-2000:]
+                time.sleep(0.05)
             # a line that needs a new page: ENOSPC, every time, and nothing of it stays
             for _ in range(3):
                 assert write_errno(fd, big) == errno.ENOSPC

@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from memfs.store.log import OpenReport, open_session, rescan
+from memfs.store.recovery import OpenReport, rescan
+from memfs.store.session import open_session
 from memfs.store.machine import renumber
 from mounting import is_mounted
 

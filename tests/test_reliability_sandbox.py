@@ -97,7 +97,7 @@ def sandbox(mnt, store, bind: str = "--bind", user: int | None = None) -> dict:
 
 
 @pytest.fixture
-def store(tmp_path):
+def sandbox_store(tmp_path):
     """A store with sessions ``a`` (empty) and ``b`` (holding the secret)."""
     store = tmp_path / "store"
     with mounted(store, tmp_path / "setup") as m:
@@ -122,7 +122,8 @@ def check_confined(report: dict, store) -> None:
 
 
 @pytest.mark.parametrize("user", [None, 65534], ids=["root", "nobody"])
-def test_sandboxed_agent_appends_reads_and_is_confined(tmp_path, store, user):
+def test_sandboxed_agent_appends_reads_and_is_confined(tmp_path, sandbox_store, user):
+    store = sandbox_store
     args = ["--session", "a"]
     if user is not None:  # the owner reported for every node, and other users let in
         args += ["--uid", str(user), "--gid", str(user), "--allow-other"]
@@ -141,7 +142,8 @@ def test_sandboxed_agent_appends_reads_and_is_confined(tmp_path, store, user):
     assert SECRET not in (store / "a" / "events.jsonl").read_text()
 
 
-def test_read_only_bind_gives_erofs(tmp_path, store):
+def test_read_only_bind_gives_erofs(tmp_path, sandbox_store):
+    store = sandbox_store
     with mounted(store, tmp_path / "mnt", "--session", "a") as m:
         report = sandbox(m.mnt, store, bind="--ro-bind")
     assert report["append"] == ["EROFS"] * 5

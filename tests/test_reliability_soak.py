@@ -23,9 +23,10 @@ from test_reliability_helpers import acked, assert_consistent, drop_caches, line
 
 pytestmark = needs_fuse
 
-SOAK_SECONDS = 20
 WRITERS, READERS = 8, 4
 MAX_EVENTS = 300
+SOAK_LINES = 10 * MAX_EVENTS // WRITERS  # per writer: the session goes through ~10 caps' worth
+SOAK_DEADLINE = 120  # seconds the writers may take to get there before the test fails
 
 # argv: the mount, the session name, the stop file. Reads in rounds until the stop file exists
 # (at least one); prints how many rounds it made; exits non-zero on the first unexpected result.
@@ -99,7 +100,11 @@ def test_soak_writers_readers_and_evictions(tmp_path):
                      for i in range(WRITERS)]
             procs += [subprocess.Popen(reader, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                       for _ in range(READERS)]
-            time.sleep(SOAK_SECONDS)
+            deadline = time.monotonic() + SOAK_DEADLINE  # run until every writer has done its share
+            while min(len(acked(a)) for a in acks) < SOAK_LINES:
+                assert time.monotonic() < deadline, "writers made too little progress"
+                assert all(p.poll() is None for p in procs), "a writer or reader stopped early"
+                time.sleep(0.1)
         finally:
             stop.touch()
             results = []

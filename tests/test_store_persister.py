@@ -15,11 +15,15 @@ import time
 
 import pytest
 
-import memfs.store.log as log_mod
+import memfs.store.metadata as metadata_mod
 from memfs.store import persister
+from memfs.store.config import DEFAULT_METADATA_INTERVAL
+from memfs.events import Kind
+from memfs.store.machine import TurnState, apply
+from memfs.store.meta import Manifest
 from store_helpers import DONE, START, disk_index, disk_manifest, msg, open_s, run_python, turn
 
-DEFAULT = log_mod.DEFAULT_METADATA_INTERVAL
+DEFAULT = DEFAULT_METADATA_INTERVAL
 WAIT = 10.0  # seconds a poll waits for the persister before the test fails
 
 
@@ -74,7 +78,7 @@ class Park:
 @pytest.fixture
 def park(monkeypatch):
     parked = Park(os.fdatasync)
-    monkeypatch.setattr(log_mod.os, "fdatasync", parked)
+    monkeypatch.setattr(os, "fdatasync", parked)
     yield parked
     parked.release()  # never leave the thread parked for the next test
 
@@ -138,29 +142,32 @@ def test_a_flush_during_a_background_persist_leaves_the_newest_metadata(tmp_path
         flusher.join(WAIT)
         assert not flusher.is_alive()
         assert caught_up(h, sdir)  # the flush wrote last: the older snapshot did not win
-        assert eventually(lambda: persister.idle(h._s))
+        assert eventually(lambda: h.stats()["persist_idle"])
         assert caught_up(h, sdir) and disk_manifest(sdir)["turn_count"] == 2
 
 
 def test_a_snapshot_older_than_the_metadata_on_disk_is_dropped(tmp_path):
-    sdir = tmp_path / "s"
-    with open_s(tmp_path, durability="buffered", metadata_interval=3600) as h:
-        s = h._s
-        for line in turn("a"):
-            h.append(line)
-        with s.mutex:
-            s.write_pending()
-            old = s._snapshot()
-        for line in turn("b") + [START]:
-            h.append(line)
-        h.flush()
-        newer = disk_manifest(sdir)
-        assert newer["turn_count"] == 2 and newer["in_turn"] is True
-        assert s._write_metadata(old) is False  # stale: nothing written
-        assert disk_manifest(sdir) == newer == h.manifest and disk_index(sdir) == h.turn_index
-        with s.mutex:
-            fresh = s._snapshot()
-        assert s._write_metadata(fresh) is True
+    """MetadataWriter: of two snapshots, the one taken first never replaces the other."""
+    (tmp_path / "index").mkdir()
+    writer = metadata_mod.MetadataWriter(tmp_path, interval=DEFAULT, cache_on_disk=False)
+    state = TurnState()
+    synced: list[int] = []
+
+    def snapshot(turn_count: int, length: int):
+        apply(state, Kind.TURN_STARTED, length - 10, length, "ts")  # a line ending at ``length``
+        manifest = Manifest("s", "c", "u", turn_count, state.event_count, "active", True, length, 1)
+        return writer.snapshot(turn_count, length, state.index, manifest.to_json(), cache=False)
+
+    old = snapshot(1, 100)
+    fresh = snapshot(2, 200)
+    assert writer.write(fresh, synced.append) is True
+    newer = disk_manifest(tmp_path)
+    assert writer.write(old, synced.append) is False  # stale: nothing written, nothing synced
+    assert disk_manifest(tmp_path) == newer and newer["persisted_file_len"] == 200
+    assert len(disk_index(tmp_path)) == 2 and synced == [200]
+    assert writer.persisted_version == 2
+    writer.retire()
+    assert writer.write(snapshot(3, 300), synced.append) is False  # closed: no write after retire
 
 
 def test_close_waits_for_the_background_persist_and_reopens_on_the_fast_path(tmp_path, park, caplog):
@@ -179,7 +186,7 @@ def test_close_waits_for_the_background_persist_and_reopens_on_the_fast_path(tmp
     park.release()
     closer.join(WAIT)
     assert not closer.is_alive()
-    assert persister.idle(h._s) and h._s.fd is None
+    assert h.stats()["persist_idle"] and not h.stats()["open"]
     assert disk_manifest(sdir) == live
     assert "persisting metadata" not in caplog.text  # the persist in flight did not fail
     with open_s(tmp_path) as again:
@@ -191,16 +198,16 @@ def test_a_closed_session_leaves_the_schedule(tmp_path):
     h = open_s(tmp_path, durability="write", metadata_interval=3600)
     for line in turn("a"):
         h.append(line)
-    assert persister.scheduled(h._s)  # due in an hour
+    assert h.stats()["persist_scheduled"]  # due in an hour
     h.close()
-    assert not persister.scheduled(h._s)
+    assert not h.stats()["persist_scheduled"]
     assert disk_manifest(tmp_path / "s")["turn_count"] == 1  # close persisted it
 
 
 def test_a_failing_background_persist_is_retried_logged_once_and_never_fails_appends(
         tmp_path, monkeypatch, caplog):
     sdir = tmp_path / "s"
-    real = log_mod.atomic_write
+    real = metadata_mod.atomic_write
     failures = []
     full = threading.Event()
 
@@ -210,7 +217,7 @@ def test_a_failing_background_persist_is_retried_logged_once_and_never_fails_app
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, data)
 
-    monkeypatch.setattr(log_mod, "atomic_write", atomic_write)
+    monkeypatch.setattr(metadata_mod, "atomic_write", atomic_write)
     monkeypatch.setattr(persister, "RETRY_SECONDS", 0.02)
     with open_s(tmp_path, durability="write", metadata_interval=DEFAULT) as h:
         full.set()  # (the open of a new session persisted already)
@@ -231,7 +238,7 @@ def test_a_failing_synchronous_persist_is_retried_by_the_persister(tmp_path, mon
     """``metadata_interval=0``: the boundary persists in the appending thread; when that fails
     the append still succeeds and the persister retries."""
     sdir = tmp_path / "s"
-    real = log_mod.atomic_write
+    real = metadata_mod.atomic_write
     full = threading.Event()
 
     def atomic_write(path, data):
@@ -239,7 +246,7 @@ def test_a_failing_synchronous_persist_is_retried_by_the_persister(tmp_path, mon
             raise OSError(errno.EIO, "Input/output error")
         return real(path, data)
 
-    monkeypatch.setattr(log_mod, "atomic_write", atomic_write)
+    monkeypatch.setattr(metadata_mod, "atomic_write", atomic_write)
     monkeypatch.setattr(persister, "RETRY_SECONDS", 0.02)
     with open_s(tmp_path, durability="write", metadata_interval=0) as h:
         full.set()
@@ -259,14 +266,13 @@ def test_metadata_interval_zero_persists_in_the_appending_thread(tmp_path, park)
             h.append(line)
             if line is DONE:
                 assert caught_up(h, sdir)  # at the boundary itself, no waiting
-        assert not persister.scheduled(h._s)
+        assert not h.stats()["persist_scheduled"]
         assert persister.THREAD_NAME not in park.calls
 
 
 EXIT = textwrap.dedent("""
     import os, sys, threading
     import memfs
-    import memfs.store.log as log_mod
     from memfs.store import persister
     from store_helpers import turn
     root, hang = sys.argv[1], sys.argv[2] == "hang"
@@ -279,7 +285,7 @@ EXIT = textwrap.dedent("""
             threading.Event().wait()  # a disk that never answers
         return real(fd)
 
-    log_mod.os.fdatasync = fdatasync
+    os.fdatasync = fdatasync
     persister.EXIT_WAIT_SECONDS = 0.2
     h = memfs.open_session(root, "s", durability="write", max_events=0)
     for t in range(50):

@@ -10,7 +10,8 @@ import textwrap
 import orjson
 import pytest
 
-import memfs.store.log as store_log
+import memfs.store.recovery as store_recovery
+import memfs.store.session as store_session
 from memfs.store import lines as store_lines
 from store_helpers import (DONE, FAILED, START, THREAD_DONE, THREAD_START, disk_index, disk_json, disk_manifest,
                            env, forget_metadata, log_lines, msg, open_s, run_python, state_of, turn, without_times, without_ts)
@@ -332,7 +333,7 @@ def test_rescan_streams_with_small_chunks(tmp_path, monkeypatch):
     """Lines that straddle read chunks (and a line longer than a chunk) scan the same."""
     lines = [START, msg("y" * 3000), *[msg(f"m{i}") for i in range(50)], DONE]
     live = build(tmp_path, lines)
-    monkeypatch.setattr(store_log, "scan_chunks", lambda fd, start, end: store_lines.scan_chunks(fd, start, end, 97))
+    monkeypatch.setattr(store_recovery, "scan_chunks", lambda fd, start, end: store_lines.scan_chunks(fd, start, end, 97))
     forget_metadata(tmp_path / "s")
     report, state = reopen(tmp_path)
     assert state == live and report.scanned_lines == len(lines)
@@ -342,7 +343,7 @@ def test_rescan_streams_with_small_chunks(tmp_path, monkeypatch):
 
 
 def test_turns_cache_is_used_only_while_it_matches_turns_json(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_log, "CACHE_MIN_ENTRIES", 3)
+    monkeypatch.setattr(store_session, "CACHE_MIN_ENTRIES", 3)
     sdir = tmp_path / "s"
     live = build(tmp_path, [*turn("a"), *turn("b"), *turn("c"), START, msg("open")])
     assert (sdir / "index" / "turns.cache").exists()
@@ -369,7 +370,7 @@ def test_turns_cache_is_used_only_while_it_matches_turns_json(tmp_path, monkeypa
     assert (report.fast_path, report.index_source) == (True, "turns.json")
     assert state == live
     # the cache goes away once the index is small again
-    monkeypatch.setattr(store_log, "CACHE_MIN_ENTRIES", 100)
+    monkeypatch.setattr(store_session, "CACHE_MIN_ENTRIES", 100)
     with open_s(tmp_path) as h:
         h.flush()
     assert not (sdir / "index" / "turns.cache").exists()

@@ -36,12 +36,6 @@ def offsets(handle) -> list[int]:
     return out
 
 
-@pytest.fixture
-def session(tmp_path):
-    with memfs.open_session(tmp_path, "sess-1", max_events=0) as handle:
-        yield handle
-
-
 def facts_of(handle) -> list[tuple]:
     return [(f["type"], f["fact"], f["turn"], f["offset"]) for f in views.memory_view(handle)["grounded_facts"]]
 
@@ -249,7 +243,7 @@ def test_turn_files_are_the_exact_bytes_and_evicted_turns_are_absent(tmp_path):
 def test_list_names(session):
     assert views.list_names(session) == list(views.VIEW_NAMES)
     assert views.VIEW_NAMES == ("memory.json", "trajectory.jsonl", "summary.md", "progress.json", "progress.md",
-                                "goal.json")
+                                "goal.json", "context.md")
 
 
 def test_summary_markdown(session):
@@ -268,6 +262,7 @@ def test_summary_markdown(session):
     assert views.summary_markdown(session) == (
         "# Session sess-1\n\n"
         "- **Status:** completed\n"
+        "- **Agent:** vtcode (thread `t`)\n"  # thread.completed: VT Code's, Codex has none
         "- **Turns:** 2 closed (1 completed, 1 failed, 0 abandoned)\n"
         f"- **Events:** 8 ({session.file_len} bytes)\n"
         "- **Tokens:** 1200 input (800 cached, 0 cache creation), 95 output\n"
@@ -307,7 +302,108 @@ def test_views_are_a_pure_function_of_the_log(tmp_path):
             mem = orjson.loads(out["memory.json"])
             del mem["generated_at"], mem["session_id"]
             out["memory.json"] = mem
-            for name in ("summary.md", "progress.json"):
+            for name in ("summary.md", "progress.json", "context.md"):
                 out[name] = out[name].replace(f'Session {sid}'.encode(), b"").replace(f'"{sid}"'.encode(), b"")
+                out[name] = out[name].replace(f'session {sid}'.encode(), b"")
             rendered.append(out)
     assert rendered[0] == rendered[1]
+
+
+# --- Codex's dialect (SPEC §2, §4): what the views read from a real-shaped `codex exec --json` ---
+
+CODEX_EXEC = (__import__("pathlib").Path(__file__).parent / "fixtures" / "codex_exec.jsonl").read_bytes()
+
+
+def test_codex_stream_facts_trajectory_summary_and_progress(session):
+    lines = CODEX_EXEC.splitlines()
+    assert session.append_many(lines) == len(lines) == 26
+    m = session.manifest
+    assert (m["turn_count"], m["in_turn"], m["event_count"]) == (2, False, 26)
+    facts = [(f["type"], f["fact"], f["turn"]) for f in views.memory_view(session)["grounded_facts"]]
+    for fact in [
+        ("mcp_tool_call", "called docs.search", 1),
+        ("mcp_tool_call", "called tracker.open_issue failed: tool call timed out after 60s", 1),
+        ("command_execution", "declined: git push origin main", 1),
+        ("web_search", "web search: python socket retry jitter", 1),
+        ("error", "command declined by the approval policy: git push origin main", 1),
+        ("todo_list", "todo: [x] Read src/net.py; [x] Add a retry loop with backoff; [ ] Run the tests", 1),
+        ("error", "Reconnecting... 1/5", 2),
+        ("turn.failed", "stream disconnected before completion: error sending request for url "
+                        "(https://api.openai.com/v1/responses)", 2),
+    ]:
+        assert fact in facts
+    t1, t2 = views.trajectory(session)
+    assert (t1["outcome"], t2["outcome"]) == ("completed", "failed")
+    assert t1["item_types"] == {"reasoning": 1, "command_execution": 2, "mcp_tool_call": 2, "web_search": 1,
+                                "file_change": 1, "error": 1, "agent_message": 1, "todo_list": 1}
+    assert {"command": "git push origin main", "exit_code": None, "status": "declined"} in t1["commands"]
+    assert t1["errors"] == ["tracker.open_issue failed: tool call timed out after 60s",
+                            "command declined by the approval policy: git push origin main"]
+    assert t1["usage"]["input_tokens"] == 24763 and t1["files"] == ["src/net.py", "tests/test_net.py"]
+    assert t2["errors"] == ["Reconnecting... 1/5", "stream disconnected before completion: error sending "
+                            "request for url (https://api.openai.com/v1/responses)"]
+    summary = views.summary_markdown(session)
+    assert "- **Agent:** codex (thread `0199a213-81c0-7800-8aa1-bbab2a035a53`)\n" in summary
+    assert "- turn 2 (turn.failed): stream disconnected before completion" in summary
+    p = views.progress(session)
+    assert [(m["description"], m["status"]) for m in p["milestones"]] == [
+        ("Read src/net.py", "done"), ("Add a retry loop with backoff", "done"), ("Run the tests", "pending")]
+    assert p["goal"] == "Read src/net.py; Add a retry loop with backoff; Run the tests"
+    assert p["stalled_since"] is not None  # the failed turn
+
+
+@pytest.mark.parametrize(("first", "agent"), [
+    ({"type": "thread.started", "thread_id": "x", "agent": "claude-code"}, "claude-code"),  # the ingest's marker
+    ({"type": "turn.started", "context": {"origin": "user"}}, "vtcode"),
+    (item("todo_list", items=[]), "codex"),
+    ({"type": "turn.started"}, "unknown"),
+])
+def test_the_agent_that_wrote_a_session(session, first, agent):
+    session.append_many([first, STARTED])
+    assert f"- **Agent:** {agent} (" in views.summary_markdown(session)
+
+
+# --- context.md: the brief for the next prompt ----------------------------------------------
+
+
+def test_context_brief_of_a_codex_stream(session):
+    session.append_many(CODEX_EXEC.splitlines())
+    brief = views.context_markdown(session)
+    assert brief == views.render_view(session, "context.md").decode()
+    assert brief.startswith(
+        "# Context: session sess-1\n\n"
+        "**Goal:** Read src/net.py; Add a retry loop with backoff; Run the tests\n"
+        "**Progress:** 2 of 3 milestones done (67%), confidence 0.90, stalled since ")
+    assert "agent codex (thread `0199a213-81c0-7800-8aa1-bbab2a035a53`)\n" in brief
+    sections = [line for line in brief.splitlines() if line.startswith("## ")]
+    assert sections == ["## Open todos", "## Last summary", "## Failures (newest first)",
+                        "## Files touched (newest first)", "## Facts (newest first)"]
+    assert "## Open todos\n- [ ] Run the tests\n\n" in brief
+    assert "## Last summary\nAdded a retry loop with exponential backoff to fetch(); tests still to run.\n" in brief
+    failures = brief.split("## Failures (newest first)\n")[1].split("\n\n")[0].splitlines()
+    assert failures[0] == ("- turn 2 (turn.failed): stream disconnected before completion: error sending request "
+                           "for url (https://api.openai.com/v1/responses)")
+    assert failures[-1] == "- turn 1 (mcp_tool_call): tracker.open_issue failed: tool call timed out after 60s"
+    assert "- `tests/test_net.py`\n- `src/net.py`\n" in brief
+    assert "- declined: git push origin main\n" in brief and "- called docs.search\n" in brief
+    assert "todo:" not in brief  # the todos have their own section
+
+
+@pytest.mark.parametrize("budget", [1, 10, 40, 60, 100, 150, 400])
+def test_context_brief_never_exceeds_its_budget_and_cuts_the_oldest(session, budget):
+    session.append_many([STARTED, *(item("command_execution", f"c{i}", command=f"step-{i:03d}", status="completed",
+                                         exit_code=0) for i in range(300)), COMPLETED])
+    brief = views.context_markdown(session, budget)
+    assert len(brief.encode()) <= budget * 4
+    whole = views.context_markdown(session, 100_000)
+    assert "ran step-000 (exit 0)" in whole and "ran step-299 (exit 0)" in whole
+    if "## Facts" in brief:
+        shown = [line for line in brief.splitlines() if line.startswith("- ran step-")]
+        assert shown == [f"- ran step-{i:03d} (exit 0)" for i in range(299, 299 - len(shown), -1)]  # newest first
+        assert brief.rstrip().endswith(f"- … {300 - len(shown)} earlier")
+
+
+def test_the_agent_is_told_from_the_head_of_the_log_only(session):
+    filler = [item("agent_message", f"m{i}", text="x" * 1000) for i in range(70)]  # > 64 KiB, no sign
+    session.append_many([STARTED, *filler, item("todo_list", items=[])])
+    assert "- **Agent:** unknown (no thread id)\n" in views.summary_markdown(session)

@@ -47,12 +47,6 @@ def current_render(handle) -> dict:
     return {name: without_generated_at(name, views.render_view(handle, name)) for name in views.VIEW_NAMES}
 
 
-@pytest.fixture
-def session(tmp_path):
-    with memfs.open_session(tmp_path, "sess-c", max_events=0) as handle:
-        yield handle
-
-
 def test_reading_twice_without_new_events_does_no_work(session):
     session.append_many([STARTED, item("agent_message", text="hi"), COMPLETED])
     first = {name: views.render_view(session, name) for name in views.VIEW_NAMES}

@@ -64,7 +64,7 @@ def file_change(path: str) -> dict:
 
 
 @pytest.fixture
-def store(tmp_path) -> Path:
+def migrated_store(tmp_path) -> Path:
     """A sessions root holding ``abc`` (history import) and ``traj-run`` (trajectory import)."""
     workspace = tmp_path / "ws"
     (workspace / ".vtcode" / "history").mkdir(parents=True)
@@ -91,36 +91,36 @@ def open_abc(root: Path, **kw) -> memfs.SessionHandle:
 # --- memory.json ---------------------------------------------------------------------------
 
 
-def test_memory_is_the_imported_file_while_the_log_is_empty(store):
-    legacy = imported_bytes(store, "abc", "abc.json")
-    with open_abc(store) as h:
+def test_memory_is_the_imported_file_while_the_log_is_empty(migrated_store):
+    legacy = imported_bytes(migrated_store, "abc", "abc.json")
+    with open_abc(migrated_store) as h:
         assert views.render_view(h, "memory.json") == legacy
         assert views.memory_view(h) == LEGACY_MEMORY
         views.flush()
-    assert (store / "abc" / "derived" / "memory.json").read_bytes() == legacy
+    assert (migrated_store / "abc" / "derived" / "memory.json").read_bytes() == legacy
     # deleting derived/ loses nothing: the imported/ copy is the source of truth
-    for child in (store / "abc" / "derived").iterdir():
+    for child in (migrated_store / "abc" / "derived").iterdir():
         child.unlink()
-    (store / "abc" / "derived").rmdir()
-    views.forget(store / "abc")  # as another process would
-    with open_abc(store) as h:
+    (migrated_store / "abc" / "derived").rmdir()
+    views.forget(migrated_store / "abc")  # as another process would
+    with open_abc(migrated_store) as h:
         assert views.render_view(h, "memory.json") == legacy
     views.flush()
-    assert (store / "abc" / "derived" / "memory.json").read_bytes() == legacy
-    assert imported_bytes(store, "abc", "abc.json") == legacy
+    assert (migrated_store / "abc" / "derived" / "memory.json").read_bytes() == legacy
+    assert imported_bytes(migrated_store, "abc", "abc.json") == legacy
 
 
-def test_a_read_only_opening_serves_the_import_too(store):
-    legacy = imported_bytes(store, "abc", "abc.json")
-    with open_abc(store, read_only=True) as h:
+def test_a_read_only_opening_serves_the_import_too(migrated_store):
+    legacy = imported_bytes(migrated_store, "abc", "abc.json")
+    with open_abc(migrated_store, read_only=True) as h:
         assert views.render_view(h, "memory.json") == legacy
         facts, _version = views.memory_facts(h)
         assert facts == IMPORTED_FACTS
 
 
-def test_events_extend_the_imported_memory(store):
-    legacy = imported_bytes(store, "abc", "abc.json")
-    with open_abc(store) as h:
+def test_events_extend_the_imported_memory(migrated_store):
+    legacy = imported_bytes(migrated_store, "abc", "abc.json")
+    with open_abc(migrated_store) as h:
         h.append_many([{"type": "thread.started", "thread_id": "t"}, STARTED,
                        message("Zebra tests now pass."), file_change("src/new.rs")])
         doc = views.memory_view(h)
@@ -134,16 +134,16 @@ def test_events_extend_the_imported_memory(store):
         h.append_many([message("Closing words."), COMPLETED])
         assert views.memory_view(h)["summary"] == "Closing words."
         views.flush()
-        stored = json.loads((store / "abc" / "derived" / "memory.json").read_bytes())
+        stored = json.loads((migrated_store / "abc" / "derived" / "memory.json").read_bytes())
         assert stored["grounded_facts"][:4] == IMPORTED_FACTS
-    assert imported_bytes(store, "abc", "abc.json") == legacy
+    assert imported_bytes(migrated_store, "abc", "abc.json") == legacy
 
 
-def test_imported_facts_come_before_eviction_summary_facts(store):
-    summary = store / "abc" / "derived" / f"{SUMMARY_PREFIX}{'0' * 32}.json"
+def test_imported_facts_come_before_eviction_summary_facts(migrated_store):
+    summary = migrated_store / "abc" / "derived" / f"{SUMMARY_PREFIX}{'0' * 32}.json"
     summary.write_text(json.dumps({"grounded_facts": ["evicted fact about otters",
                                                       "a bare fact about quokkas"]}))
-    with open_abc(store) as h:
+    with open_abc(migrated_store) as h:
         # something was evicted: the view is computed (with nothing from the log yet)
         facts = views.memory_view(h)["grounded_facts"]
         assert facts[:4] == IMPORTED_FACTS
@@ -154,8 +154,8 @@ def test_imported_facts_come_before_eviction_summary_facts(store):
             "evicted fact about otters", "a log fact about otters"]
 
 
-def test_appends_stay_incremental_and_facts_only_grow(store):
-    with open_abc(store) as h:
+def test_appends_stay_incremental_and_facts_only_grow(migrated_store):
+    with open_abc(migrated_store) as h:
         facts0, (gen0, n0) = views.memory_facts(h)
         assert facts0 == IMPORTED_FACTS and n0 == 4
         st = cache.state_for(h)
@@ -180,8 +180,8 @@ def test_appends_stay_incremental_and_facts_only_grow(store):
 # --- trajectory.jsonl ----------------------------------------------------------------------
 
 
-def test_trajectory_is_the_imported_file_then_the_log_turns(store):
-    with memfs.open_session(store, "traj-run", max_events=0) as h:
+def test_trajectory_is_the_imported_file_then_the_log_turns(migrated_store):
+    with memfs.open_session(migrated_store, "traj-run", max_events=0) as h:
         assert views.render_view(h, "trajectory.jsonl") == LEGACY_TRAJECTORY
         # memory.json of a trajectory import is computed from its (empty) log as usual
         assert views.memory_view(h)["grounded_facts"] == []
@@ -193,16 +193,16 @@ def test_trajectory_is_the_imported_file_then_the_log_turns(store):
         assert [(t["turn"], t["outcome"]) for t in lines[2:]] == [(1, "completed"), (2, "open")]
         assert views.trajectory(h) == lines
         views.flush()
-        assert (store / "traj-run" / "derived" / "trajectory.jsonl").read_bytes() == data
-    assert imported_bytes(store, "traj-run", "trajectory-run.jsonl") == LEGACY_TRAJECTORY
+        assert (migrated_store / "traj-run" / "derived" / "trajectory.jsonl").read_bytes() == data
+    assert imported_bytes(migrated_store, "traj-run", "trajectory-run.jsonl") == LEGACY_TRAJECTORY
 
 
 # --- odd imports ---------------------------------------------------------------------------
 
 
-def test_an_imported_file_that_is_not_an_object_is_served_until_events_come(store):
-    (store / "abc" / "imported" / "abc.json").write_bytes(b"[1, 2]")
-    with open_abc(store) as h:
+def test_an_imported_file_that_is_not_an_object_is_served_until_events_come(migrated_store):
+    (migrated_store / "abc" / "imported" / "abc.json").write_bytes(b"[1, 2]")
+    with open_abc(migrated_store) as h:
         assert views.render_view(h, "memory.json") == b"[1, 2]"
         h.append_many([STARTED, message("only log facts")])
         doc = views.memory_view(h)
@@ -210,12 +210,12 @@ def test_an_imported_file_that_is_not_an_object_is_served_until_events_come(stor
         assert doc["summary"] == ""
 
 
-def test_a_symlinked_imported_folder_is_not_followed(store, tmp_path):
-    imported = store / "abc" / "imported"
+def test_a_symlinked_imported_folder_is_not_followed(migrated_store, tmp_path):
+    imported = migrated_store / "abc" / "imported"
     elsewhere = tmp_path / "elsewhere"
     imported.rename(elsewhere)
     imported.symlink_to(elsewhere)
-    with open_abc(store) as h:
+    with open_abc(migrated_store) as h:
         doc = views.memory_view(h)
         assert doc["grounded_facts"] == [] and doc["summary"] == ""
         assert views.memory_facts(h)[0] == []
@@ -224,26 +224,26 @@ def test_a_symlinked_imported_folder_is_not_followed(store, tmp_path):
 # --- search --------------------------------------------------------------------------------
 
 
-def test_search_finds_legacy_facts_before_and_after_appends(store):
-    results = search_store(store, "zebra parser")
+def test_search_finds_legacy_facts_before_and_after_appends(migrated_store):
+    results = search_store(migrated_store, "zebra parser")
     assert [(r["chunk_id"], r["snippet"], r["turn"], r["offset"]) for r in results][0] == (
         "abc:0", "Zebra parser rewritten in Rust", 2, 120)
-    assert search_store(store, "quokkas")[0]["chunk_id"] == "abc:2"
-    with open_abc(store) as h:
+    assert search_store(migrated_store, "quokkas")[0]["chunk_id"] == "abc:2"
+    with open_abc(migrated_store) as h:
         h.append_many([STARTED, message("zebra benchmarks recorded"), COMPLETED])
-    results = search_store(store, "zebra")
+    results = search_store(migrated_store, "zebra")
     assert {r["snippet"] for r in results} == {"Zebra parser rewritten in Rust", "file update: src/zebra.rs",
                                               "zebra benchmarks recorded"}
-    assert search_store(store, "quokkas")[0]["chunk_id"] == "abc:2"  # indices did not move
+    assert search_store(migrated_store, "quokkas")[0]["chunk_id"] == "abc:2"  # indices did not move
 
 
 # --- through a mount -----------------------------------------------------------------------
 
 
 @needs_fuse
-def test_a_mounted_migrated_session(store, tmp_path):
-    legacy = imported_bytes(store, "abc", "abc.json")
-    with mounted(store, tmp_path / "mnt") as m:
+def test_a_mounted_migrated_session(migrated_store, tmp_path):
+    legacy = imported_bytes(migrated_store, "abc", "abc.json")
+    with mounted(migrated_store, tmp_path / "mnt") as m:
         s = m.mnt / "sessions" / "abc"
         assert sh("cat derived/memory.json", s).stdout.encode() == legacy
         assert sh("cat derived/trajectory.jsonl", m.mnt / "sessions" / "traj-run").stdout.encode() == LEGACY_TRAJECTORY
@@ -257,5 +257,5 @@ def test_a_mounted_migrated_session(store, tmp_path):
         assert doc["grounded_facts"][4]["fact"] == "Zebra via mount."
         found = [json.loads(line) for line in sh('cat "search/zebra"', m.mnt).stdout.splitlines()]
         assert {r["snippet"] for r in found} >= {"Zebra parser rewritten in Rust", "Zebra via mount."}
-    assert imported_bytes(store, "abc", "abc.json") == legacy
-    assert os.stat(store / "abc" / "imported" / "abc.json").st_mode & 0o777 == 0o600
+    assert imported_bytes(migrated_store, "abc", "abc.json") == legacy
+    assert os.stat(migrated_store / "abc" / "imported" / "abc.json").st_mode & 0o777 == 0o600

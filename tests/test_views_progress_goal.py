@@ -31,12 +31,6 @@ def failed(at: str | None = None) -> dict:
     return event
 
 
-@pytest.fixture
-def session(tmp_path):
-    with memfs.open_session(tmp_path, "sess-p", max_events=0) as handle:
-        yield handle
-
-
 # --- ProgressLedger -------------------------------------------------------------------------
 
 
@@ -72,7 +66,8 @@ def test_progress_follows_the_latest_plan_item(session):
                                                                          ("c", "pending")]
     assert list(p) == ["session_id", "goal", "milestones", "confidence", "stalled_since", "updated_at",
                        "previous_session_id", "handoff_summary", "known_issues", "git_checkpoint"]
-    assert p["session_id"] == "sess-p" and p["goal"] == ""
+    assert p["session_id"] == "sess-1"
+    assert p["goal"] == "a; b; c"  # no goal.created, no prompt: the plan's milestones name it
     assert (p["previous_session_id"], p["handoff_summary"], p["known_issues"], p["git_checkpoint"]) == (
         None, None, [], None)
     raw = views.render_view(session, "progress.json")
@@ -269,3 +264,49 @@ def test_a_plan_item_timestamp_dates_the_update(session):
     session.append_many([STARTED, {"type": "item.completed", "item": {
         "id": "p", "type": "plan", "text": "- [ ] a", "context": {"timestamp": "2026-04-04T00:00:00Z"}}}])
     assert views.progress(session)["updated_at"] == "2026-04-04T00:00:00Z"
+
+
+# --- Codex's todo_list and the goal's fallbacks (SPEC §4.3) ---------------------------------
+
+
+def todos(*entries: tuple[str, bool], kind: str = "item.updated") -> dict:
+    return {"type": kind, "item": {"id": "item_1", "type": "todo_list",
+                                   "items": [{"text": t, "completed": c} for t, c in entries]}}
+
+
+def test_a_todo_list_drives_the_milestones_and_the_latest_of_plan_or_todo_wins(session):
+    session.append_many([STARTED, plan("Fix the retry loop\n- [x] read\n- [ ] fix"),
+                         todos(("Read src/net.py", True), ("Add a retry loop", False), ("Run the tests", False))])
+    p = views.progress(session)
+    assert [(m["id"], m["description"], m["status"]) for m in p["milestones"]] == [
+        ("1", "Read src/net.py", "done"), ("2", "Add a retry loop", "pending"), ("3", "Run the tests", "pending")]
+    assert p["goal"] == "Read src/net.py; Add a retry loop; Run the tests"
+    md = views.progress_markdown(session)
+    assert "**Completion:** 33%" in md and "[x] 1 — Read src/net.py\n[ ] 2 — Add a retry loop\n" in md
+    session.append_many([todos(("Read src/net.py", True), ("Add a retry loop", True), ("Run the tests", False)),
+                         completed()])
+    assert views.progress(session)["confidence"] == 1.0 and "**Completion:** 67%" in views.progress_markdown(session)
+    session.append_many([STARTED, plan("Fix the retry loop\n- [x] read\n- [ ] fix")])  # a later plan wins
+    p = views.progress(session)
+    assert [m["description"] for m in p["milestones"]] == ["read", "fix"] and p["goal"] == "Fix the retry loop"
+
+
+def test_a_todo_list_turn_that_completes_an_entry_advances_and_a_failed_turn_stalls(session):
+    session.append_many([STARTED, todos(("a", False), ("b", False)), failed()])
+    p = views.progress(session)
+    assert p["confidence"] == 0.9 and p["stalled_since"] is not None
+    session.append_many([STARTED, todos(("a", True), ("b", False)), completed()])
+    p = views.progress(session)
+    assert p["confidence"] == 0.95 and p["stalled_since"] is None
+
+
+def test_goal_falls_back_to_the_latest_turns_first_prompt(session):
+    prompt = lambda text: {"type": "item.completed", "item": {"id": "u", "type": "user_message", "text": text}}  # noqa: E731
+    session.append_many([STARTED, plan("- [ ] a"), prompt("Make fetch() retry"), prompt("also add jitter"),
+                         completed()])
+    assert views.progress(session)["goal"] == "Make fetch() retry"
+    session.append_many([STARTED, {"type": "item.completed", "item": {
+        "id": "u2", "type": "user_message", "content": [{"type": "text", "text": "Now document it"}]}}])
+    assert views.progress(session)["goal"] == "Now document it"
+    session.append_many([{"type": "goal.created", "goal_id": "g", "objective": "ship it"}])
+    assert views.progress(session)["goal"] == "ship it"  # a named goal always wins

@@ -1,13 +1,15 @@
 """What each generated file of the mount holds, asked of the library (floors 2–3).
 
-Also the one mount-only piece of syntax: search file names, ``<query>?k=N&min_score=X&
-format=jsonl|text``. Decisions recorded here:
+Also the mount-only pieces of syntax: search file names, ``<query>?k=N&min_score=X&
+format=jsonl|text``, and ``derived/context.md?budget=N`` (the brief in N tokens, 1 ≤ N ≤
+1,000,000; any other suffix names nothing). Decisions recorded here:
 
-* The part after the last ``?`` is a parameter list when it contains ``=``; then every
-  parameter must be known (``k``, ``min_score``, ``format``), given once, with a valid value
-  (``k`` at least 1, as ``memfs search -k``; ``min_score`` a finite number; ``format`` jsonl
-  or text) — anything else is ``EINVAL`` with the reason in the server's log, never silently
-  part of the query. Without ``=`` (``what broke?``, ``why? because``) the ``?`` is text.
+* The part after the last ``?`` of a search name is a parameter list when it contains
+  ``=``; then every parameter must be known (``k``, ``min_score``, ``format``), given once,
+  with a valid value (``k`` at least 1, as ``memfs search -k``; ``min_score`` a finite
+  number; ``format`` jsonl or text) — anything else is ``EINVAL`` with the reason in the
+  server's log, never silently part of the query. Without ``=`` (``what broke?``, ``why?
+  because``) the ``?`` is text.
 * The query part is percent-decoded (``%2F`` is ``/``, ``%3F`` a literal ``?``, ``%25`` a
   ``%``), since a file name cannot hold a ``/``; a ``%`` not followed by two hex digits is
   kept as it is.
@@ -23,7 +25,8 @@ import orjson
 
 from memfs import views
 from memfs.errors import BadQuery, NotFound
-from memfs.store.log import SessionHandle
+from memfs.store.session import SessionHandle
+from memfs.views.context import MAX_BUDGET
 
 README = """\
 # memfs
@@ -37,6 +40,12 @@ This directory is an AI coding agent's session memory, served by memfs.
 - `derived/` holds views regenerated from the log when read: `memory.json`,
   `trajectory.jsonl`, `summary.md`, `progress.json`, `progress.md`, `goal.json`,
   `turns/<n>.jsonl`.
+- `derived/context.md` is a brief to paste into an agent's next prompt: goal, progress, open
+  todos, last summary, failures and their reasons, files touched, facts — newest first, cut to
+  2,000 tokens (~4 bytes each); `cat 'derived/context.md?budget=500'` for another budget.
+- Codex `exec --json` lines and VT Code lines are both accepted as they are. Claude Code
+  stream-json/transcript lines and Codex rollout lines are refused with the command that
+  brings them in (`memfs record`, `memfs import`).
 - `search/<query>` (per session, and at the top for all sessions) returns BM25 results as
   JSON lines; add `?k=3`, `?min_score=1.5` or `?format=text` to the name.
 - `mkdir sessions/<name>` creates a session; nothing can be truncated, renamed or deleted.
@@ -102,6 +111,25 @@ def render_results(results: list[dict], fmt: str) -> bytes:
     return b"".join(orjson.dumps(r) + b"\n" for r in results)
 
 
+CONTEXT = "context.md"
+
+
+def context_budget(name: str) -> int | None:
+    """The budget of ``context.md?budget=N``; None for any other name."""
+    base, sep, suffix = name.partition("?")
+    if base != CONTEXT or not sep or not suffix.startswith("budget="):
+        return None
+    value = suffix[len("budget="):]
+    if not value.isdigit() or not 1 <= int(value) <= MAX_BUDGET:
+        return None
+    return int(value)
+
+
+def is_view_name(name: str) -> bool:
+    """A view every session has: a fixed view, or ``context.md`` with a budget."""
+    return name in views.VIEW_NAMES or context_budget(name) is not None
+
+
 def view_names(handle: SessionHandle) -> list[str]:
     return views.list_names(handle)
 
@@ -111,6 +139,9 @@ def turn_numbers(handle: SessionHandle) -> list[int]:
 
 
 def view_bytes(handle: SessionHandle, name: str) -> bytes:
+    budget = context_budget(name)
+    if budget is not None:
+        return views.context_markdown(handle, budget).encode()
     try:
         return views.render_view(handle, name)
     except FileNotFoundError:

@@ -36,9 +36,9 @@ from memfs.fs import content
 from memfs.fs.errors import fail, guarded, log
 from memfs.fs.nodes import DIR_KINDS, DYNAMIC_KINDS, SESSION_CHILDREN, InodeTable, K, Node, child
 from memfs.store.appender import LineAppender
-from memfs.store.log import SessionHandle
 from memfs.store.meta import parse_rfc3339
 from memfs.store.paths import open_nofollow, refuse_symlink
+from memfs.store.session import SessionHandle
 from memfs.store.root import Store
 
 # Seconds the kernel may cache: names that never change vs. anything that does.
@@ -98,7 +98,7 @@ class Operations(pyfuse3.Operations):
         self.dirs: dict[int, list[tuple[str, Node]]] = {}
         self._next_fh = 1
         self.started = time.time_ns()
-        self.fsync_writes = store.settings.durability == "fsync"
+        self.fsync_writes = store.settings.session_config.syncs  # the store decides what may wait for the disk
         self._mtimes: dict[Node, tuple[tuple[int, int], int]] = {}  # generated file → (content key, mtime)
 
     # --- helpers -----------------------------------------------------------------------------
@@ -135,7 +135,7 @@ class Operations(pyfuse3.Operations):
         if node.session is not None and not self.store.exists(node.session):
             return False
         if kind is K.VIEW:  # the fixed views exist without listing derived/ at every stat
-            return node.arg in views.VIEW_NAMES or node.arg in content.view_names(self._session(node))
+            return content.is_view_name(node.arg) or node.arg in content.view_names(self._session(node))
         if kind is K.TURN:
             return int(node.arg) in content.turn_numbers(self._session(node))
         if kind is K.QUERY:

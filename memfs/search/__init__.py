@@ -9,22 +9,32 @@
   kept in step with a sessions root.
 """
 
+from __future__ import annotations
+
+import importlib
+
 from memfs.search.bm25 import recency_factor
 from memfs.search.index import DEFAULT_MAX_RESULTS, DEFAULT_MIN_SCORE, MAX_RESULTS, SearchIndex
-from memfs.search.searcher import created_at_of, search_store, store_searcher, sync_from_handle
 from memfs.search.tokenize import MAX_QUERY_TOKENS, query_tokens, tokenize
 
-__all__ = [
-    "DEFAULT_MAX_RESULTS",
-    "DEFAULT_MIN_SCORE",
-    "MAX_QUERY_TOKENS",
-    "MAX_RESULTS",
-    "SearchIndex",
-    "created_at_of",
-    "query_tokens",
-    "recency_factor",
-    "search_store",
-    "store_searcher",
-    "sync_from_handle",
-    "tokenize",
-]
+# the store-backed half loads on first use (PEP 562), so the index and the formula never
+# import the store
+_EXPORTS = {
+    "created_at_of": "memfs.search.searcher",
+    "search_store": "memfs.search.searcher",
+    "store_searcher": "memfs.search.searcher",
+    "sync_from_handle": "memfs.search.searcher",
+}
+
+__all__ = sorted([*_EXPORTS, "DEFAULT_MAX_RESULTS", "DEFAULT_MIN_SCORE", "MAX_QUERY_TOKENS", "MAX_RESULTS",
+                  "SearchIndex", "query_tokens", "recency_factor", "tokenize"])
+
+
+def __getattr__(name: str):
+    """The store-backed names, imported on first use."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memfs.search' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -37,7 +37,7 @@ from typing import Callable
 from memfs.errors import MemfsError, NotFound
 from memfs.search.index import DEFAULT_MAX_RESULTS, DEFAULT_MIN_SCORE, SearchIndex
 from memfs.search.tokenize import query_tokens
-from memfs.store.log import SessionHandle
+from memfs.store.session import SessionHandle
 from memfs.store.meta import parse_rfc3339
 from memfs.store.paths import MANIFEST
 from memfs.store.root import Store, StoreSettings

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import logging
 
-from memfs.errors import CapRewriteError, LineTooLong, ValidationError
+from memfs.errors import CapRewriteError, ValidationError
 from memfs.events import Record
-from memfs.store import _append
-from memfs.store.log import SessionHandle
+from memfs.store.config import check_line_size
+from memfs.store.session import SessionHandle
 
 log = logging.getLogger("memfs.store")
 
@@ -37,7 +37,7 @@ log = logging.getLogger("memfs.store")
 class LineAppender:
     """Splits written bytes into lines and appends them to ``handle``."""
 
-    __slots__ = ("handle", "max_line_bytes", "pid", "partial")  # write() is compiled and reads them
+    __slots__ = ("handle", "max_line_bytes", "pid", "partial")
 
     def __init__(self, handle: SessionHandle, *, max_line_bytes: int, pid: int | None = None):
         self.handle = handle
@@ -45,23 +45,26 @@ class LineAppender:
         self.pid = pid
         self.partial = bytearray()  # an unterminated line: earlier writes' bytes
 
-    # write(data) -> int: append the complete lines of ``partial + data``; return how many
-    # bytes of ``data`` were taken (all of them unless a line was refused or the log could not
-    # take more). Raises the ValidationError when the first line it would commit is refused;
-    # that line (with the fragment before it) is recorded and dropped. The common write,
-    # exactly one whole line with no fragment held, is the handle's single append (same rules,
-    # a third of the work of splitting and batching); it is told apart in C
-    # (memfs/store/_append.c), because the filesystem pays for every Python call several
-    # times over between round trips. Every other write is _write_lines. It is installed by
-    # _append.configure_appender() at the end of this module.
+    def write(self, data: bytes) -> int:
+        """Append the complete lines of ``partial + data``; return how many bytes of ``data``
+        were taken (all of them unless a line was refused or the log could not take more).
 
-    def _after_error(self, exc: BaseException) -> None:
-        """The single append of a one-line write raised ``exc``: a failure after the line was
-        accepted (``accepted`` set) is logged and the write succeeds; anything else is raised."""
-        if isinstance(exc, (OSError, CapRewriteError)) and getattr(exc, "accepted", 0):
-            log.warning("%s: line appended, then: %s", self.handle.name, exc)
-            return
-        raise exc
+        Raises the :class:`ValidationError` when the first line it would commit is refused;
+        that line (with the fragment before it) is recorded and dropped. The common write,
+        exactly one whole line with no fragment held, is the handle's single append (same
+        rules, less work than splitting and batching); every other write is
+        :meth:`_write_lines`.
+        """
+        if not self.partial and data and data.find(b"\n") == len(data) - 1:
+            try:
+                self.handle.append(data[:-1], self.pid)
+            except (OSError, CapRewriteError) as exc:
+                if not getattr(exc, "accepted", 0):
+                    raise
+                # a failure after the line was accepted: a retry would duplicate it
+                log.warning("%s: line appended, then: %s", self.handle.name, exc)
+            return len(data)
+        return self._write_lines(data)
 
     def _write_lines(self, data: bytes) -> int:
         """:meth:`write` for any write but one whole line with no fragment held."""
@@ -69,9 +72,10 @@ class LineAppender:
         carried = len(self.partial)
         last_nl = buf.rfind(b"\n")
         if last_nl < 0:
-            if len(buf) > self.max_line_bytes:
-                self._refuse(buf, LineTooLong(
-                    f"line is over the limit of {self.max_line_bytes} bytes (max_line_bytes)"))
+            try:
+                check_line_size(len(buf), self.max_line_bytes)
+            except ValidationError as exc:
+                self._refuse(buf, exc)
             self.partial = bytearray(buf)
             return len(data)
 
@@ -125,5 +129,3 @@ class LineAppender:
         self.partial = bytearray()
         raise error
 
-
-_append.configure_appender(LineAppender)

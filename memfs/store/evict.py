@@ -82,25 +82,26 @@ def default_summary_hook(session_dir: Path, session_id: str, events: list[dict])
 
 
 def enforce_cap(s) -> None:
-    """Bring ``s`` (a ``log._Shared``, its mutex held) under its cap, if closed turns allow."""
-    state = s.state
-    plan = plan_cut(state.index, state.in_turn, state.event_count - s.max_events)
+    """Bring session ``s`` (a :class:`memfs.store.session.Session`, its mutex held) under its
+    cap, if closed turns allow."""
+    state, log = s.state, s.log
+    plan = plan_cut(state.index, state.in_turn, state.event_count - s.config.max_events)
     if plan is None:
         return
     k, cut = plan
     # 1. everything durable before anything is rewritten
-    s.durable()
-    file_len = s.flushed_len
+    log.durable()
+    file_len = log.flushed_len
     _after_step(1)
     # 2. recount the prefix as a rescan would
     evicted = []
-    for _off, line in scan_lines(s.fd, 0, cut):
+    for _off, line in scan_lines(log.fd, 0, cut):
         decoded = decode_stored(line)
         if decoded is not None:
             evicted.append(decoded[1])
     _after_step(2)
     # 3. the summary hook; its failure leaves the log untouched
-    hook = s.summary_hook or default_summary_hook
+    hook = s.config.summary_hook or default_summary_hook
     try:
         hook(s.dir, s.session_id, evicted)
     except Exception as exc:
@@ -111,7 +112,7 @@ def enforce_cap(s) -> None:
     atomic_write(s.dir / CAP_MARKER, CapMarker(file_len, file_len - cut, new_base).to_json())
     _after_step(4)
     # 5. the remainder replaces the log
-    old_fd = s.fd
+    old_fd = log.fd
 
     def copy_remainder(dst: int) -> None:
         pos = cut

@@ -1,9 +1,9 @@
 """``memfs fsck`` (SPEC §7): rescan a session, repair its metadata, report what was wrong.
 
-Built on the session log's own open: a writable :func:`~memfs.store.log.open_session`
+Built on the session log's own open: a writable :func:`~memfs.store.session.open_session`
 already repairs a torn tail, rescans when the metadata cannot be trusted, recovers or
 deletes a cap-rewrite marker, and says so in ``open_report``. On top of that, fsck runs a
-forced full :func:`~memfs.store.log.rescan` and compares it with the state the open
+forced full :func:`~memfs.store.session.rescan` and compares it with the state the open
 settled on: metadata that passed the fast-path checks yet disagrees with the log (wrong
 counts, shifted offsets) is invalidated and rebuilt by reopening.
 
@@ -32,11 +32,13 @@ from typing import Callable, Iterable
 import orjson
 
 from memfs.errors import MemfsError, SessionBusy
-from memfs.store.log import OpenReport, SessionHandle, open_session, rescan
+from memfs.store.recovery import OpenReport, rescan
+from memfs.store.session import SessionHandle, open_session
 from memfs.store.machine import TurnState, renumber
 from memfs.store.paths import EVENTS, MANIFEST, atomic_write, open_nofollow, remove_stale_temps
 from memfs.store.rejected import count_rejected
-from memfs.store.retention import find_session, list_sessions, remove_trash
+from memfs.store.catalog import find_session
+from memfs.store.retention import list_sessions, remove_trash
 
 Progress = Callable[[int, int], None]
 

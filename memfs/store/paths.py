@@ -146,7 +146,8 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
 
 def atomic_write(path: Path, data: bytes | Callable[[int], None]) -> None:
     """Replace ``path`` atomically: temp file in the same dir (O_EXCL|O_NOFOLLOW, 0600),
-    fsync, rename over the target. The target is never opened for writing in place.
+    fsync, rename over the target, fsync the directory (so the rename itself survives a power
+    loss). The target is never opened for writing in place.
 
     ``data`` is the new content, or a function that writes it to the temp file's fd (for
     content too large to hold in memory)."""
@@ -165,6 +166,16 @@ def atomic_write(path: Path, data: bytes | Callable[[int], None]) -> None:
         raise
     os.close(fd)
     os.rename(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the directory's entries (a rename, a new file) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # The temp files atomic_write makes: ".<target name>.<pid>.<8 hex>.tmp".

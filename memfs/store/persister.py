@@ -3,8 +3,8 @@ of every open session (SPEC §3.2), so that appends never wait for a persist's `
 and atomic writes.
 
 A session asks for a persist with :func:`schedule` (at a turn boundary or after 64 KiB of
-log, see :mod:`memfs.store.log`); the thread runs the persist once it is due. What a session
-must provide (a ``log._Shared``):
+log, see :mod:`memfs.store.session`); the thread runs the persist once it is due. What a session
+must provide (a :class:`memfs.store.session.Session`):
 
 * ``closed`` — true once the session is shut down (it is then never scheduled again);
 * ``name`` — for the log;

@@ -31,6 +31,9 @@ Decisions recorded here:
   history in ``derived/`` with zero turns in the log; it is not an empty shell, so step 2
   skips it (steps 3 and 4 still apply).
 * Bytes freed are the sizes of the regular files removed.
+* A listing also says which agent wrote each session and its thread id
+  (:mod:`memfs.agents`: from the head of its log, as ``summary.md`` says it). The read is
+  cached until the log is replaced or its head changes.
 * A removal first renames the session to ``.trash-<pid>-<hex>-<name>`` in the root (hidden:
   never listed), then deletes it; ``gc`` (and ``fsck``) delete such leftovers of a removal
   a crash interrupted, once their process is gone. ``memfs sessions`` only reads.
@@ -49,12 +52,14 @@ from typing import Callable, Iterable
 
 import orjson
 
-from memfs.errors import NotFound, SessionBusy, SymlinkRefused
+from memfs.agents import HEAD_BYTES, Origin
+from memfs.errors import SessionBusy, SymlinkRefused
+from memfs.events import decode_stored
 from memfs.store import lock as liveness
 from memfs.store.meta import now_rfc3339, parse_rfc3339, read_manifest
-from memfs.store.paths import (MANIFEST, PIN, atomic_write, read_file, refuse_symlink, remove_file, remove_tree,
-                               pid_alive, sanitize, tree_bytes)
-from memfs.store.root import is_session_dir
+from memfs.store.paths import (EVENTS, MANIFEST, PIN, atomic_write, open_nofollow, pid_alive, read_file,
+                               refuse_symlink, remove_file, remove_tree, sanitize, tree_bytes)
+from memfs.store.catalog import find_session, is_session_entry, root_entries, session_names
 
 Progress = Callable[[int, int], None]  # (done, total)
 DAY = 86400.0
@@ -66,19 +71,6 @@ class Policy:
 
     max_sessions: int = 50
     max_age_days: float = 30
-
-
-def find_session(root: str | os.PathLike, session: str) -> Path:
-    """The directory of ``session`` (a raw id or a directory name) under ``root``.
-
-    Raises :class:`NotFound` when there is none and :class:`SymlinkRefused` when it is a
-    symlink.
-    """
-    path = Path(root) / sanitize(session)
-    refuse_symlink(path)
-    if not path.is_dir():
-        raise NotFound(f"no session {session!r} in {root}")
-    return path
 
 
 def is_pinned(session_dir: Path) -> bool:
@@ -129,6 +121,8 @@ class SessionInfo:
     imported: bool = False
     pinned: bool = False
     live: bool = False
+    agent: str = "unknown"  # which agent wrote it (memfs.agents), from the log's head
+    thread_id: str | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -196,38 +190,59 @@ def _cached_info(session_dir: Path) -> SessionInfo:
     return dataclasses.replace(info)
 
 
-def _entries(root: Path) -> list[os.DirEntry]:
-    """The root's entries (sorted by name); a symlinked root is refused; none when absent."""
-    refuse_symlink(root)
+_ORIGINS: dict[str, tuple[tuple, tuple[str, str | None]]] = {}
+
+
+def _origin(session_dir: Path) -> tuple[str, str | None]:
+    """``(agent, thread_id)`` of a session from the lines that start in its log's first
+    :data:`~memfs.agents.HEAD_BYTES`; unreadable reads as unknown."""
+    path = session_dir / EVENTS
     try:
-        with os.scandir(root) as it:
-            return sorted(it, key=lambda e: e.name)
-    except FileNotFoundError:
-        return []
-
-
-def _is_session_entry(entry: os.DirEntry) -> bool:
-    """A real directory not hidden: hidden names are never sessions (sanitize strips leading
-    dots) and ``memfs migrate`` assembles sessions in hidden folders."""
-    return entry.is_dir(follow_symlinks=False) and not entry.name.startswith(".")
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return "unknown", None
+        key = (st.st_dev, st.st_ino, min(st.st_size, 2 * HEAD_BYTES))
+        hit = _ORIGINS.get(str(session_dir))
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        fd = open_nofollow(path, os.O_RDONLY)
+        try:
+            head = os.pread(fd, 2 * HEAD_BYTES, 0)  # the lines that start in the head, whole
+        finally:
+            os.close(fd)
+    except (OSError, SymlinkRefused):
+        return "unknown", None
+    origin = Origin()
+    offset = 0
+    for line in head.split(b"\n")[:-1]:
+        if offset >= HEAD_BYTES:
+            break
+        offset += len(line) + 1
+        decoded = decode_stored(line)
+        if decoded is not None:
+            origin.feed(decoded[1])
+            if origin.settled:
+                break
+    result = (origin.agent, origin.thread_id)
+    _ORIGINS[str(session_dir)] = (key, result)
+    return result
 
 
 def list_sessions(root: str | os.PathLike) -> list[SessionInfo]:
     """Every session of the store, most recently updated first (ties by name).
 
-    The sessions are what the mount lists (:func:`memfs.store.root.is_session_dir`: real
+    The sessions are what the mount lists (:func:`memfs.store.catalog.session_names`: real
     directories holding a log or a manifest); symlinked entries and stray files are not
     sessions. Manifest reads are cached until the manifest changes.
     """
     root = Path(root)
     sessions = []
-    for entry in _entries(root):
-        if not _is_session_entry(entry) or not is_session_dir(root / entry.name):
-            continue
-        path = root / entry.name
+    for name in session_names(root):
+        path = root / name
         info = _cached_info(path)
         info.pinned = is_pinned(path)
         info.live = liveness.is_live(path)
+        info.agent, info.thread_id = _origin(path)
         sessions.append(info)
     sessions.sort(key=lambda s: s.name)
     sessions.sort(key=lambda s: s.updated_ts, reverse=True)
@@ -330,7 +345,7 @@ def remove_trash(root: str | os.PathLike) -> int:
     """Finish removals that a crash interrupted: delete the ``.trash-<pid>-…`` folders of the
     sessions root whose gc process is gone; return how many."""
     done = 0
-    for entry in _entries(Path(root)):
+    for entry in root_entries(root):
         if not entry.name.startswith(TRASH_PREFIX) or not entry.is_dir(follow_symlinks=False):
             continue
         pid = entry.name[len(TRASH_PREFIX):].split("-", 1)[0]
@@ -360,7 +375,7 @@ def gc(root: str | os.PathLike, policy: Policy = Policy(), *, preserve: Iterable
     now = time.time() if now is None else now
     cutoff = now - policy.max_age_days * DAY
     preserved = {sanitize(p) for p in preserve}
-    entries = _entries(root)
+    entries = root_entries(root)
     candidates: list[_Candidate] = []
     for i, entry in enumerate(entries):
         if progress:
@@ -369,7 +384,7 @@ def gc(root: str | os.PathLike, policy: Policy = Policy(), *, preserve: Iterable
         if entry.is_symlink():
             report.kept[name] = "symlink"
             continue
-        if not _is_session_entry(entry):
+        if not is_session_entry(entry):
             continue
         path = root / name
         if name in preserved:

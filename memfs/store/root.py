@@ -7,15 +7,16 @@ filesystem) opens each session once and holds its liveness lock until it closes 
 from __future__ import annotations
 
 import os
-import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from memfs.errors import AlreadyExists, InvalidName, NotEmpty, NotFound, SessionBusy
 from memfs.store.lock import is_live
-from memfs.store.log import DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES, SessionHandle, open_session
-from memfs.store.paths import EVENTS, MANIFEST, REJECTED, ensure_private_dir, new_session_name_problem, remove_tree
+from memfs.store.catalog import is_session_dir, session_names
+from memfs.store.config import DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES, SessionConfig
+from memfs.store.paths import EVENTS, REJECTED, ensure_private_dir, new_session_name_problem, remove_tree
+from memfs.store.session import SessionHandle, open_session
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,15 +28,10 @@ class StoreSettings:
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     read_only: bool = False
 
-
-def is_session_dir(path: Path) -> bool:
-    """A real (not symlinked) directory holding a log or a manifest."""
-    try:
-        if not stat.S_ISDIR(os.lstat(path).st_mode):
-            return False
-    except OSError:
-        return False
-    return os.path.lexists(path / EVENTS) or os.path.lexists(path / MANIFEST)
+    @property
+    def session_config(self) -> SessionConfig:
+        """The config each session of the store is opened with."""
+        return SessionConfig(self.durability, self.max_events, self.max_line_bytes)
 
 
 class Store:
@@ -51,11 +47,7 @@ class Store:
 
     def names(self) -> list[str]:
         """Session directory names, sorted. Symlinks and stray files are not sessions."""
-        try:
-            entries = os.listdir(self.root)
-        except FileNotFoundError:
-            return []
-        return sorted(n for n in entries if not n.startswith(".") and is_session_dir(self.root / n))
+        return session_names(self.root)
 
     def exists(self, name: str) -> bool:
         return name in self._handles or is_session_dir(self.root / name)

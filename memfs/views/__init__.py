@@ -1,7 +1,8 @@
 """Floor 3: derived views (SPEC §4) — pure functions of a session's log, folded incrementally.
 
 ``derived/`` holds ``memory.json``, ``trajectory.jsonl``, ``summary.md``, ``progress.json``,
-``progress.md``, ``goal.json``, ``turns/<n>.jsonl`` and the stored ``eviction-summary-*.json``.
+``progress.md``, ``goal.json``, ``context.md`` (a brief for the next prompt, under a token
+budget), ``turns/<n>.jsonl`` and the stored ``eviction-summary-*.json``.
 :func:`render_view` gives the bytes of any of them for an open session handle; views are
 regenerated only when read after the log changed, folding only the bytes appended since, and
 copied into the backing store's ``derived/`` (atomically, 0600, write-behind: see
@@ -19,11 +20,12 @@ mapping: :mod:`memfs.views.imported`.
 Module map: :mod:`~memfs.views.fold` (the one pass over the log), :mod:`~memfs.views.cache`
 (per-session state and refresh), one module per view (:mod:`~memfs.views.memory`,
 :mod:`~memfs.views.trajectory`, :mod:`~memfs.views.summary`, :mod:`~memfs.views.progress`,
-:mod:`~memfs.views.goal`), :mod:`~memfs.views.imported` (migrated sessions' imported files),
+:mod:`~memfs.views.goal`, :mod:`~memfs.views.context`), :mod:`~memfs.views.imported` (migrated sessions' imported files),
 :mod:`~memfs.views.api` (these functions).
 """
 
 from memfs.views.api import (
+    context_markdown,
     goal,
     list_names,
     list_turns,
@@ -40,6 +42,7 @@ from memfs.views.persist import flush
 
 __all__ = [
     "VIEW_NAMES",
+    "context_markdown",
     "flush",
     "forget",
     "goal",

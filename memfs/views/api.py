@@ -1,6 +1,6 @@
 """The views' public functions: what the filesystem, the CLI, search and library users call.
 
-Every function takes an open :class:`~memfs.store.log.SessionHandle` and returns the view of
+Every function takes an open :class:`~memfs.store.session.SessionHandle` and returns the view of
 the log as it is now (lazily and incrementally refreshed, see :mod:`memfs.views.cache`).
 """
 
@@ -14,6 +14,7 @@ from memfs.errors import TurnNotFound
 from memfs.store.evict import SUMMARY_PREFIX
 from memfs.store.paths import DERIVED_DIR, read_file, refuse_symlink
 from memfs.views.cache import TURNS_DIR, VIEW_NAMES, state_for
+from memfs.views.context import DEFAULT_BUDGET
 from memfs.views.memory import summary_names
 
 _TURN_NAME = re.compile(r"([1-9][0-9]*)\.jsonl")
@@ -109,6 +110,17 @@ def goal(handle) -> dict:
 def summary_markdown(handle) -> str:
     """``summary.md`` as text."""
     return render_view(handle, "summary.md").decode()
+
+
+def context_markdown(handle, budget: int = DEFAULT_BUDGET) -> str:
+    """``context.md`` (see :mod:`memfs.views.context`) in ``budget`` tokens; only the default
+    budget's brief is cached and copied to the backing store."""
+    if budget == DEFAULT_BUDGET:
+        return render_view(handle, "context.md").decode()
+    st = state_for(handle)
+    with st.lock:
+        st.refresh(handle)
+        return st.context(handle, budget)
 
 
 def progress_markdown(handle) -> str:

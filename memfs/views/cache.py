@@ -37,13 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memfs.store.meta import now_rfc3339
-from memfs.views import memory, persist, progress, summary
+from memfs.views import context, memory, persist, progress, summary
 from memfs.views.fold import Fold
 from memfs.views.imported import NOTHING, load_imported
 from memfs.views.memory import indented, load_evicted_facts, real_derived_dir
 from memfs.views.trajectory import Trajectory
 
-VIEW_NAMES = ("memory.json", "trajectory.jsonl", "summary.md", "progress.json", "progress.md", "goal.json")
+VIEW_NAMES = ("memory.json", "trajectory.jsonl", "summary.md", "progress.json", "progress.md", "goal.json",
+              "context.md")
 TURNS_DIR = "turns"
 
 
@@ -260,7 +261,11 @@ class ViewState:
 
     def ledger(self, handle) -> dict:
         fold = self.fold
-        return fold.ledger.to_dict(handle.session_id, fold.goal.objective or "", self.resolver(handle))
+        return fold.ledger.to_dict(handle.session_id, fold.goal_text(), self.resolver(handle))
+
+    def context(self, handle, budget: int) -> str:
+        """``context.md`` in ``budget`` tokens (the fold must be fresh: call under the lock)."""
+        return context.render(handle.session_id, self.fold, self.ledger(handle), budget)
 
     def note_turn_written(self, handle, n: int, key: tuple, data: bytes) -> None:
         if handle.read_only or self._written_turns.get(n) == key:
@@ -304,6 +309,10 @@ def _goal(st: ViewState, handle) -> bytes:
     return indented(st.fold.goal.to_dict(st.resolver(handle)), 0) + b"\n"
 
 
+def _context(st: ViewState, handle) -> bytes:
+    return st.context(handle, context.DEFAULT_BUDGET).encode()
+
+
 _RENDERERS = {
     "memory.json": _memory,
     "trajectory.jsonl": _trajectory,
@@ -311,6 +320,7 @@ _RENDERERS = {
     "progress.json": _progress_json,
     "progress.md": _progress_md,
     "goal.json": _goal,
+    "context.md": _context,
 }
 assert tuple(_RENDERERS) == VIEW_NAMES
 

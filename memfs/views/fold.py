@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections import deque
 from typing import Iterable
 
+from memfs.agents import HEAD_BYTES, Origin
 from memfs.events import Kind, decode_stored
-from memfs.facts import event_facts
+from memfs.facts import event_facts, failure_message, mcp_call, todo_entries
 from memfs.store.machine import TurnState, apply
 from memfs.store.meta import ABANDONED, COMPLETED, FAILED, TurnIndex
 from memfs.views.goal import GoalTracker
@@ -31,6 +32,22 @@ _TURN_COMPLETED = Kind.TURN_COMPLETED
 _TURN_FAILED = Kind.TURN_FAILED
 _ERROR_EVENTS = frozenset(("turn.failed", "turn.blocked", "error"))
 _ITEM_EVENTS = frozenset(("item.started", "item.updated"))
+_PROGRESS_ITEMS = frozenset(("plan", "todo_list"))
+
+
+def prompt_text(item: dict) -> str | None:
+    """The text of a ``user_message`` item (the user's prompt): its ``text``, or the text
+    parts of its ``content`` list (``[{"type": "text", "text": …}]``, Codex app-server's
+    shape), joined by blank lines; None when it has none."""
+    text = item.get("text")
+    if type(text) is str:
+        return text if text.strip() else None
+    content = item.get("content")
+    if type(content) is list:
+        parts = [c["text"] for c in content if type(c) is dict and type(c.get("text")) is str]
+        joined = "\n\n".join(parts)
+        return joined if joined.strip() else None
+    return None
 
 
 class Fold:
@@ -49,6 +66,9 @@ class Fold:
         self.recent_errors: deque = deque(maxlen=RECENT_ERRORS)  # (turn|None, type, message)
         self.ledger = Ledger()
         self.goal = GoalTracker()
+        self.origin = Origin()  # which agent wrote the log, its thread id
+        self.prompt: str | None = None  # first user prompt of the latest turn that has one
+        self._prompt_turn: int | None = 0  # the turn it came from (None: outside turns)
         self.lines = 0
         self.skipped = 0
 
@@ -59,6 +79,7 @@ class Fold:
         turns = self.turns
         records = self.records
         add_fact = self.facts.add
+        origin = self.origin
         end = -1
         n = skipped = 0
         for offset, line in lines:
@@ -78,6 +99,8 @@ class Fold:
             else:
                 rec = records[-1] if was_in else None
             etype = event["type"]
+            if offset < HEAD_BYTES and not origin.settled:
+                origin.feed(event)
             if etype == "item.completed":  # the bulk of a log: kept on the shortest path
                 item = event.get("item")
                 if type(item) is dict:
@@ -89,7 +112,7 @@ class Fold:
                     self._completed_item(item, rec)
             elif etype in _ITEM_EVENTS:
                 item = event.get("item")
-                if type(item) is dict and item.get("type") == "plan":
+                if type(item) is dict and item.get("type") in _PROGRESS_ITEMS:
                     self._plan(item, rec)
             elif etype in _ERROR_EVENTS or etype == "turn.completed":
                 if etype != "turn.completed":
@@ -97,7 +120,7 @@ class Fold:
                     for ftype, text in event_facts(event):
                         add_fact(text, turn, offset, ftype)
                 if etype == "error":
-                    self._error(rec, etype, event.get("message"))
+                    self._error(rec, etype, failure_message(event))
                 else:
                     self._lifecycle(etype, event, rec, was_in and (kind is _TURN_COMPLETED or kind is _TURN_FAILED))
             elif etype.startswith("goal."):
@@ -154,7 +177,7 @@ class Fold:
                     self.usage[i] += n
             self.goal.add_tokens(tokens[0] + tokens[3])
         if etype != "turn.completed":
-            self._error(rec, etype, event.get("message"))
+            self._error(rec, etype, failure_message(event))
         if etype == "turn.blocked" and rec is not None and not rec.stalled:
             rec.stalled = True
             self.ledger.stall(self._stamp(event, rec))
@@ -164,11 +187,29 @@ class Fold:
             self._closed(rec, COMPLETED if etype == "turn.completed" else FAILED, event)
 
     def _plan(self, item: dict, rec: TurnRecord | None) -> None:
+        """A ``plan`` or ``todo_list`` item: the milestones, whichever came last."""
+        context = item.get("context")
+        at = context.get("timestamp") if type(context) is dict else None
+        stamp = at if type(at) is str else self._stamp({}, rec)
+        if item.get("type") == "todo_list":
+            if type(item.get("items")) is list:
+                self.ledger.set_todos(todo_entries(item), stamp)
+            return
         text = item.get("text")
         if type(text) is str:
-            context = item.get("context")
-            at = context.get("timestamp") if type(context) is dict else None
-            self.ledger.set_plan(text, at if type(at) is str else self._stamp({}, rec))
+            self.ledger.set_plan(text, stamp)
+
+    def _prompt(self, item: dict, rec: TurnRecord | None) -> None:
+        turn = rec.ordinal if rec is not None else None
+        if self.prompt is not None and turn == self._prompt_turn:
+            return  # the turn's first prompt stands
+        text = prompt_text(item)
+        if text is not None:
+            self.prompt, self._prompt_turn = text, turn
+
+    def goal_text(self) -> str:
+        """The goal of ``progress.json`` (see :mod:`memfs.views.progress`)."""
+        return self.goal.objective or self.prompt or self.ledger.title
 
     def _completed_item(self, item: dict, rec: TurnRecord | None) -> None:
         itype = item.get("type")
@@ -200,7 +241,13 @@ class Fold:
                 rec.commands.append({"command": command,
                                      "exit_code": code if type(code) is int else None,
                                      "status": status if type(status) is str else None})
-        elif itype == "plan":
+        elif itype in _PROGRESS_ITEMS:
             self._plan(item, rec)
         elif itype == "error":
             self._error(rec, "error", item.get("message"))
+        elif itype == "mcp_tool_call":
+            name, error = mcp_call(item)
+            if error is not None:
+                self._error(rec, "mcp_tool_call", f"{name or 'MCP tool'} failed: {error}")
+        elif itype == "user_message":
+            self._prompt(item, rec)

@@ -2,8 +2,10 @@
 
 Rules (the spec's, and the decisions taken where it is silent):
 
-* Milestones come from the latest ``plan`` item — carried by ``item.started``, ``item.updated``
-  or ``item.completed`` (the latest wins, so a plan ticked off mid-turn shows at once). One
+* Milestones come from the latest ``plan`` item or Codex ``todo_list`` item, whichever is later
+  in the log — carried by ``item.started``, ``item.updated`` or ``item.completed`` (the latest
+  wins, so a plan ticked off mid-turn shows at once). A to-do list gives one milestone per
+  entry, ``done`` when ``completed``, else ``pending``. A plan gives one
   milestone per checklist line: ``- [x]`` done, ``- [~]`` in progress, ``- [!]`` blocked,
   ``- [ ]`` pending (``[X]`` too; the bullet may be ``-``, ``*`` or ``+``, or a number), and a
   numbered line (``1.`` / ``1)``) without a box is pending. Other lines are ignored. Ids are
@@ -15,7 +17,10 @@ Rules (the spec's, and the decisions taken where it is silent):
 * A **stall** is a turn closed by ``turn.failed``, or a turn containing ``turn.blocked`` — at
   most one stall per turn, applied at the first of those events. Events outside any turn
   neither advance nor stall.
-* ``goal`` is the GoalTracker's current objective (``""`` without a goal).
+* ``goal`` is the GoalTracker's current objective. When no ``goal.created`` names one, it is
+  the first user prompt of the latest turn that has one (a ``user_message`` item, see
+  :mod:`memfs.views.fold`), else the title of the plan or to-do list that drives the milestones
+  (:func:`plan_title`: a Codex stream carries no prompt line), else ``""``.
 * Timestamps (``stalled_since``, ``updated_at``) come from the log where it has them, so the
   view does not change when it is merely regenerated: the causing event's ``completed_at`` (a
   plan item's ``context.timestamp``), else the turn's ``turn.started`` ``context.timestamp``,
@@ -59,6 +64,35 @@ def parse_milestones(text: str) -> list[dict]:
     return out
 
 
+MAX_TITLE = 300
+
+
+def plan_title(text: str) -> str:
+    """What a plan is about: its first line that is not a milestone (``#`` marks stripped),
+    else its milestones' descriptions joined with ``; ``; at most ~300 characters."""
+    milestones = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if _CHECKBOX.match(line) or _NUMBERED.match(line):
+            milestones.append(line)
+            continue
+        title = line.lstrip("#").strip().rstrip(":").strip()
+        if title:
+            return _cut(title)
+    return todo_title([(m["description"], False) for m in parse_milestones(text)])
+
+
+def todo_title(entries: list[tuple[str, bool]]) -> str:
+    """A to-do list's title: its entries joined with ``; ``."""
+    return _cut("; ".join(" ".join(text.split()) for text, _ in entries if text.strip()))
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_TITLE else text[:MAX_TITLE - 1].rstrip() + "…"
+
+
 # A stamp is a timestamp string from the log, a turn ordinal (resolved at render through the
 # turn index), or None (the session's created_at).
 Stamp = str | int | None
@@ -67,7 +101,7 @@ Stamp = str | int | None
 class Ledger:
     """The ProgressLedger state folded from the log."""
 
-    __slots__ = ("milestones", "done", "confidence", "stalled", "stalled_since", "updated")
+    __slots__ = ("milestones", "done", "confidence", "stalled", "stalled_since", "updated", "title")
 
     def __init__(self) -> None:
         self.milestones: list[dict] = []
@@ -76,10 +110,21 @@ class Ledger:
         self.stalled = False  # a flag beside the stamp: a stall whose stamp is None still shows
         self.stalled_since: Stamp = None
         self.updated: Stamp = None
+        self.title = ""  # of the plan or to-do list the milestones come from
 
     def set_plan(self, text: str, stamp: Stamp) -> None:
-        self.milestones = parse_milestones(text)
-        self.done = frozenset(m["description"] for m in self.milestones if m["status"] == DONE)
+        self._set(parse_milestones(text), plan_title(text), stamp)
+
+    def set_todos(self, entries: list[tuple[str, bool]], stamp: Stamp) -> None:
+        """Milestones from a Codex ``todo_list``: ``[(text, completed)]``."""
+        milestones = [{"id": str(i), "description": " ".join(text.split()), "status": DONE if done else PENDING}
+                      for i, (text, done) in enumerate(entries, 1)]
+        self._set(milestones, todo_title(entries), stamp)
+
+    def _set(self, milestones: list[dict], title: str, stamp: Stamp) -> None:
+        self.milestones = milestones
+        self.done = frozenset(m["description"] for m in milestones if m["status"] == DONE)
+        self.title = title
         self.updated = stamp
 
     def advance(self, stamp: Stamp) -> None:

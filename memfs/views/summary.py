@@ -5,6 +5,7 @@ Layout::
     # Session sess-1
 
     - **Status:** completed
+    - **Agent:** codex (thread `0199a213-81c0-7800-8aa1-bbab2a035a53`)
     - **Turns:** 3 closed (2 completed, 1 failed, 0 abandoned)
     - **Events:** 14 (2034 bytes)
     - **Tokens:** 1200 input (800 cached, 0 cache creation), 95 output
@@ -22,7 +23,8 @@ Layout::
 
     Added the retry loop.
 
-Decisions recorded here where the spec is silent: status and counts come from the fold of the
+Decisions recorded here where the spec is silent: the agent and thread id are told from the
+log as :mod:`memfs.agents` says (``unknown``, ``no thread id`` when it cannot tell); status and counts come from the fold of the
 retained log (an open turn adds "turn N open" to the status; evicted turns add "turns 1–K
 evicted"); tokens sum the retained turns' usage; at most the first 50 files (sorted) and the
 last 20 errors are listed, with a count of the rest; the last agent message is the latest one
@@ -37,6 +39,11 @@ from memfs.views.fold import Fold
 MAX_FILES = 50
 
 
+def agent_line(origin) -> str:
+    thread = f"thread `{origin.thread_id}`" if origin.thread_id is not None else "no thread id"
+    return f"{origin.agent} ({thread})"
+
+
 def render(session_id: str, fold: Fold, events_len: int, created_at: str) -> str:
     turns = fold.turns
     index = turns.index
@@ -49,6 +56,7 @@ def render(session_id: str, fold: Fold, events_len: int, created_at: str) -> str
         status += f", turn {index.last_ordinal} open"
     out = [f"# Session {session_id}\n\n",
            f"- **Status:** {status}\n",
+           f"- **Agent:** {agent_line(fold.origin)}\n",
            f"- **Turns:** {closed} closed ({completed} completed, {failed} failed, {abandoned} abandoned)"]
     if index.base > 1:
         out.append(f"; turns 1–{index.base - 1} evicted")

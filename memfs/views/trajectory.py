@@ -16,8 +16,10 @@ Decisions recorded here where the spec is silent:
 * ``item_types``, ``commands`` and ``files`` count ``item.completed`` events only (an item is
   usually started, updated and completed: counting all three would triple it). ``files`` are
   the paths of file changes, unique, in first-touch order.
-* ``errors`` are the messages of ``turn.failed``, ``turn.blocked`` and ``error`` events and of
-  ``error`` items, in log order.
+* ``errors`` are the messages of ``turn.failed`` (``message`` or Codex's ``error.message``),
+  ``turn.blocked`` and ``error`` events, of ``error`` items, and of failed MCP calls
+  (``<server>.<tool> failed: <message>``), in log order. A command the approval policy refused
+  is in ``commands`` with ``"status": "declined"``; it is not an error.
 * ``started_at`` is the ``turn.started`` event's ``context.timestamp``, ``completed_at`` the
   closing event's ``completed_at`` (null when absent).
 

@@ -1,0 +1,165 @@
+"""Other agents' formats into this event family (SPEC §8): pure translation, then runners.
+
+A *translator* is a small stateful object fed one source line at a time (``feed(raw)``, the
+line's bytes without its newline); it returns the event lines to append (bytes, bare events
+or envelopes) and raises :class:`Untranslatable` for a line it cannot read, which the caller
+records in ``rejected.jsonl``. Lines that carry nothing the event family has a place for
+(a Claude Code ``file-history-snapshot``, a Codex ``turn_context``) translate to nothing.
+``state()`` is a small JSON-able dict from which ``restore(state)`` resumes, so
+``memfs import --follow`` can stop and go on without losing or repeating a line.
+
+Formats (``--format``): ``codex`` covers Codex ``exec --json`` output (already this event
+family: passed through byte for byte) and Codex rollout files; ``claude`` covers Claude Code
+``stream-json`` output and Claude Code transcripts; ``auto`` picks by the first JSON line.
+No I/O happens in the translators; :mod:`memfs.ingest.record` and
+:mod:`memfs.ingest.importer` are the runners.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+FORMATS = ("auto", "codex", "claude")
+
+
+class Untranslatable(ValueError):
+    """A source line the translator cannot read (its one-line reason is ``str(exc)``)."""
+
+
+def parse_object(raw: bytes, fmt: str) -> dict:
+    """``raw`` as a JSON object, or :class:`Untranslatable` naming the format."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise Untranslatable(f"{fmt}: line is not valid JSON: {exc}") from None
+    if type(obj) is not dict:
+        raise Untranslatable(f"{fmt}: line is not a JSON object")
+    return obj
+
+
+def dumps(event: dict) -> bytes:
+    return orjson.dumps(event)
+
+
+def text_of(value: Any) -> str:
+    """The text of a message content: a string, or the ``text`` of a list of blocks."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts = []
+        for block in value:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, dict) and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+        return "\n".join(parts)
+    return ""
+
+
+def classify(obj: dict) -> str | None:
+    """Which translator reads a decoded line: ``native`` (this event family, Codex
+    ``exec --json`` included), ``rollout`` (Codex rollout files), ``claude`` (Claude Code
+    ``stream-json`` and transcripts), or None when the line does not say."""
+    if "event" in obj and "schema_version" in obj:
+        return "native"
+    if "payload" in obj and "timestamp" in obj and isinstance(obj.get("type"), str):
+        return "rollout"
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        return None
+    if kind in ("system", "assistant", "user", "result", "summary", "file-history-snapshot",
+                "queue-operation") or "sessionId" in obj:
+        return "claude"
+    if "." in kind or kind == "error":
+        return "native"
+    return None
+
+
+def session_id_of(obj: dict) -> str | None:
+    """The thread or session id a decoded source line names, if any."""
+    kind = classify(obj)
+    if kind == "native":
+        event = obj.get("event", obj)
+        if isinstance(event, dict) and event.get("type") == "thread.started":
+            tid = event.get("thread_id")
+            return tid if isinstance(tid, str) and tid else None
+        return None
+    if kind == "rollout":
+        payload = obj.get("payload")
+        if obj.get("type") == "session_meta" and isinstance(payload, dict):
+            sid = payload.get("id")
+            return sid if isinstance(sid, str) and sid else None
+        return None
+    if kind == "claude":
+        sid = obj.get("session_id") or obj.get("sessionId")
+        return sid if isinstance(sid, str) and sid else None
+    return None
+
+
+def make_translator(kind: str):
+    """A fresh translator for ``native``, ``rollout`` or ``claude``."""
+    from memfs.ingest import claude, codex
+
+    return {"native": codex.ExecTranslator, "rollout": codex.RolloutTranslator,
+            "claude": claude.ClaudeTranslator}[kind]()
+
+
+class AutoTranslator:
+    """Picks the translator by the first line that says which format it is (``--format``
+    ``auto``, ``codex`` or ``claude``: the last two only accept their own formats). Lines
+    before that go through as native lines (the store then judges them)."""
+
+    def __init__(self, fmt: str = "auto"):
+        if fmt not in FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}")
+        self.fmt = fmt
+        self.inner = None
+
+    @property
+    def kind(self) -> str | None:
+        return getattr(self.inner, "kind", None)
+
+    def _choose(self, raw: bytes) -> None:
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return
+        if type(obj) is not dict:
+            return
+        kind = classify(obj)
+        if kind is None:
+            return
+        allowed = {"auto": ("native", "rollout", "claude"), "codex": ("native", "rollout"),
+                   "claude": ("claude",)}[self.fmt]
+        if kind not in allowed:
+            raise Untranslatable(f"--format {self.fmt}: this line is in another format ({_FORMAT_NAMES[kind]})")
+        self.inner = make_translator(kind)
+
+    def feed(self, raw: bytes) -> list[bytes]:
+        if self.inner is None:
+            self._choose(raw)
+            if self.inner is None:
+                if self.fmt == "claude":
+                    return _refuse_unknown(raw, self.fmt)
+                return [raw]
+        return self.inner.feed(raw)
+
+    def state(self) -> dict:
+        return {"kind": self.kind, "inner": self.inner.state() if self.inner is not None else None}
+
+    def restore(self, state: dict) -> None:
+        kind = state.get("kind")
+        if kind:
+            self.inner = make_translator(kind)
+            self.inner.restore(state.get("inner") or {})
+
+
+_FORMAT_NAMES = {"native": "Codex exec --json / memfs events", "rollout": "a Codex rollout file",
+                 "claude": "Claude Code stream-json or transcript"}
+
+
+def _refuse_unknown(raw: bytes, fmt: str) -> list[bytes]:
+    parse_object(raw, fmt)  # raises for non-JSON
+    raise Untranslatable(f"{fmt}: not a Claude Code message (no known \"type\")")

@@ -1,0 +1,182 @@
+"""``memfs record SESSION [--format …] -- CMD …``: run an agent and keep its stream (SPEC §8).
+
+The agent runs as a child with stdin and stderr inherited and stdout on a pipe. Every byte it
+writes to stdout is copied to memfs's stdout as soon as it is read, unchanged, so the agent
+and whoever reads its output see what they would see without memfs. Separately, a second
+thread cuts the copy into lines, translates them (:mod:`memfs.ingest`; ``auto`` by the first
+JSON line) and appends them to the session through the store, with ``write`` durability
+(each line is in the log when appended). The copying never waits for the store: a slow disk,
+a refused line (recorded in ``rejected.jsonl``, with its reason) or a failing append (reported
+once on stderr) never slows, blocks or breaks the agent.
+
+Decisions recorded here:
+
+* The session is opened before the agent starts; when it cannot be (another process holds
+  it, a bad name), ``record`` says why and exits 1 without running the agent.
+* **A crash mid-turn.** When the agent exits and the session is left inside a turn it was
+  recording, ``record`` closes that turn as failed — ``turn.failed`` with the message "agent
+  exited with status N before the turn ended" (or "killed by signal SIG…") — so the session
+  keeps everything that arrived, shows why the turn ended, and is not left ``in_turn``
+  forever.
+* The exit status is the agent's; an agent killed by signal N gives 128+N. While the agent
+  runs, ``record`` ignores SIGINT (the terminal sends it to the agent too: Ctrl-C stops the
+  agent, and ``record`` finishes the recording) and forwards SIGTERM and SIGHUP to it.
+* When memfs's own stdout goes away (the reader of a pipe exits), the copying stops and the
+  agent's pipe is closed, so the agent sees the broken pipe it would see without memfs.
+* A last line without a newline is recorded when the agent exits.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Sequence
+
+from memfs.errors import MemfsError
+from memfs.ingest import AutoTranslator, Untranslatable, dumps
+from memfs.ingest.importer import append_tolerant, reject
+from memfs.store.session import open_session
+
+READ_SIZE = 1 << 16
+
+
+class RecordReport:
+    def __init__(self) -> None:
+        self.lines = 0
+        self.appended = 0
+        self.refused = 0
+        self.store_error: str | None = None
+        self.closed_turn: str | None = None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _exit_reason(status: int) -> str:
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return f"agent killed by {name} before the turn ended"
+    return f"agent exited with status {status} before the turn ended"
+
+
+def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", max_events: int = 0,
+           stdout_fd: int | None = None, warn=None) -> tuple[int, RecordReport]:
+    """Run ``cmd``, copy its stdout to ``stdout_fd`` and record its events in ``session``.
+
+    Returns ``(exit status, report)``; the status is the agent's (128+N for signal N).
+    """
+    out_fd = sys.stdout.fileno() if stdout_fd is None else stdout_fd
+    warn = warn or (lambda text: print(f"memfs record: {text}", file=sys.stderr, flush=True))
+    report = RecordReport()
+    translator = AutoTranslator(fmt)
+    handle = open_session(root, session, durability="write", max_events=max_events)
+    lines: queue.SimpleQueue = queue.SimpleQueue()
+
+    def store_lines() -> None:
+        carry = b""
+        while True:
+            chunk = lines.get()
+            final = chunk is None
+            data = carry + (chunk or b"")
+            parts = data.split(b"\n")
+            carry = parts.pop()
+            if final and carry:
+                parts.append(carry)
+            batch: list[bytes] = []
+            for raw in parts:
+                if raw.endswith(b"\r"):
+                    raw = raw[:-1]
+                if not raw.strip():
+                    continue
+                report.lines += 1
+                try:
+                    batch.extend(translator.feed(raw))
+                except Untranslatable as exc:
+                    _append(batch)
+                    batch = []
+                    report.refused += 1
+                    _guard(lambda: reject(handle, raw, str(exc)))
+            _append(batch)
+            if final:
+                return
+
+    def _append(batch: list[bytes]) -> None:
+        if batch:
+            def go():
+                a, r = append_tolerant(handle, batch)
+                report.appended += a
+                report.refused += r
+            _guard(go)
+
+    def _guard(action) -> None:
+        try:
+            action()
+        except (MemfsError, OSError) as exc:  # the store failed: say so once, keep the agent going
+            if report.store_error is None:
+                report.store_error = str(exc)
+                warn(f"cannot append to {handle.name}: {exc} (the agent goes on; later failures are not repeated)")
+
+    in_turn_before = handle.manifest["in_turn"]
+    appended_before = handle.manifest["event_count"]
+    storer = threading.Thread(target=store_lines, name="memfs-record-store", daemon=True)
+    try:
+        proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, bufsize=0)
+    except OSError:
+        handle.close()
+        raise
+    forwarded = {}
+
+    def forward(signum, frame):
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        forwarded[s] = signal.signal(s, forward)
+    forwarded[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    storer.start()
+    try:
+        pipe = proc.stdout.fileno()
+        passing = True
+        while True:
+            try:
+                chunk = os.read(pipe, READ_SIZE)
+            except InterruptedError:
+                continue
+            if not chunk:
+                break
+            if passing:
+                try:
+                    _write_all(out_fd, chunk)
+                except BrokenPipeError:
+                    passing = False
+                    lines.put(chunk)
+                    proc.stdout.close()  # the agent now meets the broken pipe it would have met
+                    break
+            lines.put(chunk)
+        status = proc.wait()
+    finally:
+        lines.put(None)
+        storer.join()
+        for s, handler in forwarded.items():
+            signal.signal(s, handler)
+        try:
+            if report.appended and handle.manifest["in_turn"] and \
+                    (handle.manifest["event_count"] > appended_before or not in_turn_before):
+                reason = _exit_reason(proc.returncode if proc.returncode is not None else -9)
+                _guard(lambda: handle.append(dumps({"type": "turn.failed", "message": reason})))
+                report.closed_turn = reason
+        finally:
+            handle.close()
+    return (128 - status if status < 0 else status), report

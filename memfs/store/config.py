@@ -1,0 +1,68 @@
+"""How one session is opened: its durability, cap and limits (SPEC §3.2, §3.7) — decided here.
+
+:class:`SessionConfig` is frozen: a second open of a session in the same process that asks
+for a stronger durability replaces the config whole (:meth:`SessionConfig.strongest`), it
+never edits it. Everything that depends on the durability mode asks the config
+(:attr:`~SessionConfig.writes_through`, :attr:`~SessionConfig.syncs`) rather than comparing
+mode names, so the fsync strategy is changed in one place.
+
+The line-size limit is checked once, by :func:`check_line_size`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from memfs.errors import LineTooLong
+
+DURABILITY_MODES = ("buffered", "write", "fsync")  # weakest first
+DEFAULT_MAX_EVENTS = 10_000
+DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
+DEFAULT_METADATA_INTERVAL = 0.05
+BUFFER_LIMIT = 64 * 1024  # buffered mode writes its pending bytes at this size (SPEC §3.2)
+
+SummaryHook = Callable[[Path, str, list], None]
+
+
+def check_line_size(size: int, limit: int) -> None:
+    """Raise :class:`LineTooLong` when a line of ``size`` bytes is over ``limit``."""
+    if size > limit:
+        raise LineTooLong(f"line is {size} bytes or more, over the limit of {limit} (max_line_bytes)")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """The settings one open session runs with.
+
+    * ``durability`` — ``buffered``: lines wait in memory until a turn boundary, 64 KiB, a
+      read, ``flush`` or close; ``write``: every append reaches the file before it returns;
+      ``fsync``: every append returns after ``fdatasync`` (shared by concurrent appends).
+    * ``max_events`` — the cap (0: none).
+    * ``max_line_bytes`` — the longest accepted line.
+    * ``summary_hook`` — replaces the default eviction summary writer.
+    * ``metadata_interval`` — persists are coalesced this long on a background thread (0:
+      persist at every boundary, in the appending thread).
+    """
+
+    durability: str = "buffered"
+    max_events: int = DEFAULT_MAX_EVENTS
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    summary_hook: SummaryHook | None = None
+    metadata_interval: float = DEFAULT_METADATA_INTERVAL
+    writes_through: bool = field(init=False)  # every append's bytes reach the file before it returns
+    syncs: bool = field(init=False)  # every append returns only once its bytes are on disk (fdatasync)
+
+    def __post_init__(self) -> None:
+        if self.durability not in DURABILITY_MODES:
+            raise ValueError(f"durability must be one of {', '.join(DURABILITY_MODES)}")
+        # derived once (read on every append): the only place that interprets the mode names
+        object.__setattr__(self, "writes_through", self.durability != "buffered")
+        object.__setattr__(self, "syncs", self.durability == "fsync")
+
+    def strongest(self, durability: str) -> SessionConfig:
+        """This config, with ``durability`` when that is the stronger mode."""
+        if DURABILITY_MODES.index(durability) > DURABILITY_MODES.index(self.durability):
+            return replace(self, durability=durability)
+        return self

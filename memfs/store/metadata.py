@@ -1,0 +1,111 @@
+"""Metadata of one session on disk: snapshot and persist of the manifest and turn index (SPEC §3.2).
+
+A persist has two halves. A :class:`Snapshot` is taken under the session's ``mutex`` with
+nothing pending (cheap: the index's closed entries are not copied, see
+:class:`~memfs.store.meta.IndexSnapshot`). :meth:`MetadataWriter.write` then writes it in the
+§3.2 order — the log durable up to the snapshot's length, the index (and its cache), then the
+manifest that names the length they describe — and may run with the mutex released (the
+background persister does, :mod:`memfs.store.persister`), so appends go on meanwhile.
+
+Writers of one session serialize on :attr:`MetadataWriter.lock`; a snapshot older than the
+metadata on disk (a ``flush`` or a cap rewrite persisted in between) is dropped, and so is
+every snapshot once the session is closed (:meth:`MetadataWriter.retire`).
+
+Coalescing: the background persister persists a session at most every ``metadata_interval``
+seconds, and at most every ten times the last persist's duration, so a session whose index is
+huge (a persist rewrites ``turns.json`` whole) keeps the thread and the disk busy about a
+tenth of the time at most.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+import threading
+
+from memfs.store.meta import IndexSnapshot, file_key
+from memfs.store.paths import INDEX_DIR, MANIFEST, TURNS, TURNS_CACHE, atomic_write, ensure_private_dir, remove_file, write_all
+
+PERSIST_SHARE = 10  # the coalescing interval is at least this many times the last persist's cost
+_RETIRED = float("inf")  # ``written_seq`` of a closed session: every snapshot is stale
+_monotonic = time.monotonic
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """The metadata of one state of a session, taken under its ``mutex``, written after."""
+
+    seq: int  # orders snapshots of one session: only a newer one may replace metadata on disk
+    version: int  # the session's ``version`` it describes
+    sync_target: int  # the log is made durable up to this sync position first
+    taken: float  # monotonic time, to measure what the persist cost
+    index: IndexSnapshot
+    manifest: bytes
+
+
+class MetadataWriter:
+    """Writes one session's ``index/turns.json`` (+ ``turns.cache``) and ``manifest.json``."""
+
+    __slots__ = ("dir", "lock", "seq", "written_seq", "persisted_version", "last_persist", "gap", "interval",
+                 "cache_on_disk")
+
+    def __init__(self, session_dir: Path, interval: float, cache_on_disk: bool):
+        self.dir = session_dir
+        # held from the log's fdatasync to the manifest's rename. Lock order: the session's
+        # ``mutex``, then this, then the log's sync condition — never the reverse.
+        self.lock = threading.Lock()
+        self.seq = 0  # snapshots taken (under the session's mutex): their sequence numbers
+        self.written_seq = 0  # the newest snapshot on disk (under ``lock``)
+        self.persisted_version = 0  # the session ``version`` the metadata on disk describes
+        self.last_persist = 0.0  # monotonic
+        self.interval = interval
+        self.gap = interval  # the coalescing interval in force
+        self.cache_on_disk = cache_on_disk
+
+    def snapshot(self, version: int, sync_target: int, index, manifest_json: bytes, cache: bool) -> Snapshot:
+        """A snapshot of the state as it is now (caller holds the session's mutex)."""
+        self.seq += 1
+        return Snapshot(self.seq, version, sync_target, _monotonic(), index.snapshot(cache=cache), manifest_json)
+
+    def due(self) -> float:
+        """No coalesced persist before this monotonic time."""
+        return self.last_persist + self.gap
+
+    def write(self, snap: Snapshot, sync_to: Callable[[int], None]) -> bool:
+        """Write ``snap`` in the §3.2 order (``sync_to`` makes the log durable first); returns
+        whether it wrote (a stale snapshot is dropped)."""
+        with self.lock:
+            if snap.seq <= self.written_seq:
+                return False
+            sync_to(snap.sync_target)
+            ensure_private_dir(self.dir / INDEX_DIR)
+            pieces = snap.index.json_pieces
+            atomic_write(self.dir / TURNS, lambda fd: [write_all(fd, piece) for piece in pieces()])
+            if snap.index.has_cache:
+                data = snap.index.cache_bytes(file_key(os.lstat(self.dir / TURNS)))
+                if data is not None:
+                    atomic_write(self.dir / TURNS_CACHE, data)
+                    self.cache_on_disk = True
+            elif self.cache_on_disk:
+                remove_file(self.dir / TURNS_CACHE)
+                self.cache_on_disk = False
+            atomic_write(self.dir / MANIFEST, snap.manifest)
+            self.written_seq = snap.seq
+            self.persisted_version = snap.version
+            self.last_persist = now = _monotonic()
+            if self.interval:
+                self.gap = max(self.interval, PERSIST_SHARE * (now - snap.taken))
+        return True
+
+    def retire(self) -> None:
+        """No metadata write of this session after this one (a write in flight lands first)."""
+        with self.lock:
+            self.written_seq = _RETIRED
+
+    def settle(self) -> None:
+        """Return once a write in flight has landed (it may make a new persist moot)."""
+        with self.lock:
+            pass

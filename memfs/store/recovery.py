@@ -1,0 +1,235 @@
+"""Opening a session (SPEC §3.3, §3.7): the fast-path decision, rescan, torn tail, cap recovery.
+
+:func:`recover` reads what is on disk — the log's length, ``manifest.json``, the turn index
+(``turns.cache`` when it belongs to the current ``turns.json``), a cap-rewrite marker — and
+returns the session's :class:`~memfs.store.machine.TurnState`: trusted from the metadata when
+every §3.3 condition holds, else rebuilt by :func:`rescan`, which streams the log and never
+fails on content. A writable open first moves a torn tail to ``rejected.jsonl``
+(:func:`repair_torn_tail`); a read-only open changes nothing on disk.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from memfs.errors import SymlinkRefused
+from memfs.events import decode_stored
+from memfs.store.lines import CHUNK, scan_chunks
+from memfs.store.machine import TurnState, apply, renumber
+from memfs.store.meta import CapMarker, ManifestRead, TurnIndex, file_key, now_rfc3339, read_manifest
+from memfs.store.paths import CAP_MARKER, MANIFEST, TURNS, TURNS_CACHE, open_nofollow, read_fd, read_file, refuse_symlink
+from memfs.store.rejected import record_rejected
+
+TORN_TAIL = "torn-tail"  # the reason rejected.jsonl gives for an unterminated last line (§3.3)
+
+
+@dataclass(slots=True)
+class OpenReport:
+    """How a session was opened: what fsck and the tests look at."""
+
+    fast_path: bool = True
+    reason: str = ""  # why a rescan was needed
+    scanned_bytes: int = 0
+    scanned_lines: int = 0
+    skipped_lines: int = 0
+    torn_tail_bytes: int = 0
+    stale_marker: bool = False
+    recovered_marker: bool = False
+    index_source: str = ""  # fast path: "turns.json", or "turns.cache" (see memfs.store.meta)
+
+
+@dataclass(slots=True)
+class Recovered:
+    """What an open found: the state, the session's identity, and what is left to do."""
+
+    state: TurnState
+    file_len: int
+    session_id: str
+    created_at: str
+    updated_at: str
+    report: OpenReport
+    marker: bool  # a cap-rewrite marker is on disk: delete it once metadata is persisted
+
+
+def recover(session_dir: Path, fd: int | None, session_id: str, writable: bool) -> Recovered:
+    """The state of the session in ``session_dir`` whose log is open as ``fd`` (None: no log
+    yet). ``writable``: repair a torn tail first. A rescan's result is not persisted here
+    (``report.fast_path`` is False: the caller persists it when it may write)."""
+    file_len = os.fstat(fd).st_size if fd is not None else 0
+    report = OpenReport()
+    if writable and fd is not None:
+        file_len = repair_torn_tail(session_dir, fd, file_len, report)
+
+    old = marker = None
+    try:
+        old = read_manifest(read_file(session_dir / MANIFEST), session_id)
+    except FileNotFoundError:
+        pass
+    try:
+        marker = CapMarker.parse(read_file(session_dir / CAP_MARKER))
+        if marker is None:
+            marker = CapMarker(-1, -1, 1)  # unreadable: stale
+    except FileNotFoundError:
+        pass
+    old_index = read_index(session_dir, old is not None and old.complete, report)
+
+    manifest = old.manifest if old is not None else None
+    reason = ""
+    if old is None:
+        reason = "manifest missing or unreadable"
+    elif not old.complete:
+        reason = "manifest incomplete"
+    elif old_index is None:
+        reason = "turn index missing or unreadable"
+    elif manifest.persisted_file_len != file_len:
+        reason = f"log is {file_len} bytes, metadata describes {manifest.persisted_file_len}"
+    elif not old_index.consistent_with(manifest, file_len):
+        reason = "turn index inconsistent with manifest"
+    elif marker is not None and marker.matches(file_len):
+        reason = "cap rewrite was in flight"
+
+    now = now_rfc3339()
+    if not reason:
+        if manifest.in_turn:
+            old_index.mark_last_open()
+        elif not len(old_index):  # an empty index does not say where numbering goes on
+            old_index.rebase(manifest.retained_turn_base)
+        state = TurnState(old_index, manifest.turn_count, manifest.event_count, manifest.status, manifest.in_turn)
+    else:
+        report.fast_path = False
+        report.reason = reason
+        report.index_source = ""
+        status = manifest.status if manifest is not None else "active"
+        state = rescan(fd, file_len, report, status) if fd is not None else TurnState(status=status)
+        if marker is not None and marker.matches(file_len):
+            report.recovered_marker = True
+        renumber(state, rescan_base(state, old, old_index, marker, file_len))
+    if marker is not None:
+        report.stale_marker = not report.recovered_marker
+    return Recovered(state, file_len,
+                     manifest.session_id if manifest is not None else session_id,
+                     manifest.created_at if manifest is not None else now,
+                     manifest.updated_at if manifest is not None else now,
+                     report, marker is not None)
+
+
+def rescan(fd: int, file_len: int, report: OpenReport, status: str = "active") -> TurnState:
+    """Rebuild the turn state from the log's bytes ``[0, file_len)``, numbering turns from 1.
+
+    ``status`` is the session's status before the log's first line: it stands when no line of
+    the log sets one (an open passes the old manifest's: the event that set it may have been
+    evicted). Never fails on content: lines :func:`decode_stored` refuses are skipped (their
+    bytes still advance offsets). Streams the file a chunk at a time: memory stays bounded by
+    the chunk, the longest line and a few bytes per turn.
+    """
+    state = TurnState(status=status)
+    ts = now_rfc3339()
+    decode = decode_stored
+    scanned = skipped = 0
+    for offset, lines in scan_chunks(fd, 0, file_len):
+        scanned += len(lines)
+        for line in lines:
+            end = offset + len(line) + 1
+            decoded = decode(line)
+            if decoded is None:
+                skipped += 1
+            else:
+                apply(state, decoded[0], offset, end, ts)
+            offset = end
+    report.scanned_lines += scanned
+    report.skipped_lines += skipped
+    report.scanned_bytes = file_len
+    return state
+
+
+def rescan_base(state: TurnState, old: ManifestRead | None, old_index: TurnIndex | None,
+                 marker: CapMarker | None, file_len: int) -> int:
+    """The ordinal of the first turn a rescan found, keeping ordinals stable (SPEC §3.7).
+
+    In order of trust: a matching cap marker names it; else the rescan's first turn is looked
+    up in the old index (by offset, shifted when the log is shorter than the manifest
+    described — a cap rewrite whose marker was lost); else the old manifest's
+    ``retained_turn_base``; else 1. In every case ``turn_count`` never decreases, so an emptied
+    log continues at ``turn_count + 1``.
+    """
+    closed = len(state.index) - (1 if state.in_turn else 0)
+    manifest = old.manifest if old is not None else None
+    base = None
+    if marker is not None and marker.matches(file_len):
+        base = marker.retained_turn_base
+    elif len(state.index) and old_index is not None and len(old_index):
+        shift = 0
+        if manifest is not None and file_len < manifest.persisted_file_len:
+            shift = manifest.persisted_file_len - file_len
+        first = state.index.start[0] + shift
+        i = bisect.bisect_left(old_index.start, first)
+        if i < len(old_index) and old_index.start[i] == first:
+            base = old_index.base + i
+    if base is None and old is not None and old.has_base:
+        base = manifest.retained_turn_base
+    if base is None:
+        base = 1
+    if old is not None and old.has_turn_count:
+        base = max(base, manifest.turn_count - closed + 1)
+    return max(base, 1)
+
+
+def read_index(session_dir: Path, prefer_cache: bool, report: OpenReport) -> TurnIndex | None:
+    """The turn index on disk: from ``turns.cache`` when it was written after the current
+    ``turns.json``, else by parsing ``turns.json``; None when neither is usable."""
+    path = session_dir / TURNS
+    if prefer_cache and os.path.lexists(session_dir / TURNS_CACHE):
+        index = None
+        try:
+            st = refuse_symlink(path)
+            if st is not None:
+                key = file_key(st)
+                index = TurnIndex.from_cache(read_file(session_dir / TURNS_CACHE), key)
+        except FileNotFoundError:
+            pass
+        if index is not None:
+            index.set_json_source(lambda: _read_if_unchanged(path, key))
+            report.index_source = "turns.cache"
+            return index
+    try:
+        index = TurnIndex.parse(read_file(path))
+    except FileNotFoundError:
+        return None
+    report.index_source = "turns.json"
+    return index
+
+
+def _read_if_unchanged(path: Path, key: list[int]) -> bytes | None:
+    """The bytes of ``path`` if it is still the file ``key`` identifies, else None."""
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except (OSError, SymlinkRefused):
+        return None
+    try:
+        return read_fd(fd) if file_key(os.fstat(fd)) == key else None
+    finally:
+        os.close(fd)
+
+
+def repair_torn_tail(session_dir: Path, fd: int, file_len: int, report: OpenReport) -> int:
+    """Move an unterminated last line to ``rejected.jsonl`` and truncate it away."""
+    if file_len == 0 or os.pread(fd, 1, file_len - 1) == b"\n":
+        return file_len
+    pos = file_len
+    while pos > 0:
+        lo = max(0, pos - CHUNK)
+        nl = os.pread(fd, pos - lo, lo).rfind(b"\n")
+        if nl >= 0:
+            pos = lo + nl + 1
+            break
+        pos = lo
+    tail = os.pread(fd, file_len - pos, pos)
+    record_rejected(session_dir, tail, TORN_TAIL, "EIO")
+    os.ftruncate(fd, pos)
+    os.fsync(fd)
+    report.torn_tail_bytes = len(tail)
+    return pos
+

@@ -1,0 +1,241 @@
+"""The one commit path (SPEC §3.1–§3.2): validated records → state machine → bytes → durability.
+
+Every append — one line from the library, a ``write()`` through the mount, a batch from the
+CLI — goes through :func:`commit`, under the session's ``mutex``. For each record it
+
+1. adds the line to the pending buffer (:class:`LogFile`), at the offset it will have;
+2. folds it into the turn state with :func:`memfs.store.machine.apply`, the one state
+   machine, which also says whether the line is a turn boundary;
+3. at a boundary writes the pending bytes and asks for a metadata persist; at 64 KiB of
+   pending bytes writes them (and, in ``buffered`` mode, asks for a persist);
+4. when the cap is exceeded, runs the eviction (:mod:`memfs.store.evict`).
+
+At the end of the call the pending bytes are written unless the session is ``buffered``; in
+``fsync`` mode the caller then waits for :meth:`LogFile.sync_to` *after* releasing the mutex,
+so appends of several threads share one ``fdatasync`` (group commit).
+
+Failures, one strategy for one line and for many:
+
+* A failed write of log bytes (``ENOSPC``, ``EIO``): the file is cut back to its last complete
+  write (:meth:`LogFile.write_pending`), and the state returns to the last *mark* — taken at the
+  start of the call and after every successful write — so exactly the lines that did not
+  reach the file are taken back, and a line reported as failed is never committed later. The
+  ``OSError`` carries ``accepted``: the lines of this call that are in the log.
+* A refused line (the records are validated lazily, so a batch stops at the first refusal):
+  the lines before it stay committed; the ``ValidationError`` carries ``accepted``.
+* A failed eviction after the lines were committed raises :class:`CapRewriteError` with
+  ``accepted`` set; the log is untouched and the cap is tried again after the next append.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Iterable
+
+from memfs.errors import CapRewriteError, ValidationError
+from memfs.events import Kind, Record
+from memfs.store.config import BUFFER_LIMIT
+from memfs.store.evict import enforce_cap
+from memfs.store.machine import apply
+from memfs.store.meta import now_rfc3339
+from memfs.store.paths import write_all
+
+_TURN_STARTED = Kind.TURN_STARTED
+_time = time.time
+_write = os.write
+
+
+class LogFile:
+    """The log as this process writes it: one descriptor, the pending bytes, durability.
+
+    Positions come in two kinds: offsets in the current file (``flushed_len``, ``length``),
+    and *sync positions* counted from the session's first byte in this process
+    (``dropped + offset``), which a cap rewrite (cutting ``dropped`` bytes from the front)
+    does not move.
+    """
+
+    __slots__ = ("fd", "flushed_len", "pending", "synced", "dropped", "_cv", "_syncing")
+
+    def __init__(self, fd: int | None, length: int):
+        self.fd = fd
+        self.flushed_len = length  # bytes in the file
+        self.pending = bytearray()  # accepted bytes not yet written (buffered mode, or mid-call)
+        self.synced = length  # sync position known to be on disk
+        self.dropped = 0  # bytes cut from the front by this process's cap rewrites
+        self._cv = threading.Condition(threading.Lock())
+        self._syncing = False
+
+    @property
+    def length(self) -> int:
+        """The log's length including pending bytes."""
+        return self.flushed_len + len(self.pending)
+
+    @property
+    def position(self) -> int:
+        """The sync position of the bytes written so far."""
+        return self.dropped + self.flushed_len
+
+    def write_pending(self) -> None:
+        """Write the pending bytes to the file whole; on failure the file is cut back to what
+        it held (no torn line stays for the next append to merge into: ``O_APPEND`` writes at
+        the file's real end) and the bytes stay pending."""
+        data = self.pending
+        if not data:
+            return
+        try:
+            n = _write(self.fd, data)
+            if n != len(data):
+                write_all(self.fd, memoryview(data)[n:])
+        except OSError:
+            os.ftruncate(self.fd, self.flushed_len)
+            raise
+        self.flushed_len += len(data)
+        self.pending = bytearray()
+
+    def sync_to(self, target: int) -> None:
+        """Return once the file is durable up to sync position ``target``. Group commit: one
+        caller runs ``fdatasync`` while the others wait for it and share its result."""
+        cv = self._cv
+        with cv:
+            while self.synced < target:
+                if self._syncing:
+                    cv.wait()
+                    continue
+                self._syncing = True
+                goal, fd = self.position, self.fd
+                cv.release()
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    cv.acquire()
+                    self._syncing = False
+                    cv.notify_all()
+                self.synced = max(self.synced, goal)
+
+    def durable(self) -> None:
+        """Write the pending bytes and return once the whole log is on disk."""
+        self.write_pending()
+        self.sync_to(self.position)
+
+    def replace(self, fd: int, cut: int) -> None:
+        """The log was replaced by its bytes from ``cut`` on, durable and open as ``fd``
+        (caller holds the session's mutex; nothing is pending)."""
+        with self._cv:
+            while self._syncing:  # a group-commit fdatasync may still use the old descriptor
+                self._cv.wait()
+            old, self.fd = self.fd, fd
+            self.dropped += cut
+            self.flushed_len -= cut
+            self.synced = max(self.synced, self.position)
+        os.close(old)
+
+    def close(self) -> None:
+        """Close the descriptor once no ``fdatasync`` uses it."""
+        if self.fd is None:
+            return
+        with self._cv:
+            while self._syncing:
+                self._cv.wait()
+            fd, self.fd = self.fd, None
+        os.close(fd)
+
+
+def _mark(s, accepted: int) -> tuple:
+    """The state as it is now (the file's bytes and ``pending`` describe it exactly), and how
+    many records of the call it covers: :func:`_rollback` returns here. O(1): ``apply`` only
+    adds index entries and changes the last one."""
+    state = s.state
+    index = state.index
+    n = len(index.start)
+    last = (index.end[-1], index.count[-1], index.outcome[-1]) if n else None
+    return (accepted, len(s.log.pending), state.turn_count, state.event_count, state.status, state.in_turn,
+            index.base, n, last, s.last_change)
+
+
+def _rollback(s, mark: tuple) -> int:
+    """Forget the lines added since ``mark`` (they are not in the file); return how many
+    records of the call the mark covers."""
+    accepted, pending_len, turn_count, event_count, status, in_turn, base, n, last, s.last_change = mark
+    s.log.pending = s.log.pending[:pending_len]  # a copy: the failed write may still hold a view
+    state, index = s.state, s.state.index
+    if index.base != base or len(index) < n:  # cannot happen: an eviction marks again
+        raise RuntimeError("session state changed shape since its last mark")
+    for column in (index.start, index.end, index.count, index.ts, index.outcome):
+        del column[n:]
+    if n:
+        index.end[-1], index.count[-1], index.outcome[-1] = last
+    state.turn_count, state.event_count, state.status, state.in_turn = turn_count, event_count, status, in_turn
+    return accepted
+
+
+def commit(s, records: Iterable[Record]) -> tuple[int, int]:
+    """Append ``records`` to session ``s`` (caller holds ``s.mutex``); return ``(accepted,
+    sync_target)`` — the caller must :meth:`LogFile.sync_to` ``sync_target`` (when not 0)
+    after releasing the mutex. See the module docstring for what a failure leaves."""
+    log, state, config = s.log, s.state, s.config
+    max_events, writes_through = config.max_events, config.writes_through
+    accepted = 0
+    mark = _mark(s, 0)
+    s.last_change = _time()  # before any persist of this call: updated_at is its time
+    refused: ValidationError | CapRewriteError | None = None
+    try:
+        for record in records:
+            line, kind = record[0], record[3]
+            pending = log.pending
+            offset = log.flushed_len + len(pending)
+            end = offset + len(line) + 1
+            pending += line
+            pending += b"\n"
+            accepted += 1
+            s.version += 1
+            if apply(state, kind, offset, end, now_rfc3339() if kind is _TURN_STARTED else ""):
+                log.write_pending()
+                mark = _mark(s, accepted)
+                s.request_persist()
+            elif len(pending) >= BUFFER_LIMIT:
+                log.write_pending()
+                mark = _mark(s, accepted)
+                if not writes_through:  # the spec's 64 KiB persist is buffered mode's
+                    s.request_persist()
+            elif end >= s.persist_at and not writes_through:
+                s.request_persist()  # 64 KiB since the last request, flushed by reads
+            if max_events and state.event_count > max_events:
+                log.write_pending()
+                mark = _mark(s, accepted)
+                try:
+                    enforce_cap(s)
+                except OSError as exc:
+                    raise CapRewriteError(f"event cap not applied: {exc}") from exc
+                finally:
+                    mark = _mark(s, accepted)
+        if writes_through and accepted:
+            log.write_pending()
+    except (ValidationError, CapRewriteError) as exc:
+        refused = exc  # the lines before it stay committed
+        if writes_through and accepted:
+            try:
+                log.write_pending()
+            except OSError as err:
+                _failed_write(s, mark, err)
+                raise
+    except OSError as exc:
+        _failed_write(s, mark, exc)
+        raise
+    s.appended += accepted
+    if refused is not None:
+        refused.accepted = accepted
+        raise refused
+    return accepted, (log.dropped + log.flushed_len if config.syncs and accepted else 0)
+
+
+def _failed_write(s, mark: tuple, exc: OSError) -> None:
+    """A write of log bytes failed: take back what is not in the file; ``exc.accepted`` is what
+    is (made durable first in ``fsync`` mode: it is acknowledged)."""
+    accepted = exc.accepted = _rollback(s, mark)
+    s.version += 1
+    if accepted:
+        s.appended += accepted
+        if s.config.syncs:
+            s.log.sync_to(s.log.position)

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""This tree against a baseline tree, side by side in one run: before/after of a speed change.
+
+``--baseline DIR`` is another checkout of memfs whose C module is built in place (``git
+worktree add DIR COMMIT && cd DIR && .venv/bin/python setup.py build_ext --inplace`` with this
+tree's venv). Both trees run under this venv's interpreter, each with its own ``PYTHONPATH``,
+interleaved round by round, so the machine's drift (up to 2x within seconds here) hits both alike:
+
+* library: single ``append`` calls (``write`` and ``buffered``, turns of 100) and
+  ``append_many`` (turns of 100), best of the rounds, each in a fresh process;
+* mount: one 300-byte ``write()`` per event on ``O_APPEND`` through a ``write``-mode memfs
+  mount of each tree, and through ``scripts/nullfs.py``, all mounted at once, the servers on
+  one CPU and the writer on the other, the median of the per-round ratios to nullfs.
+
+Usage: ``.venv/bin/python scripts/bench_baseline.py --baseline DIR [--rounds R] [--json FILE]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_fs import placement, single_appends, start_server, stop_server  # noqa: E402
+
+from memfs.samples import sized_message  # noqa: E402
+
+LIBRARY = r"""
+import os, sys, tempfile, time, shutil
+import memfs
+mode, kind, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ev = lambda t, **f: ('{"schema_version":"0.18.0","event":%s}' % __import__("json").dumps({"type": t, **f},
+                     separators=(",", ":"))).encode()
+turn = [ev("turn.started")] + [ev("item.completed", item={"id": f"m{i}", "type": "agent_message",
+        "text": "x" * 200}) for i in range(98)] + [ev("turn.completed", usage={"input_tokens": 1})]
+root = tempfile.mkdtemp(prefix="memfs-bl-")
+h = memfs.open_session(root, "s", durability=mode, max_events=0)
+t = time.perf_counter()
+if kind == "single":
+    app = h.append
+    for _ in range(n // 100):
+        for line in turn:
+            app(line)
+else:
+    for _ in range(n // 100):
+        h.append_many(turn)
+h.close()
+print(n // 100 * 100 / (time.perf_counter() - t))
+shutil.rmtree(root)
+"""
+
+LIBRARY_CONFIGS = [("write", "single"), ("buffered", "single"), ("write", "many")]
+
+
+def library_rate(tree: Path, mode: str, kind: str, n: int) -> float:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run([sys.executable, "-c", LIBRARY, mode, kind, str(n)], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return float(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--baseline", required=True, type=Path, help="a checkout to compare against")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--events", type=int, default=50_000, help="library appends per run")
+    ap.add_argument("--writes", type=int, default=2_000, help="mount writes per target and round")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    trees = {"baseline": args.baseline.resolve(), "this": ROOT}
+    results: dict[str, float] = {}
+
+    best: dict[tuple, float] = {}
+    for _ in range(args.rounds):
+        for config in LIBRARY_CONFIGS:
+            for name, tree in trees.items():
+                got = library_rate(tree, *config, args.events)
+                best[(name, *config)] = max(best.get((name, *config), 0.0), got)
+    for mode, kind in LIBRARY_CONFIGS:
+        label = f"library {kind} append, {mode}"
+        for name in trees:
+            results[f"{label} ({name}) ev/s"] = best[(name, mode, kind)]
+        results[f"{label}: this / baseline"] = best[("this", mode, kind)] / best[("baseline", mode, kind)]
+
+    work = Path(tempfile.mkdtemp(prefix="memfs-bench-bl-"))
+    writer_cpus, server_cpus = placement()
+    if writer_cpus:
+        os.sched_setaffinity(0, writer_cpus)
+    servers = {}
+    targets: dict[str, Path] = {}
+    lines = [sized_message(i) for i in range(1000)]
+    try:
+        mnt = work / "nullfs"
+        mnt.mkdir()
+        env = {**os.environ, "NULLFS_DIRECT_IO": "0", "NULLFS_FLOOR": ""}
+        servers["nullfs"] = (start_server([sys.executable, str(ROOT / "scripts" / "nullfs.py"), str(mnt)], mnt,
+                                          work / "nullfs.log", env=env, cpus=server_cpus), mnt)
+        targets["nullfs"] = mnt / "sink"
+        for name, tree in trees.items():
+            store, mnt = work / f"store-{name}", work / f"mnt-{name}"
+            mnt.mkdir()
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            servers[name] = (start_server([sys.executable, "-m", "memfs", "mount", str(store), str(mnt),
+                                           "--durability", "write", "--max-events", "0", "--log-level", "WARNING"],
+                                          mnt, work / f"{name}.log", env=env, cpus=server_cpus), mnt)
+            (mnt / "sessions" / "b").mkdir()
+            targets[name] = mnt / "sessions" / "b" / "events.jsonl"
+        for _ in range(3):  # warm-up
+            for path in targets.values():
+                single_appends(path, args.writes, lines)
+        rates: dict[str, list[float]] = {name: [] for name in targets}
+        for _ in range(args.rounds * 3):
+            for name, path in targets.items():
+                rates[name].append(single_appends(path, args.writes, lines))
+        for name in trees:
+            results[f"mount single appends ({name}) ev/s"] = statistics.median(rates[name])
+            results[f"mount single appends ({name}) / nullfs"] = statistics.median(
+                m / n for m, n in zip(rates[name], rates["nullfs"]))
+        results["mount single appends: this / baseline"] = statistics.median(
+            m / n for m, n in zip(rates["this"], rates["baseline"]))
+    finally:
+        for proc, mnt in servers.values():
+            stop_server(proc, mnt)
+        subprocess.run(["rm", "-rf", str(work)], check=False)
+
+    width = max(map(len, results))
+    print(f"baseline: {trees['baseline']}; library best of {args.rounds} rounds, mount medians of "
+          f"{args.rounds * 3} rounds")
+    for key, value in results.items():
+        print(f"{key:<{width}}  {value:,.3f}" if value < 100 else f"{key:<{width}}  {value:,.0f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"baseline": str(trees["baseline"]), "results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

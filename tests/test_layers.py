@@ -1,0 +1,49 @@
+"""The floors of the README's Layout: a floor imports only from the floors below it.
+
+Each check runs in a fresh interpreter, so what an import loads is all that is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+PROBE = "import importlib, json, sys; importlib.import_module(sys.argv[1]); " \
+        "print(json.dumps(sorted(m for m in sys.modules if m == 'memfs' or m.startswith('memfs.'))))"
+
+
+def loaded_by(module: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", PROBE, module], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("module, allowed", [
+    ("memfs.events", {"memfs", "memfs._contract", "memfs.errors", "memfs.events"}),
+    ("memfs.facts", {"memfs", "memfs.facts"}),
+    ("memfs.search.bm25", {"memfs", "memfs.search", "memfs.search.bm25", "memfs.search.index",
+                           "memfs.search.tokenize"}),
+])
+def test_a_lower_floor_loads_nothing_above_it(module, allowed):
+    loaded = set(loaded_by(module))
+    assert module in loaded
+    assert loaded <= allowed, f"import {module} also loads {sorted(loaded - allowed)}"
+
+
+def test_the_contract_loads_no_store_module():
+    assert not [m for m in loaded_by("memfs.events") if m.startswith("memfs.store")]
+
+
+def test_the_public_api_loads_the_store_on_first_use():
+    probe = ("import sys, memfs; before = 'memfs.store.session' in sys.modules; memfs.open_session; "
+             "print(before, 'memfs.store.session' in sys.modules, memfs.SessionHandle.__module__)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True", "memfs.store.session"]
+
+
+def test_the_store_does_not_import_the_filesystem_views_or_search():
+    loaded = loaded_by("memfs.store.session") + loaded_by("memfs.store.retention") + loaded_by("memfs.store.fsck")
+    above = sorted({m for m in loaded if m.startswith(("memfs.fs", "memfs.views", "memfs.search", "memfs.cli"))})
+    assert above == []
