@@ -37,7 +37,8 @@
 typedef struct {
     const char *name;
     PyObject *iname;    /* interned */
-    Py_ssize_t offset;  /* of the slot in objects of the layout's type; -1: attribute access */
+    Py_ssize_t offset;  /* of the slot in objects of the layout's type, for reading; -1: getattr */
+    Py_ssize_t set_offset;  /* the same, for writing; -1: setattr */
 } Field;
 
 typedef struct {
@@ -65,14 +66,18 @@ static Layout SESSION = {"session", NULL, session_fields}, LOG = {"log", NULL, l
 /* Look up ``L``'s names on ``type`` (the class of an object about to be used). */
 static void resolve(Layout *L, PyTypeObject *type)
 {
-    int plain = type->tp_getattro == PyObject_GenericGetAttr && type->tp_setattro == PyObject_GenericSetAttr;
+    /* a class of its own __getattribute__ / __setattr__ (a frozen dataclass) is asked */
+    int plain_get = type->tp_getattro == PyObject_GenericGetAttr;
+    int plain_set = type->tp_setattro == PyObject_GenericSetAttr;
     for (Field *f = L->fields; f->name; f++) {
-        PyObject *descr = plain ? _PyType_Lookup(type, f->iname) : NULL;
-        f->offset = -1;
+        PyObject *descr = _PyType_Lookup(type, f->iname);
+        f->offset = f->set_offset = -1;
         if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
             PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
-            if (m->type == T_OBJECT_EX && !(m->flags & READONLY))
-                f->offset = m->offset;
+            if (m->type == T_OBJECT_EX) {
+                f->offset = plain_get ? m->offset : -1;
+                f->set_offset = plain_set && !(m->flags & READONLY) ? m->offset : -1;
+            }
         }
     }
     Py_INCREF(type);
@@ -106,12 +111,12 @@ static inline int set(PyObject *obj, Layout *L, int i, PyObject *value)
         return -1;
     use(L, obj);
     Field *f = &L->fields[i];
-    if (f->offset < 0) {
+    if (f->set_offset < 0) {
         int r = PyObject_SetAttr(obj, f->iname, value);
         Py_DECREF(value);
         return r;
     }
-    Py_XSETREF(*(PyObject **)((char *)obj + f->offset), value);
+    Py_XSETREF(*(PyObject **)((char *)obj + f->set_offset), value);
     return 0;
 }
 
@@ -605,7 +610,16 @@ static PyObject *commit(PyObject *module, PyObject *const *args, Py_ssize_t narg
             goto done;
         target = dropped + flushed;
     }
-    result = Py_BuildValue("(nn)", accepted, target);
+    if ((result = PyTuple_New(2)) != NULL) {
+        PyObject *a = PyLong_FromSsize_t(accepted), *t = a ? PyLong_FromSsize_t(target) : NULL;
+        if (t == NULL) {
+            Py_XDECREF(a);
+            Py_CLEAR(result);
+        } else {
+            PyTuple_SET_ITEM(result, 0, a);
+            PyTuple_SET_ITEM(result, 1, t);
+        }
+    }
 done:
     mark_clear(&m);
     Py_XDECREF(log);
