@@ -1,9 +1,14 @@
 """Only the compiled part of memfs; everything else is declared in pyproject.toml.
 
-memfs._contract is the event contract's per-line work (memfs/events.py says why it is C).
+memfs._contract is the event contract's per-line work (memfs/events.py says why it is C);
+memfs.store._writer is the compiled twin of the one commit (memfs/store/writer.py says how the
+twin is chosen; MEMFS_IMPL=py runs the Python one).
 `pip install` builds it, which needs a C compiler and the Python headers, as pyfuse3 does.
 """
 from setuptools import Extension, setup
 
 FLAGS = ["-O2", "-Wall"]
-setup(ext_modules=[Extension("memfs._contract", ["memfs/_contract.c"], extra_compile_args=FLAGS)])
+setup(ext_modules=[
+    Extension("memfs._contract", ["memfs/_contract.c"], extra_compile_args=FLAGS),
+    Extension("memfs.store._writer", ["memfs/store/_writer.c"], extra_compile_args=FLAGS),
+])

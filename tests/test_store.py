@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import inspect
 import os
+import pathlib
 import stat
 import subprocess
 import textwrap
@@ -614,3 +615,80 @@ def test_atomic_write_makes_the_rename_durable(tmp_path, monkeypatch):
     paths.atomic_write(tmp_path / "f.json", b"{}")
     assert calls == [("fsync", False), ("rename", None), ("fsync", True)]
     assert (tmp_path / "f.json").read_bytes() == b"{}"
+def test_the_commit_runs_the_twin_asked_for(session, pytestconfig):
+    """``--impl`` (MEMFS_IMPL) decides which commit runs; in the normal run it is the compiled
+    one, which setup.py builds: a missing build must not pass for the C run."""
+    impl = pytestconfig.getoption("impl")
+    assert session.stats()["impl"] == impl
+    session.append(msg("counted by either twin"))
+    assert session.stats()["appended"] == 1
+    if impl == "c":
+        import memfs.store._writer  # noqa: F401 — fails when the module is not built
+
+
+def test_the_compiled_commit_keeps_no_references(full_disk, pytestconfig):
+    """memfs/store/_writer.c counts its references by hand: accepted lines (single and batched,
+    buffered and write mode, boundaries), refused lines in a batch, evictions (and failed
+    ones: CapRewriteError) and failed writes (ENOSPC, rolled back) leave no memory behind."""
+    if pytestconfig.getoption("impl") != "c":
+        pytest.skip("checks the compiled twin (the run with --impl=c)")
+    root, fill = full_disk
+    bad = [b"not json", b'{"schema_version":"0.18.0","event":{"type":"turn.failed"}}']
+    big = env("turn.failed", message="x" * 6000)  # spans a page: a full tmpfs refuses it
+    calls = [0]
+
+    def hook(session_dir, session_id, events):  # every other eviction fails
+        calls[0] += 1
+        if calls[0] % 2:
+            raise RuntimeError("no summary today")
+
+    capped = open_s(root, "capped", durability="write", max_events=4, summary_hook=hook)
+    buffered = open_s(root, "buffered", max_events=6, summary_hook=lambda *args: None)  # bounded
+    failing = open_s(root, "failing", durability="write")
+    outcomes = {"cap_errors": 0, "refused": 0, "write_errors": 0}  # over both runs of churn
+
+    def put(h, lines):
+        """Append; an eviction that fails after a line was committed (which stops a batch
+        there) is counted."""
+        try:
+            h.append(lines[0]) if len(lines) == 1 else h.append_many(lines)
+        except memfs.CapRewriteError as exc:
+            assert 1 <= exc.accepted <= len(lines)
+            outcomes["cap_errors"] += 1
+
+    def churn():
+        for i in range(150):
+            for h in (capped, buffered):
+                put(h, [START])
+                put(h, [msg("one")])
+                put(h, [msg("two"), DONE])
+                try:
+                    h.append_many([START, bad[i % 2], msg("never")])
+                except ValidationError as exc:
+                    assert exc.accepted == 1
+                    outcomes["refused"] += 1
+                except memfs.CapRewriteError as exc:  # the batch stops there too
+                    assert exc.accepted == 1
+                    outcomes["cap_errors"] += 1
+                put(h, [DONE])
+        filler = fill()
+        try:
+            for i in range(500):
+                try:
+                    failing.append(big) if i % 2 else failing.append_many([msg("kept?"), big])
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC and exc.accepted == 0
+                    outcomes["write_errors"] += 1
+        finally:
+            filler.unlink()
+        buffered.flush()  # nothing pending: what stays is what leaked
+
+    try:
+        grown = bytes_kept(churn, ignore=[pathlib.__file__])
+        assert outcomes["cap_errors"] > 50 and outcomes["refused"] > 300 and outcomes["write_errors"] == 1000
+        assert failing.stats()["appended"] == 0 and failing.manifest["event_count"] == 0
+        assert capped.manifest["event_count"] <= 4 + 4
+    finally:
+        for h in (capped, buffered, failing):
+            h.close()
+    assert grown < 32 * 1024, f"{grown} bytes kept after the churn"
