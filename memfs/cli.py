@@ -165,6 +165,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
     flags = dict(session=args.session, read_only=args.read_only, allow_other=args.allow_other, uid=args.uid,
                  gid=args.gid, durability=args.durability, max_events=args.max_events,
                  max_line_bytes=args.max_line_bytes, max_rejected_bytes=args.max_rejected_bytes,
+                 idle_release=args.idle_release, max_open_sessions=args.max_open_sessions,
                  daemon=args.daemon, log_level=args.log_level)
     settings.update({k: v for k, v in flags.items() if v is not None})
     config = _config(args, store=store, mountpoint=mountpoint, **settings)
@@ -181,7 +182,8 @@ def cmd_mount(args: argparse.Namespace) -> int:
 _O_BOOL = {"ro": ("read_only", True), "rw": ("read_only", False), "allow_other": ("allow_other", True),
            "daemon": ("daemon", True), "foreground": ("daemon", False)}
 _O_VALUE = {"uid": int, "gid": int, "durability": str, "max_events": int, "max_line_bytes": int,
-            "max_rejected_bytes": int, "session": str, "log_level": str.upper}
+            "max_rejected_bytes": int, "idle_release": float, "max_open_sessions": int, "session": str,
+            "log_level": str.upper}
 _O_ALWAYS = ("default_permissions", "auto_unmount", "nodev", "nosuid", "noatime")  # memfs always does these
 
 
@@ -672,6 +674,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-line-bytes", type=_nonneg_int, metavar="N", help="longest accepted line")
     p.add_argument("--max-rejected-bytes", type=_nonneg_int, metavar="N",
                    help="rotate rejected.jsonl past N bytes (default 16 MiB)")
+    p.add_argument("--idle-release", type=_nonneg_float, metavar="SECONDS",
+                   help="a session's writer lock is released this long after its last change (default 5)")
+    p.add_argument("--max-open-sessions", type=_nonneg_int, metavar="N",
+                   help="sessions kept open at once, one descriptor each (default 256)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--daemon", help="detach once the mount is up; log to a file named after the mountpoint",
                       **flag)
@@ -679,7 +685,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="stay in the foreground, logging to stderr (the default)")
     p.add_argument("-o", dest="options", action="append", default=[], metavar="OPT[,OPT...]",
                    help="mount(8)-style options, each also a flag: ro, rw, allow_other, uid=N, gid=N, "
-                        "durability=MODE, max_events=N, max_line_bytes=N, max_rejected_bytes=N, session=ID, "
+                        "durability=MODE, max_events=N, max_line_bytes=N, max_rejected_bytes=N, idle_release=S, "
+                        "max_open_sessions=N, session=ID, "
                         "log_level=LEVEL")
     p.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), type=str.upper)
 

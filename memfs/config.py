@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from memfs.errors import MemfsError
-from memfs.store.config import DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES, DURABILITY_MODES
+from memfs.store.config import DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES, DURABILITY_MODES
 from memfs.store.paths import default_root, workspace_root
 from memfs.store.rejected import DEFAULT_MAX_REJECTED_BYTES
 
@@ -75,6 +75,8 @@ class Config:
     max_events: int = DEFAULT_MAX_EVENTS
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     max_rejected_bytes: int = DEFAULT_MAX_REJECTED_BYTES  # rejected.jsonl rotates past this (SPEC §3.8)
+    idle_release: float = DEFAULT_IDLE_RELEASE  # a writer keeps the lock this long after its last change (§3.5)
+    max_open_sessions: int = 256  # sessions a mount keeps open, one descriptor each (§3.5)
     log_level: str = "INFO"
     daemon: bool = False
     retention: RetentionConfig = field(default_factory=RetentionConfig)
@@ -123,6 +125,10 @@ class Config:
             raise ConfigError("max_line_bytes must be at least 1")
         if self.max_rejected_bytes < 1:
             raise ConfigError("max_rejected_bytes must be at least 1")
+        if self.idle_release < 0:
+            raise ConfigError("idle_release must not be negative")
+        if self.max_open_sessions < 1:
+            raise ConfigError("max_open_sessions must be at least 1")
         if self.retention.max_sessions < 0 or self.retention.max_age_days < 0:
             raise ConfigError("retention.max_sessions and retention.max_age_days must not be negative")
         if self.search.max_results < 1:
@@ -139,6 +145,7 @@ _TOP: dict[str, tuple] = {
     "store": _STR, "workspace": _STR, "mountpoint": _STR, "session": _STR,
     "read_only": _BOOL, "allow_other": _BOOL, "uid": _INT, "gid": _INT,
     "durability": _STR, "max_events": _INT, "max_line_bytes": _INT, "max_rejected_bytes": _INT, "log_level": _STR,
+    "idle_release": _NUM, "max_open_sessions": _INT,
     "daemon": _BOOL,
 }
 _TABLES: dict[str, dict[str, tuple]] = {

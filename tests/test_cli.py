@@ -219,7 +219,7 @@ def test_append_to_a_session_held_by_another_process_fails(capsys, store, tmp_pa
         code, _, err = run(capsys, "append", "s", source, "--store", store)
     finally:
         lock.release(held)
-    assert code == 1 and "another process" in err
+    assert code == 1 and f"session s is being written by process {os.getpid()}" in err
 
 
 # --- search ------------------------------------------------------------------------------

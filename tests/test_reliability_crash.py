@@ -69,13 +69,18 @@ def test_kill_9_mid_stream_keeps_every_acknowledged_line_once(tmp_path, durabili
     m = start(store, mnt, "--durability", durability)  # the remount works
     try:
         session = m.mnt / "sessions" / "s1"
-        served = (session / "events.jsonl").read_bytes()
+        served = (session / "events.jsonl").read_bytes()  # read without repairing anything
         live_manifest = json.loads((session / "manifest.json").read_bytes())
+        closing = b'{"schema_version":"0.18.0","event":{"type":"turn.completed","usage":{}}}\n'
+        with open(session / "events.jsonl", "ab") as f:  # the next writer repairs and goes on
+            f.write(closing)
     finally:
         cleanup(m)  # SIGTERM: a clean unmount that persists the metadata
     assert not is_mounted(mnt)
 
     lines = assert_consistent(store / "s1")  # metadata on disk agrees with a fresh rescan
+    assert lines[-1] + b"\n" == closing
+    lines = lines[:-1]
     assert served == b"".join(line + b"\n" for line in lines)
     assert live_manifest["event_count"] == len(lines)
     found: dict[str, list[int]] = {name: [] for name in wrote}

@@ -76,7 +76,8 @@ PLANTED = {
     "rejected": "rejected.jsonl",
     "derived": "derived",
 }
-BROKEN = ("manifest", "events", "turns", "lock", "index", "rejected")  # the session cannot be opened
+BROKEN = ("manifest", "events", "turns", "index")  # what a read needs: the session cannot be opened
+UNWRITABLE = ("lock", "rejected")  # read as usual (reading never locks); the first change is refused
 READS = ("events.jsonl", "manifest.json", "rejected.jsonl", "index/turns.json", "derived/memory.json",
          "derived/summary.md", "derived/trajectory.jsonl", f"search/{SECRET}", "search/retry")
 
@@ -152,12 +153,25 @@ def test_planted_symlinks_are_never_followed_and_are_reported(tmp_path, planted)
             assert errno_of(lambda name=name: os.getxattr(sessions / name, "user.memfs.status")) == errno.ELOOP
             assert errno_of(lambda name=name: os.rmdir(sessions / name)) != 0
             assert f"refusing symlink inside the store: {store / name / PLANTED[name]}" in m.log_text()
+        # a planted lock or rejected.jsonl: that file costs the session its writes, not its reads
+        for name in UNWRITABLE:
+            got = dict(shown[name])
+            assert got.pop("rejected.jsonl") == (errno.ELOOP if name == "rejected" else "")
+            assert "the retry loop works" in got.pop("derived/memory.json")
+            assert {k: v for k, v in got.items() if isinstance(v, int)} == {}, (name, got)
+            log_before = (store / name / "events.jsonl").read_bytes()
+
+            def append(name=name):
+                with open(sessions / name / "events.jsonl", "a") as f:
+                    f.write('{"type":"turn.started"}\n')
+            assert errno_of(append) == errno.ELOOP
+            assert (store / name / "events.jsonl").read_bytes() == log_before
         # a planted derived/: views are served from the log, and their copies never written
         assert json.loads(shown["derived"]["derived/memory.json"])["grounded_facts"][0]["fact"] == \
             "the retry loop works"
         # the store-wide search still answers, from the sessions that can be opened
         hits = [json.loads(line)["session_id"] for line in shown["/"]["retry"].splitlines()]
-        assert hits == ["derived"]
+        assert sorted(hits) == ["derived", "lock", "rejected"]
         assert "search: session manifest left out" in m.log_text()
     assert "session derived: derived view memory.json not copied" in m.log_text()
     assert snapshot(outside) == before  # no target was written, replaced or removed

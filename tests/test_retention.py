@@ -88,7 +88,8 @@ def test_keeps_active_pinned_live_and_preserved_sessions(tmp_path):
     make_session(tmp_path, "kept", age_days=90)
     make_session(tmp_path, "gone", age_days=90)
     pin(tmp_path, "pinned", "evidence for a bug")
-    with memfs.open_session(tmp_path, "live", read_only=False):  # holds session.lock
+    with memfs.open_session(tmp_path, "live", read_only=False) as h:
+        h.lock()  # holds session.lock, as a writer does
         report = gc(tmp_path, Policy(max_sessions=0, max_age_days=30), preserve=["kept"])
     assert names(report) == {"gone": "count"}
     assert report.kept == {"active": "active", "pinned": "pinned", "live": "live", "kept": "preserved"}
@@ -100,7 +101,8 @@ def test_idle_active_sessions_are_marked_completed_then_evicted_but_never_live_o
     idle = make_session(tmp_path, "idle", status="active", age_days=40)
     busy = make_session(tmp_path, "busy", status="active", age_days=40)
     recent = make_session(tmp_path, "recent", status="active", age_days=3)
-    with memfs.open_session(tmp_path, "busy"):
+    with memfs.open_session(tmp_path, "busy") as h:
+        h.lock()  # being written
         report = gc(tmp_path, Policy(max_sessions=50, max_age_days=30))
     assert report.marked_completed == ["idle"]
     assert names(report) == {"idle": "age"}

@@ -377,60 +377,79 @@ def test_two_handles_in_one_process_share_one_state(tmp_path):
 
 HOLD = textwrap.dedent("""
     import sys, memfs
-    h = memfs.open_session(sys.argv[1], "s")
+    h = memfs.open_session(sys.argv[1], "s", max_events=0, durability="write")
+    h.append({"type": "turn.started"})  # the first change takes the lock
     print("ready", flush=True)
     sys.stdin.readline()
+    h.append({"type": "turn.completed", "usage": {}})
     h.close()
 """)
 
-TRY_OPEN = textwrap.dedent("""
+TRY_APPEND = textwrap.dedent("""
     import sys, memfs
-    try:
-        with memfs.open_session(sys.argv[1], "s") as h:
-            h.append({"type": "turn.started"})
-        print("opened")
-    except memfs.SessionBusy as exc:
-        print("busy:", exc)
+    with memfs.open_session(sys.argv[1], "s", max_events=0) as h:  # never refused: opening is reading
+        print("read", h.manifest["event_count"], flush=True)
+        try:
+            h.append({"type": "item.completed", "item": {"id": "x", "type": "agent_message", "text": "x"}})
+            print("appended")
+        except memfs.SessionBusy as exc:
+            print("busy:", exc)
 """)
 
 
-def test_second_process_cannot_open_for_writing_while_the_first_holds_it(tmp_path):
+def test_opening_takes_no_lock_the_first_append_does_and_close_releases_it(tmp_path):
     sdir = tmp_path / "s"
-    with open_s(tmp_path) as h:
-        assert memfs.is_live(sdir)
-        res = run_python(TRY_OPEN, str(tmp_path))
-        assert res.stdout.startswith("busy:"), res.stderr
-        assert log_lines(sdir) == []
+    with open_s(tmp_path, durability="write") as h:
+        assert not memfs.is_live(sdir) and not h.stats()["writer"]
+        assert h.manifest["event_count"] == 0  # reading locks nothing
+        h.append(START)
+        assert memfs.is_live(sdir) and h.stats()["writer"]
+        holder = orjson.loads((sdir / "session.lock").read_bytes())
+        assert holder["pid"] == os.getpid() and holder["host"]
+        res = run_python(TRY_APPEND, str(tmp_path))
+        assert res.stdout.splitlines()[0] == "read 1", res.stderr  # another process reads, unlocked
+        assert res.stdout.splitlines()[1] == f"busy: session s is being written by process {os.getpid()}"
     assert not memfs.is_live(sdir)
-    assert run_python(TRY_OPEN, str(tmp_path)).stdout.strip() == "opened"
-    assert log_lines(sdir) == [START]
+    assert run_python(TRY_APPEND, str(tmp_path)).stdout.splitlines() == ["read 1", "appended"]
+    assert log_lines(sdir)[0] == START and len(log_lines(sdir)) == 2
 
 
-def test_this_process_cannot_open_what_another_process_holds(tmp_path):
+def test_a_writer_elsewhere_refuses_this_process_and_is_followed_when_it_leaves(tmp_path):
     import subprocess
     import sys
 
     open_s(tmp_path).close()
+    reader = open_s(tmp_path)  # opened before the other writer starts: it must follow it
     proc = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
         assert memfs.is_live(tmp_path / "s")
-        with pytest.raises(SessionBusy):
-            open_s(tmp_path)
+        with pytest.raises(SessionBusy, match=rf"being written by process {proc.pid}$"):
+            reader.append(msg("refused"))
+        assert reader.manifest["event_count"] == 1 and reader.manifest["in_turn"]  # followed, unlocked
         with open_s(tmp_path, read_only=True) as ro:  # never refused for the lock
-            assert ro.manifest["event_count"] == 0
+            assert ro.manifest["event_count"] == 1
     finally:
         proc.communicate("\n", timeout=30)
     assert proc.returncode == 0
     assert not memfs.is_live(tmp_path / "s")
-    open_s(tmp_path).close()
+    # the takeover continues from what the other process wrote, not from this one's old state
+    reader.append(START)
+    reader.append(DONE)
+    assert reader.manifest["event_count"] == 4 and reader.manifest["turn_count"] == 2
+    reader.close()
+    assert disk_manifest(tmp_path / "s")["turn_count"] == 2 and len(disk_index(tmp_path / "s")) == 2
+    with open_s(tmp_path) as again:
+        assert again.open_report.fast_path
 
 
 def test_liveness_probe(tmp_path):
     sdir = tmp_path / "s"
     assert not memfs.is_live(sdir)  # no lock file
     h = open_s(tmp_path)
+    assert not memfs.is_live(sdir)  # opening is reading
+    h.append(START)  # the first change takes the lock
     assert memfs.is_live(sdir)
     assert memfs.is_live(sdir)  # a probe does not steal the lock
     h.close()
@@ -457,6 +476,7 @@ def test_permissions_are_private_and_reasserted(tmp_path):
     for f in ("events.jsonl", "manifest.json", "rejected.jsonl", "index/turns.json", "session.lock"):
         os.chmod(sdir / f, 0o644)
     with open_s(root) as h:
+        h.lock()  # becoming the writer re-asserts them
         assert h.open_report.fast_path
     for d in (sdir, sdir / "index"):
         assert mode(d) == 0o700, d
@@ -488,8 +508,9 @@ def test_symlinked_file_in_the_session_is_refused(tmp_path, name):
     if path.exists():
         path.unlink()
     os.symlink(target, path)
-    with pytest.raises(SymlinkRefused):
-        open_s(tmp_path)
+    with pytest.raises(SymlinkRefused):  # by the open (what it reads) or the first change
+        with open_s(tmp_path) as h:
+            h.append(START)
     assert target.read_bytes() == b"precious"
     assert os.path.islink(path)
 
@@ -501,6 +522,7 @@ def test_session_ids_are_sanitized_and_kept_raw_in_the_manifest(tmp_path):
     assert memfs.sanitize("") == "session"
     assert memfs.sanitize("😀") == "_"
     with open_s(tmp_path, "../escape attempt") as h:
+        h.append(START)
         assert h.name == "_escape_attempt"
         assert h.path == tmp_path / "_escape_attempt"
         assert h.session_id == "../escape attempt"

@@ -220,7 +220,8 @@ def test_a_failing_background_persist_is_retried_logged_once_and_never_fails_app
     monkeypatch.setattr(metadata_mod, "atomic_write", atomic_write)
     monkeypatch.setattr(persister, "RETRY_SECONDS", 0.02)
     with open_s(tmp_path, durability="write", metadata_interval=DEFAULT) as h:
-        full.set()  # (the open of a new session persisted already)
+        h.lock()  # (becoming the writer of a new session persisted its metadata already)
+        full.set()
         for t in range(5):
             for line in turn(f"t{t}"):
                 h.append(line)  # never raises
@@ -249,6 +250,7 @@ def test_a_failing_synchronous_persist_is_retried_by_the_persister(tmp_path, mon
     monkeypatch.setattr(metadata_mod, "atomic_write", atomic_write)
     monkeypatch.setattr(persister, "RETRY_SECONDS", 0.02)
     with open_s(tmp_path, durability="write", metadata_interval=0) as h:
+        h.lock()
         full.set()
         for line in turn("a"):
             h.append(line)

@@ -138,7 +138,9 @@ def run_ops(root: Path, ops, durability: str, max_events: int):
 
 
 def reopened(root: Path, max_events: int = 0):
+    """Open as the writer (the open that repairs and rebuilds metadata)."""
     with open_s(root, max_events=max_events) as h:
+        h.lock()
         return h.open_report, state_of(h)
 
 

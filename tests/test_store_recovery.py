@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 import memfs.store.recovery as store_recovery
+from memfs.store.recovery import TAIL_WINDOW
 import memfs.store.session as store_session
 from memfs.store import lines as store_lines
 from store_helpers import (DONE, FAILED, START, THREAD_DONE, THREAD_START, disk_index, disk_json, disk_manifest,
@@ -24,7 +25,9 @@ def build(tmp_path, lines, **kw):
 
 
 def reopen(tmp_path, **kw):
+    """Open as the session's writer (what a first append does): the open that repairs."""
     with open_s(tmp_path, **kw) as h:
+        h.lock()
         return h.open_report, state_of(h)
 
 
@@ -67,13 +70,18 @@ SESSION = [THREAD_START, *turn("a", 3), msg("outside"), *turn("b", 1, end=FAILED
 
 
 def test_fast_path_when_metadata_is_consistent_reads_no_log(tmp_path, monkeypatch):
-    live = build(tmp_path, SESSION)
+    live = build(tmp_path, [*SESSION[:-2], *(line for t in range(100) for line in turn(f"t{t}", 5)), *SESSION[-2:]])
     size = (tmp_path / "s" / "events.jsonl").stat().st_size
     reads = count_log_reads(monkeypatch, tmp_path)
+    with open_s(tmp_path, read_only=True) as ro:  # a reader's open reads no byte of the log
+        assert ro.open_report.fast_path and state_of(ro) == live
+    assert reads == []
     report, state = reopen(tmp_path)
     assert report.fast_path and report.scanned_bytes == 0 and report.index_source == "turns.json"
     assert state == live
-    assert sum(reads) <= 1  # the torn-tail probe reads the last byte, nothing else
+    # a writer's open: the torn-tail probe (the last byte), the last line and the last turn's
+    # first line (the takeover check, memfs.store.recovery._tail_agrees), nothing else
+    assert 0 < sum(reads) <= 1 + 2 * TAIL_WINDOW < size
     reads.clear()
     forget_metadata(tmp_path / "s")
     report, state = reopen(tmp_path)
@@ -259,8 +267,9 @@ def test_torn_tail_moves_to_rejected_and_the_next_append_lands_on_a_clean_line(t
         assert ro.manifest["event_count"] == 2
     assert (sdir / "events.jsonl").read_bytes().endswith(b"item.comp")
     with open_s(tmp_path) as h:
-        assert h.open_report.torn_tail_bytes == len(b'{"schema_version":"0.18.0","event":{"type":"item.comp')
+        assert h.open_report.torn_tail_bytes == 0  # opening is reading: the first change repairs
         h.append(DONE)
+        assert h.open_report.torn_tail_bytes == len(b'{"schema_version":"0.18.0","event":{"type":"item.comp')
         assert h.manifest["turn_count"] == 1
     assert log_lines(sdir) == [START, msg("whole"), DONE]
     rejected = [orjson.loads(line) for line in (sdir / "rejected.jsonl").read_bytes().splitlines()]
@@ -372,6 +381,7 @@ def test_turns_cache_is_used_only_while_it_matches_turns_json(tmp_path, monkeypa
     # the cache goes away once the index is small again
     monkeypatch.setattr(store_session, "CACHE_MIN_ENTRIES", 100)
     with open_s(tmp_path) as h:
+        h.lock()
         h.flush()
     assert not (sdir / "index" / "turns.cache").exists()
 

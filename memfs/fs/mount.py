@@ -49,7 +49,8 @@ def fuse_options(config, store_root: Path | None = None) -> set[str]:
 def build(config) -> tuple[Store, Operations]:
     """The store and the operations a config describes (no mount yet)."""
     settings = StoreSettings(durability=config.durability, max_events=config.max_events,
-                             max_line_bytes=config.max_line_bytes, read_only=config.read_only)
+                             max_line_bytes=config.max_line_bytes, read_only=config.read_only,
+                             idle_release=config.idle_release, max_open_sessions=config.max_open_sessions)
     set_max_rejected_bytes(config.max_rejected_bytes)
     store = Store(config.sessions_root(), settings)
     single = None
@@ -139,6 +140,7 @@ def run(config) -> int:
     finally:
         try:
             views.flush()  # views copied to the backing store are written before we go
+            ops.close_files()  # files the kernel did not release yet hold sessions open
             store.close()
         finally:
             pyfuse3.close(unmount=True)

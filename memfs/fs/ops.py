@@ -79,6 +79,7 @@ class OpenFile:
     # (pwrite there, a seek to the end) is always accepted too.
     next_off: int = -1
     fd: int = -1  # a backing file read in place (rejected.jsonl), closed at release
+    writing: bool = False  # the session handle claims to be writing (SessionHandle.claim_writing)
 
 
 class Operations(pyfuse3.Operations):
@@ -404,10 +405,12 @@ class Operations(pyfuse3.Operations):
             raise self._refuse_change()
         handle = OpenFile(node)
         if node.kind is K.EVENTS:
-            handle.session = self._session(node)
+            if writing and (self.opts.read_only or self._session(node).read_only):
+                raise fail("EROFS")
+            handle.session = self._session(node).share()  # its own: the store may close its handle
             if writing:
-                if self.opts.read_only or handle.session.read_only:
-                    raise fail("EROFS")
+                handle.session.claim_writing()  # the lock, once taken, stays while this file is open
+                handle.writing = True
                 handle.appender = LineAppender(handle.session, max_line_bytes=self.store.settings.max_line_bytes,
                                                pid=ctx.pid)
                 handle.append_mode = bool(flags & os.O_APPEND)
@@ -477,8 +480,17 @@ class Operations(pyfuse3.Operations):
         if handle is not None and handle.session is not None and not handle.session.read_only:
             await trio.to_thread.run_sync(handle.session.flush)
 
+    def close_files(self) -> None:
+        """At unmount: release every file still open (the kernel may not have sent each
+        RELEASE), so that closing the store closes, persists and unlocks every session."""
+        for handle in list(self.files.values()):
+            self._release(handle)
+        self.files.clear()
+
     async def release(self, fh):
-        handle = self.files.pop(fh, None)
+        self._release(self.files.pop(fh, None))
+
+    def _release(self, handle: OpenFile | None) -> None:
         if handle is not None and handle.fd >= 0:
             os.close(handle.fd)
             handle.fd = -1
@@ -489,6 +501,14 @@ class Operations(pyfuse3.Operations):
                 pass  # recorded in rejected.jsonl; nobody is left to tell
             except OSError as exc:  # release is not guarded: an escaping error ends the mount
                 log.warning("release: final line of %s lost: %s", handle.session.name, exc)
+        if handle is not None and handle.session is not None:
+            try:
+                if handle.writing:
+                    handle.writing = False
+                    handle.session.end_writing()
+                handle.session.close()
+            except (MemfsError, OSError) as exc:  # (the last handle's close persists)
+                log.warning("release: closing %s: %s", handle.session.name, exc)
 
     # --- attributes and statistics -------------------------------------------------------------
 

@@ -82,6 +82,11 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
     report = RecordReport()
     translator = AutoTranslator(fmt)
     handle = open_session(root, session, durability="write", max_events=max_events)
+    try:  # the session's writer for the whole run: a busy session is said before the agent starts
+        handle.claim_writing(lock=True)
+    except BaseException:
+        handle.close()
+        raise
     lines: queue.SimpleQueue = queue.SimpleQueue()
 
     def store_lines() -> None:
@@ -134,6 +139,7 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
     try:
         proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, bufsize=0)
     except OSError:
+        handle.end_writing()
         handle.close()
         raise
     forwarded = {}
@@ -178,5 +184,6 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
                 _guard(lambda: handle.append(dumps({"type": "turn.failed", "message": reason})))
                 report.closed_turn = reason
         finally:
+            handle.end_writing()
             handle.close()
     return (128 - status if status < 0 else status), report

@@ -21,6 +21,7 @@ DURABILITY_MODES = ("buffered", "write", "fsync")  # weakest first
 DEFAULT_MAX_EVENTS = 10_000
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 DEFAULT_METADATA_INTERVAL = 0.05
+DEFAULT_IDLE_RELEASE = 5.0  # seconds a writer keeps the liveness lock after its last change (SPEC §3.5)
 BUFFER_LIMIT = 64 * 1024  # buffered mode writes its pending bytes at this size (SPEC §3.2)
 
 SummaryHook = Callable[[Path, str, list], None]
@@ -44,6 +45,8 @@ class SessionConfig:
     * ``summary_hook`` — replaces the default eviction summary writer.
     * ``metadata_interval`` — persists are coalesced this long on a background thread (0:
       persist at every boundary, in the appending thread).
+    * ``idle_release`` — the writer releases the liveness lock once its last change is this
+      many seconds old and no handle is open for writing (SPEC §3.5).
     """
 
     durability: str = "buffered"
@@ -51,6 +54,7 @@ class SessionConfig:
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     summary_hook: SummaryHook | None = None
     metadata_interval: float = DEFAULT_METADATA_INTERVAL
+    idle_release: float = DEFAULT_IDLE_RELEASE
     writes_through: bool = field(init=False)  # every append's bytes reach the file before it returns
     syncs: bool = field(init=False)  # every append returns only once its bytes are on disk (fdatasync)
 

@@ -137,8 +137,15 @@ def _record_open(report: FsckReport, rep: OpenReport) -> None:
 
 
 def _open(root: Path, name: str) -> SessionHandle:
-    # no cap here: fsck must not evict anything
-    return open_session(root, name, durability="write", max_events=0, create=False)
+    """The session as its writer (the lock taken now: repairing is a change, SPEC §3.5);
+    :class:`SessionBusy` when another process writes it. No cap: fsck never evicts."""
+    handle = open_session(root, name, durability="write", max_events=0, create=False)
+    try:
+        handle.lock()
+    except BaseException:
+        handle.close()
+        raise
+    return handle
 
 
 def fsck_session(root: str | os.PathLike, session: str) -> FsckReport:

@@ -1,17 +1,25 @@
-"""The liveness lock, ``session.lock`` (SPEC §3.6).
+"""The liveness lock, ``session.lock`` (SPEC §3.5, §3.6).
 
 An exclusive, non-blocking BSD ``flock`` (through portalocker, whose POSIX locker is
-``fcntl.flock``) held while a process has a session open for writing. flock locks belong to
-the open file description, so a probe from the same process on a fresh descriptor also sees
-the lock as held — which is what :func:`is_live` relies on.
+``fcntl.flock``) held while a process is a session's writer — from its first change until it
+has been idle for a while (:mod:`memfs.store.session`), never for reading. flock locks belong
+to the open file description, so a probe from the same process on a fresh descriptor also
+sees the lock as held — which is what :func:`is_live` relies on.
+
+The holder writes ``{"pid": …, "host": …}`` into the file once it holds the lock, so a writer
+that is refused can say who holds it (:class:`SessionBusy`'s reason names the pid). The
+content is a hint for people: liveness is the flock alone, and a file left by a holder that
+died names a process that no longer holds anything.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import BinaryIO
 
+import orjson
 import portalocker
 
 from memfs.errors import SessionBusy, SymlinkRefused
@@ -30,9 +38,25 @@ def acquire(session_dir: Path) -> BinaryIO:
     try:
         portalocker.lock(handle, _FLAGS)
     except portalocker.exceptions.LockException:
+        who = describe_holder(os.pread(fd, 4096, 0))
         handle.close()
-        raise SessionBusy(f"session {session_dir.name} is open for writing by another process") from None
+        raise SessionBusy(f"session {session_dir.name} is being written by {who}") from None
+    try:  # who holds it, for the next writer's message (a hint: the flock is what counts)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, orjson.dumps({"pid": os.getpid(), "host": socket.gethostname()}) + b"\n", 0)
+    except OSError:
+        pass  # a full disk must not stop a writer: the file stays as it was
     return handle
+
+
+def describe_holder(content: bytes) -> str:
+    """``process PID on HOST`` from a lock file's content, or ``another process``."""
+    try:
+        holder = orjson.loads(content)
+        pid, host = holder["pid"], holder.get("host")
+    except (orjson.JSONDecodeError, TypeError, KeyError):
+        return "another process"
+    return f"process {pid}" + (f" on {host}" if host and host != socket.gethostname() else "")
 
 
 def release(handle: BinaryIO) -> None:

@@ -44,9 +44,18 @@ _monotonic = time.monotonic
 
 class Persister:
     """The schedule (a heap of due times, with the due time in force per session) and the
-    thread that works through it."""
+    thread that works through it.
 
-    def __init__(self) -> None:
+    Generic over the work: ``due(session)`` is the time before which running it would come too
+    soon, ``work(session)`` runs it and returns a monotonic time to run again at (or None);
+    ``what`` names it in the log. The metadata persister is one instance; the idle release of
+    liveness locks (:mod:`memfs.store.session`) is another."""
+
+    def __init__(self, thread_name: str = "memfs-persister", due=None, work=None,
+                 what: str = "persisting metadata of") -> None:
+        self._name, self._what = thread_name, what
+        self._due_of = due or (lambda session: session.persist_due())
+        self._work = work or (lambda session: session.persist_coalesced())
         self._cv = threading.Condition(threading.Lock())
         self._due: dict = {}  # session -> due time in force (heap entries not matching are stale)
         self._heap: list = []  # (due, tie-breaker, session)
@@ -68,7 +77,7 @@ class Persister:
             self._due[session] = due
             heapq.heappush(self._heap, (due, next(self._order), session))
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
             elif self._heap[0][2] is session:
                 self._cv.notify()
@@ -114,8 +123,8 @@ class Persister:
                 continue
             heapq.heappop(heap)
             del self._due[session]
-            not_before = session.persist_due()
-            if not_before > now:  # persisted meanwhile (a flush, a cap rewrite): not yet
+            not_before = self._due_of(session)
+            if not_before > now:  # done meanwhile (a flush, a cap rewrite): not yet
                 self._due[session] = not_before
                 heapq.heappush(heap, (not_before, next(self._order), session))
                 continue
@@ -128,14 +137,17 @@ class Persister:
                 session = self._next()
                 if session is None:
                     return
+            again = None
             try:
-                session.persist_coalesced()
+                again = self._work(session)
             except Exception as exc:
                 self._failed(session, exc)
             finally:
                 with self._cv:
                     self._busy = None
                     self._cv.notify_all()
+            if again is not None:
+                self.schedule(session, again)
 
     def _failed(self, session, exc: Exception) -> None:
         """Log (rarely) and retry later; nothing reaches the appenders."""
@@ -146,14 +158,14 @@ class Persister:
                 self._logged[session] = now
         if not quiet and not session.closed:
             if isinstance(exc, OSError):
-                log.warning("persisting metadata of %s: %s (retrying)", session.name, exc)
+                log.warning("%s %s: %s (retrying)", self._what, session.name, exc)
             else:
-                log.error("persisting metadata of %s (retrying)", session.name, exc_info=exc)
+                log.error("%s %s (retrying)", self._what, session.name, exc_info=exc)
         self.schedule(session, now + RETRY_SECONDS)
 
     def _after_fork(self) -> None:
         """In a forked child: the parent's thread is gone and its lock may be held."""
-        self.__init__()
+        self.__init__(self._name, self._due_of, self._work, self._what)
 
 
 _persister = Persister()

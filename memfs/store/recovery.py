@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memfs.errors import SymlinkRefused
-from memfs.events import decode_stored
+from memfs.events import Kind, decode_stored
 from memfs.store.lines import CHUNK, scan_chunks
 from memfs.store.machine import TurnState, apply, renumber
 from memfs.store.meta import CapMarker, ManifestRead, TurnIndex, file_key, now_rfc3339, read_manifest
@@ -56,8 +56,16 @@ class Recovered:
 
 def recover(session_dir: Path, fd: int | None, session_id: str, writable: bool) -> Recovered:
     """The state of the session in ``session_dir`` whose log is open as ``fd`` (None: no log
-    yet). ``writable``: repair a torn tail first. A rescan's result is not persisted here
-    (``report.fast_path`` is False: the caller persists it when it may write)."""
+    yet). A rescan's result is not persisted here (``report.fast_path`` is False: the caller
+    persists it when it may write).
+
+    ``writable`` (the caller holds the liveness lock): a torn tail is repaired first, and the
+    fast path also checks the log's tail against the index (:func:`_tail_agrees`), so a
+    manifest that only happens to name the right length is not trusted. Read-only (SPEC §3.5):
+    nothing on disk changes; metadata that describes a prefix of the log is trusted for that
+    prefix and the bytes past it are read as a tail — another process's appends, at the cost
+    of the new bytes only; an unterminated last line is left out (it is being written).
+    """
     file_len = os.fstat(fd).st_size if fd is not None else 0
     report = OpenReport()
     if writable and fd is not None:
@@ -77,6 +85,8 @@ def recover(session_dir: Path, fd: int | None, session_id: str, writable: bool) 
     old_index = read_index(session_dir, old is not None and old.complete, report)
 
     manifest = old.manifest if old is not None else None
+    described = manifest.persisted_file_len if manifest is not None else -1
+    tail = not writable and fd is not None and 0 <= described < file_len  # a follower reads the rest
     reason = ""
     if old is None:
         reason = "manifest missing or unreadable"
@@ -84,12 +94,14 @@ def recover(session_dir: Path, fd: int | None, session_id: str, writable: bool) 
         reason = "manifest incomplete"
     elif old_index is None:
         reason = "turn index missing or unreadable"
-    elif manifest.persisted_file_len != file_len:
-        reason = f"log is {file_len} bytes, metadata describes {manifest.persisted_file_len}"
-    elif not old_index.consistent_with(manifest, file_len):
+    elif described != file_len and not tail:
+        reason = f"log is {file_len} bytes, metadata describes {described}"
+    elif not old_index.consistent_with(manifest, described):
         reason = "turn index inconsistent with manifest"
     elif marker is not None and marker.matches(file_len):
         reason = "cap rewrite was in flight"
+    elif writable and fd is not None and not _tail_agrees(fd, file_len, old_index):
+        reason = "the log's last lines disagree with the turn index"
 
     now = now_rfc3339()
     if not reason:
@@ -98,12 +110,19 @@ def recover(session_dir: Path, fd: int | None, session_id: str, writable: bool) 
         elif not len(old_index):  # an empty index does not say where numbering goes on
             old_index.rebase(manifest.retained_turn_base)
         state = TurnState(old_index, manifest.turn_count, manifest.event_count, manifest.status, manifest.in_turn)
+        if tail:
+            file_len = scan_into(state, fd, described, file_len, report)
+            report.scanned_bytes = file_len - described
     else:
         report.fast_path = False
         report.reason = reason
         report.index_source = ""
         status = manifest.status if manifest is not None else "active"
-        state = rescan(fd, file_len, report, status) if fd is not None else TurnState(status=status)
+        state = TurnState(status=status)
+        if fd is not None:
+            end = scan_into(state, fd, 0, file_len, report)
+            report.scanned_bytes = file_len
+            file_len = end  # (writable: the same; read-only: without a line being written)
         if marker is not None and marker.matches(file_len):
             report.recovered_marker = True
         renumber(state, rescan_base(state, old, old_index, marker, file_len))
@@ -116,31 +135,63 @@ def recover(session_dir: Path, fd: int | None, session_id: str, writable: bool) 
                      report, marker is not None)
 
 
+TAIL_WINDOW = 4096  # bytes a writer's takeover check reads at the end of the log (and of a turn start)
+
+
+def _tail_agrees(fd: int, file_len: int, index: TurnIndex) -> bool:
+    """A writer's check of metadata it is about to trust (SPEC §3.5, a takeover), beyond the
+    length: the log ends with a whole line, and the last indexed turn starts with a
+    ``turn.started`` line where the index says. Two short reads."""
+    if file_len == 0:
+        return True
+    if os.pread(fd, 1, file_len - 1) != b"\n":
+        return False
+    if len(index):
+        start = index.start[-1]
+        head = os.pread(fd, min(TAIL_WINDOW, file_len - start), start)
+        nl = head.find(b"\n")
+        if nl >= 0:
+            first = decode_stored(head[:nl])
+            if first is None or first[0] is not Kind.TURN_STARTED:
+                return False
+    return True
+
+
+def scan_into(state: TurnState, fd: int, start: int, end: int, report: OpenReport | None = None) -> int:
+    """Fold the complete lines of ``[start, end)`` into ``state`` with the rescan's acceptance
+    rules (lines :func:`decode_stored` refuses are skipped; their bytes still advance offsets);
+    return the offset just past the last complete line (an unterminated tail is left: another
+    process may be writing it). Streams a chunk at a time."""
+    ts = now_rfc3339()
+    decode = decode_stored
+    scanned = skipped = 0
+    offset = start
+    for offset, lines in scan_chunks(fd, start, end):
+        scanned += len(lines)
+        for line in lines:
+            after = offset + len(line) + 1
+            decoded = decode(line)
+            if decoded is None:
+                skipped += 1
+            else:
+                apply(state, decoded[0], offset, after, ts)
+            offset = after
+    if report is not None:
+        report.scanned_lines += scanned
+        report.skipped_lines += skipped
+    return offset
+
+
 def rescan(fd: int, file_len: int, report: OpenReport, status: str = "active") -> TurnState:
     """Rebuild the turn state from the log's bytes ``[0, file_len)``, numbering turns from 1.
 
     ``status`` is the session's status before the log's first line: it stands when no line of
     the log sets one (an open passes the old manifest's: the event that set it may have been
-    evicted). Never fails on content: lines :func:`decode_stored` refuses are skipped (their
-    bytes still advance offsets). Streams the file a chunk at a time: memory stays bounded by
-    the chunk, the longest line and a few bytes per turn.
+    evicted). Never fails on content (see :func:`scan_into`). Memory stays bounded by the
+    chunk, the longest line and a few bytes per turn.
     """
     state = TurnState(status=status)
-    ts = now_rfc3339()
-    decode = decode_stored
-    scanned = skipped = 0
-    for offset, lines in scan_chunks(fd, 0, file_len):
-        scanned += len(lines)
-        for line in lines:
-            end = offset + len(line) + 1
-            decoded = decode(line)
-            if decoded is None:
-                skipped += 1
-            else:
-                apply(state, decoded[0], offset, end, ts)
-            offset = end
-    report.scanned_lines += scanned
-    report.skipped_lines += skipped
+    scan_into(state, fd, 0, file_len, report)
     report.scanned_bytes = file_len
     return state
 

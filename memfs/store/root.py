@@ -1,20 +1,26 @@
-"""A sessions root as a whole: list, create, open and remove sessions (SPEC §1, §6).
+"""A sessions root as a whole: list, create, open and remove sessions (SPEC §1, §3.5, §6).
 
-:class:`Store` keeps the handles this process has opened, so a long-lived server (the
-filesystem) opens each session once and holds its liveness lock until it closes the store.
+:class:`Store` keeps the handles a long-lived server (the filesystem) works with. Holding a
+handle holds no lock (a session is read until it is written, see
+:class:`memfs.store.session.Session`) but one descriptor, so at most ``max_open_sessions``
+are kept: opening one more closes the least recently used handles whose session is idle (not
+this process's to write, no file open on it); a session in use is never closed under its user.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
 from memfs.errors import AlreadyExists, InvalidName, NotEmpty, NotFound, SessionBusy
 from memfs.store.lock import is_live
 from memfs.store.catalog import is_session_dir, session_names
-from memfs.store.config import DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES, SessionConfig
+from memfs.store.config import DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES, SessionConfig
+
+DEFAULT_MAX_OPEN_SESSIONS = 256  # sessions a store keeps open (one descriptor each), SPEC §3.5
 from memfs.store.paths import EVENTS, REJECTED, ensure_private_dir, new_session_name_problem, remove_tree
 from memfs.store.session import SessionHandle, open_session
 
@@ -27,11 +33,13 @@ class StoreSettings:
     max_events: int = DEFAULT_MAX_EVENTS
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     read_only: bool = False
+    idle_release: float = DEFAULT_IDLE_RELEASE
+    max_open_sessions: int = DEFAULT_MAX_OPEN_SESSIONS
 
     @property
     def session_config(self) -> SessionConfig:
         """The config each session of the store is opened with."""
-        return SessionConfig(self.durability, self.max_events, self.max_line_bytes)
+        return SessionConfig(self.durability, self.max_events, self.max_line_bytes, idle_release=self.idle_release)
 
 
 class Store:
@@ -40,7 +48,7 @@ class Store:
     def __init__(self, root: str | os.PathLike, settings: StoreSettings = StoreSettings()):
         self.root = Path(root)
         self.settings = settings
-        self._handles: dict[str, SessionHandle] = {}
+        self._handles: OrderedDict[str, SessionHandle] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
         if not settings.read_only:
             ensure_private_dir(self.root)
@@ -57,17 +65,41 @@ class Store:
         with self._lock:
             handle = self._handles.get(name)
             if handle is not None:
+                self._handles.move_to_end(name)
                 return handle
             if not is_session_dir(self.root / name):
                 raise NotFound(f"no session {name!r}")
+            self._make_room()
             handle = self._open(name, create=False)
             self._handles[name] = handle
             return handle
 
+    def _make_room(self) -> None:
+        """Close least recently used idle handles until one more fits (caller holds ``_lock``).
+        A session that is being written, or that someone else holds a handle on (an open file
+        of the mount), stays: the bound then gives way rather than break a user."""
+        excess = len(self._handles) + 1 - self.settings.max_open_sessions
+        if excess <= 0:
+            return
+        for name, handle in list(self._handles.items()):
+            stats = handle.stats()
+            if stats["handles"] == 1 and not stats["writer"] and not stats["writing"]:
+                del self._handles[name]
+                handle.close()
+                excess -= 1
+                if not excess:
+                    return
+
+    def open_count(self) -> int:
+        """How many sessions this store holds open now."""
+        with self._lock:
+            return len(self._handles)
+
     def _open(self, name: str, create: bool) -> SessionHandle:
         s = self.settings
         return open_session(self.root, name, durability=s.durability, max_events=s.max_events,
-                            max_line_bytes=s.max_line_bytes, read_only=s.read_only, create=create)
+                            max_line_bytes=s.max_line_bytes, read_only=s.read_only, idle_release=s.idle_release,
+                            create=create)
 
     def create(self, name: str) -> SessionHandle:
         """Create session ``name``; it must already be in sanitized form and not exist."""
@@ -75,9 +107,11 @@ class Store:
         if problem:
             raise InvalidName(problem)
         with self._lock:
-            if name in self._handles or os.path.lexists(self.root / name):
+            path = self.root / name
+            if name in self._handles or os.path.lexists(path):
                 raise AlreadyExists(f"session {name!r} already exists")
-            handle = self._open(name, create=True)
+            self._make_room()
+            handle = self._open(name, create=True)  # whole on disk, or nothing (open_session)
             self._handles[name] = handle
             return handle
 
@@ -106,7 +140,7 @@ class Store:
     def close(self) -> None:
         """Close every held handle (flushing and persisting each)."""
         with self._lock:
-            handles, self._handles = list(self._handles.values()), {}
+            handles, self._handles = list(self._handles.values()), OrderedDict()
         errors = []
         for handle in handles:
             try:

@@ -28,6 +28,7 @@ Decisions recorded here:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -41,15 +42,16 @@ from memfs.errors import ReadOnlySession, SessionClosed, TurnNotFound, Validatio
 from memfs.events import Record, decode_stored, parse_line
 from memfs.store import lock as liveness
 from memfs.store import persister
-from memfs.store.config import (BUFFER_LIMIT, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES, DEFAULT_METADATA_INTERVAL,
-                                SessionConfig, SummaryHook, check_line_size)
+from memfs.store.config import (BUFFER_LIMIT, DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES,
+                                DEFAULT_METADATA_INTERVAL, SessionConfig, SummaryHook, check_line_size)
 from memfs.store.lines import scan_lines
 from memfs.store.meta import CACHE_MIN_ENTRIES, Manifest, format_rfc3339
 from memfs.store.metadata import MetadataWriter
+from memfs.store.catalog import is_session_dir
 from memfs.store.paths import (CAP_MARKER, EVENTS, INDEX_DIR, MANIFEST, PIN, REJECTED, TURNS, TURNS_CACHE,
                                assert_private_file, ensure_private_dir, open_nofollow, refuse_symlink, remove_file,
-                               sanitize)
-from memfs.store.recovery import OpenReport, recover
+                               remove_tree, sanitize)
+from memfs.store.recovery import OpenReport, recover, scan_into
 from memfs.store.rejected import record_rejected
 from memfs.store import writer
 from memfs.store.writer import LogFile, commit
@@ -61,59 +63,191 @@ _monotonic = time.monotonic
 
 
 class Session:
-    """One open session in this process, shared by all of its handles."""
+    """One session in this process, shared by all of its handles: a follower of the log on disk
+    until it has to change it, its writer (holding the liveness lock) from then until it has
+    been idle for ``idle_release`` seconds (SPEC §3.5).
 
-    __slots__ = ("dir", "read_only", "config", "mutex", "refs", "key", "closed", "log", "meta", "state", "report",
-                 "session_id", "created_at", "updated_at", "updated_for", "version", "appended", "rewrites",
-                 "last_change", "persist_at", "last_refusal", "lock_file")
+    * Reading never takes the lock: a follower trusts the metadata on disk per §3.3 and folds
+      the bytes appended since (by any process) into its state at the next read
+      (:meth:`follow`), at the cost of the new bytes only.
+    * The first change (an append, a cap rewrite, a repair) takes the lock (:meth:`acquire`;
+      :class:`SessionBusy` names the holder when another process has it) and re-reads what is
+      on disk before trusting it: another process may have written since.
+    * The lock is released (:meth:`release_if_idle`, on the idle thread) once no handle claims
+      to be writing (:meth:`SessionHandle.writing`), nothing is pending and the last change is
+      ``idle_release`` seconds old; the metadata is persisted first.
+    """
 
-    def __init__(self, session_dir: Path, session_id: str, config: SessionConfig, *, read_only: bool):
+    __slots__ = ("dir", "config", "writable_config", "mutex", "refs", "key", "closed", "log", "meta", "state",
+                 "report", "session_id", "created_at", "updated_at", "updated_for", "version", "appended",
+                 "rewrites", "last_change", "persist_at", "last_refusal", "lock_file", "writers", "release_scheduled", "opening")
+
+    def __init__(self, session_dir: Path, session_id: str, config: SessionConfig, *, writable: bool):
         self.dir = session_dir
-        self.read_only = read_only
         self.config = config
+        self.writable_config = writable  # ``config`` is a writer's (else a reader's, replaced by the first writer's)
         self.mutex = threading.RLock()
         self.refs = 1
         self.key: tuple[int, int] | None = None
         self.closed = False
         self.version = 0  # bumped on every change; a cheap staleness check for views
         self.appended = 0  # records this process added to the log, ever
-        self.rewrites = 0  # cap rewrites by this process: offsets before one are not comparable
+        self.rewrites = 0  # the log was replaced (a cap rewrite): offsets before are not comparable
         self.last_change = _time()
         self.updated_for = 0.0
         self.last_refusal: str | None = None  # the reason of the last line refused in this process
+        self.lock_file = None  # the liveness lock, while this process is the writer
+        self.writers = 0  # handles that claim to be writing: the lock is kept while any does
+        self.release_scheduled = False
+        self.opening = object()  # identifies this open of the session: with ``rewrites``, what offsets mean
         self.log = LogFile(None, 0)
-        self.lock_file = None if read_only else liveness.acquire(session_dir)
-        try:
-            self._open(session_id)
-        except BaseException:
-            self._release_files()
-            raise
-
-    def _open(self, session_id: str) -> None:
-        events = self.dir / EVENTS
+        self.meta = MetadataWriter(self.dir, config.metadata_interval, False)
         refuse_symlink(self.dir / INDEX_DIR)
-        fd = None
-        if self.read_only:
-            try:
-                fd = open_nofollow(events, os.O_RDONLY)
-            except FileNotFoundError:
-                pass
-        else:
-            for name in (MANIFEST, TURNS, TURNS_CACHE, REJECTED, CAP_MARKER, PIN):  # 0600, no symlinks (§1)
-                assert_private_file(self.dir / name)
-            fd = open_nofollow(events, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-        self.log.fd = fd
-        found = recover(self.dir, fd, session_id, writable=not self.read_only)
+        try:
+            fd = open_nofollow(self.dir / EVENTS, os.O_RDONLY)
+        except FileNotFoundError:
+            fd = None
+        try:
+            self._adopt(recover(self.dir, fd, session_id, writable=False), fd)
+        except BaseException:
+            if fd is not None:
+                os.close(fd)
+            raise
+        self.meta.cache_on_disk = os.path.lexists(self.dir / TURNS_CACHE)
+
+    def _adopt(self, found, fd: int | None) -> None:
+        """Take the state an open (or a re-read) found, with the log open as ``fd``."""
         self.state, self.report = found.state, found.report
         self.session_id, self.created_at, self.updated_at = found.session_id, found.created_at, found.updated_at
-        self.log = LogFile(fd, found.file_len)
+        self.log.reopen(fd, found.file_len)
         self.persist_at = found.file_len + BUFFER_LIMIT
-        self.meta = MetadataWriter(self.dir, self.config.metadata_interval, os.path.lexists(self.dir / TURNS_CACHE))
-        if not self.read_only:
-            if not found.report.fast_path:
+        self.version += 1
+        self.updated_for = self.last_change  # ``updated_at`` is what the disk says, until a change
+
+    @property
+    def owner(self) -> bool:
+        """This process holds the liveness lock: it is the session's writer."""
+        return self.lock_file is not None
+
+    # --- following and ownership -------------------------------------------------------------
+
+    def follow(self) -> None:
+        """A follower's catch-up with the log on disk (caller holds ``mutex``): fold the lines
+        other processes appended since; re-read everything when the log was replaced (a cap
+        rewrite elsewhere) or shrank. One ``fstat`` when nothing changed."""
+        if self.lock_file is not None or self.closed:
+            return
+        log_file = self.log
+        if log_file.fd is None:
+            try:
+                fd = open_nofollow(self.dir / EVENTS, os.O_RDONLY)
+            except FileNotFoundError:
+                return
+            self._reread(fd)
+            return
+        st = os.fstat(log_file.fd)
+        if st.st_nlink == 0 or st.st_size < log_file.flushed_len:
+            self._reread(open_nofollow(self.dir / EVENTS, os.O_RDONLY))
+        elif st.st_size > log_file.flushed_len:
+            end = scan_into(self.state, log_file.fd, log_file.flushed_len, st.st_size)
+            if end > log_file.flushed_len:
+                log_file.flushed_len = end
+                self.version += 1
+                self.last_change = st.st_mtime
+
+    def _reread(self, fd: int) -> None:
+        """Recover the session afresh from disk, the log open as ``fd`` (a new file)."""
+        try:
+            found = recover(self.dir, fd, self.session_id, writable=False)
+        except BaseException:
+            os.close(fd)
+            raise
+        seen = self.log.flushed_len
+        self._adopt(found, fd)
+        if seen:  # offsets seen before mean nothing now
+            self.rewrites += 1
+
+    def acquire(self) -> None:
+        """Become the session's writer (caller holds ``mutex``): take the liveness lock, then
+        re-read what is on disk — every count continues from what another process wrote,
+        never from a stale state of this one. Raises :class:`SessionBusy` naming the holder."""
+        if self.lock_file is not None:
+            return
+        if self.closed:
+            raise SessionClosed("session handle is closed")
+        ensure_private_dir(self.dir)
+        ensure_private_dir(self.dir / INDEX_DIR)
+        lock_file = liveness.acquire(self.dir)
+        try:
+            for name in (MANIFEST, TURNS, TURNS_CACHE, REJECTED, CAP_MARKER, PIN):  # 0600, no symlinks (§1)
+                assert_private_file(self.dir / name)
+            fd = open_nofollow(self.dir / EVENTS, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+            try:
+                found = recover(self.dir, fd, self.session_id, writable=True)
+            except BaseException:
+                os.close(fd)
+                raise
+        except BaseException:
+            liveness.release(lock_file)
+            raise
+        self.lock_file = lock_file
+        old = self.log
+        replaced = old.flushed_len > 0 and (found.file_len < old.flushed_len or old.fd is None or
+                                            not os.path.samestat(os.fstat(old.fd), os.fstat(fd)))
+        self._adopt(found, fd)
+        if replaced:  # another process rewrote the log (a cap): offsets seen before mean nothing now
+            self.rewrites += 1
+        if found.report.fast_path:
+            self.meta.persisted_version = self.version  # the metadata on disk describes this state
+        else:
+            try:
                 self.persist()
-            if found.marker:
-                remove_file(self.dir / CAP_MARKER)
+            except OSError as exc:  # the log is whole; stale metadata only makes the next open rescan
+                log.warning("%s: metadata not rebuilt (retried later): %s", self.name, exc)
+                persister.schedule(self, _monotonic() + persister.RETRY_SECONDS)
+        if found.marker:
+            remove_file(self.dir / CAP_MARKER)
+        self._schedule_release()
+
+    def _schedule_release(self) -> None:
+        if not self.release_scheduled:
+            self.release_scheduled = True
+            _releaser.schedule(self, _monotonic() + self.config.idle_release)
+
+    def release_due(self) -> float:
+        """For the idle thread: not before the last change is ``idle_release`` seconds old
+        (a monotonic time; 0 when that is already so)."""
+        wait = self.last_change + self.config.idle_release - _time()
+        return _monotonic() + wait if wait > 0 else 0.0
+
+    def release_if_idle(self) -> float | None:
+        """The idle thread's work: persist and release the lock when nothing keeps it; else the
+        monotonic time to look again (None: released, or nothing to release)."""
+        with self.mutex:
+            if self.lock_file is None or self.closed:
+                self.release_scheduled = False
+                return None
+            if self.writers:  # a handle is open for writing: look again later
+                return _monotonic() + self.config.idle_release
+            wait = self.last_change + self.config.idle_release - _time()
+            if wait > 0:
+                return _monotonic() + wait
+            self.release()
+            self.release_scheduled = False
+            return None
+
+    def release(self) -> None:
+        """Stop being the writer (caller holds ``mutex``): write what is pending, persist
+        metadata when it does not describe the log, release the lock. The log stays open
+        (read-only from now on: the next change takes the lock again)."""
+        if self.lock_file is None:
+            return
+        self.meta.settle()
+        if self.log.pending or self.version != self.meta.persisted_version:
+            self.persist()
+        persister.cancel(self)
+        lock_file, self.lock_file = self.lock_file, None
+        liveness.release(lock_file)
 
     @property
     def name(self) -> str:
@@ -124,8 +258,6 @@ class Session:
     def check_line(self, raw, pid: int | None, record: bool = True) -> Record:
         """Validate one line; a refused line raises, and goes to ``rejected.jsonl`` when
         ``record`` is true."""
-        if self.read_only:
-            raise ReadOnlySession("session is open read-only")
         if self.closed:
             raise SessionClosed("session handle is closed")
         if type(raw) is not bytes:
@@ -146,10 +278,10 @@ class Session:
         self.last_refusal = reason
 
     def commit(self, records: Iterable[Record]) -> int:
-        """Append records (see :func:`memfs.store.writer.commit`); return how many."""
+        """Append records (see :func:`memfs.store.writer.commit`), as the writer; return how many."""
         with self.mutex:
-            if self.closed:
-                raise SessionClosed("session handle is closed")
+            if self.lock_file is None:
+                self.acquire()
             accepted, sync_target = commit(self, records)
         if sync_target:
             self.log.sync_to(sync_target)
@@ -209,8 +341,8 @@ class Session:
         """The persister thread's persist: ``mutex`` is held only to write the pending bytes
         and take a snapshot. Raises ``OSError`` (the persister logs it and retries)."""
         with self.mutex:
-            if self.closed or self.log.fd is None:
-                return
+            if self.closed or self.lock_file is None:
+                return  # (a release persisted first)
             if self.version == self.meta.persisted_version and not self.log.pending:
                 return  # a persist since the request (a flush, a cap rewrite) wrote this state
             self.log.write_pending()
@@ -219,30 +351,28 @@ class Session:
 
     # --- closing ---------------------------------------------------------------------------
 
-    def _release_files(self) -> None:
-        try:
-            self.log.close()
-        finally:
-            if self.lock_file is not None:
-                lock_file, self.lock_file = self.lock_file, None
-                liveness.release(lock_file)
-
     def shutdown(self) -> None:
-        """Last handle closed (caller holds ``mutex``): flush, persist (whenever the metadata
-        on disk does not describe the log), leave the persister's schedule, release the files
-        and the lock."""
+        """Last handle closed (caller holds ``mutex``): as the writer, flush and persist
+        (whenever the metadata on disk does not describe the log) and release the lock; close
+        the log."""
         try:
-            if not self.read_only and self.log.fd is not None:
-                self.meta.settle()  # a persister write in flight lands first: it may make this one moot
-                if self.log.pending or self.version != self.meta.persisted_version:
-                    self.persist()
+            self.release()
         finally:
             self.closed = True
-            if not self.read_only:
-                persister.cancel(self)
-                self.meta.retire()
-            self._release_files()
+            persister.cancel(self)
+            _releaser.cancel(self)
+            self.meta.retire()
+            try:
+                self.log.close()
+            finally:
+                if self.lock_file is not None:  # the release failed: never keep the lock
+                    lock_file, self.lock_file = self.lock_file, None
+                    liveness.release(lock_file)
 
+
+# The idle release of liveness locks: a second instance of the persister's scheduler thread.
+_releaser = persister.Persister("memfs-idle", due=lambda s: s.release_due(), work=lambda s: s.release_if_idle(),
+                                what="releasing the liveness lock of")
 
 _REGISTRY: dict[tuple[int, int], Session] = {}
 _REGISTRY_LOCK = threading.Lock()
@@ -287,49 +417,67 @@ class SessionHandle:
         return self._s.config.durability
 
     @property
+    def opening(self) -> object:
+        """A token of this process's open of the session: byte offsets taken from the log are
+        comparable while ``opening`` and :attr:`rewrites` stay the same (a closed and reopened
+        session, or a log replaced by a cap rewrite, changes one of them)."""
+        return self._s.opening
+
+    @property
     def open_report(self) -> OpenReport:
         """How the session was opened (fast path or rescan, and what the rescan found)."""
         return self._s.report
 
+    def _current(self) -> Session:
+        """The shared session, caught up with the log on disk (caller holds its mutex)."""
+        s = self._s
+        if s.lock_file is None:
+            s.follow()
+        return s
+
     @property
     def file_len(self) -> int:
         """Length of the log including bytes still buffered."""
-        return self._s.log.length
+        with self._s.mutex:
+            return self._current().log.length
 
     @property
     def version(self) -> int:
-        """A counter that changes whenever the log changes (appends and cap rewrites)."""
-        return self._s.version
+        """A counter that changes whenever the log changes (appends by any process, cap rewrites)."""
+        with self._s.mutex:
+            return self._current().version
 
     @property
     def rewrites(self) -> int:
-        """How many cap rewrites this process made: offsets before one are not comparable."""
-        return self._s.rewrites
+        """How often the log was replaced (cap rewrites, here or seen from another process):
+        offsets before one are not comparable."""
+        with self._s.mutex:
+            return self._current().rewrites
 
     @property
     def manifest(self) -> dict:
         """The live manifest: what ``manifest.json`` would say if persisted now."""
         with self._s.mutex:
-            return self._s.manifest().to_dict()
+            return self._current().manifest().to_dict()
 
     def manifest_json(self) -> bytes:
         with self._s.mutex:
-            return self._s.manifest().to_json()
+            return self._current().manifest().to_json()
 
     @property
     def turn_index(self) -> list[dict]:
         """The live turn index entries (``index/turns.json``'s ``entries``)."""
         with self._s.mutex:
-            return self._s.state.index.entries()
+            return self._current().state.index.entries()
 
     def turn_index_json(self) -> bytes:
         with self._s.mutex:
-            return self._s.state.index.to_json()
+            return self._current().state.index.to_json()
 
     def turn_range(self, n: int) -> tuple[int, int, str]:
         """``(start, end, outcome)`` of retained turn ``n``; :class:`TurnNotFound` otherwise."""
         with self._s.mutex:
-            index = self._s.state.index
+            index = self._current().state.index
             i = index.position(n)
             if i is None:
                 raise TurnNotFound(f"turn {n} not found (retained turns: {index.base}..{index.last_ordinal})")
@@ -346,9 +494,11 @@ class SessionHandle:
         (neither scheduled nor in flight on the persister thread), ``open`` (the log's
         descriptor is open), ``durability``, ``handles`` (open handles in this process),
         ``impl`` (which twin of the commit runs: ``"c"`` or ``"py"``, see
-        :mod:`memfs.store.writer`)."""
+        :mod:`memfs.store.writer`), ``writer`` (this process holds the liveness lock),
+        ``writing`` (handles claiming to be writing, see :meth:`writing`)."""
         s = self._s
         with s.mutex:
+            self._current()
             log_file, meta = s.log, s.meta
             written = meta.written_seq
             return {
@@ -367,6 +517,8 @@ class SessionHandle:
                 "durability": s.config.durability,
                 "handles": s.refs,
                 "impl": writer.IMPL,
+                "writer": s.lock_file is not None,
+                "writing": s.writers,
             }
 
     # appending
@@ -396,8 +548,8 @@ class SessionHandle:
         mutex = s.mutex
         mutex.acquire()  # not ``with``: its machinery costs a fifth of a commit
         try:
-            if s.closed:
-                raise SessionClosed("session handle is closed")
+            if s.lock_file is None:
+                s.acquire()  # (raises SessionClosed on a closed session)
             sync_target = commit(s, (record,))[1]
         finally:
             mutex.release()
@@ -440,20 +592,78 @@ class SessionHandle:
         return self._writable().commit(records)
 
     def flush(self) -> None:
-        """Write buffered bytes, make them durable and persist metadata."""
+        """Write buffered bytes, make them durable and persist metadata (nothing to do unless
+        this process is the session's writer)."""
         s = self._writable()
         with s.mutex:
-            s.persist()
+            if s.lock_file is not None:
+                s.persist()
+
+    def lock(self) -> None:
+        """Become the session's writer now, before any change: take the liveness lock (kept
+        until the session is idle, see :class:`Session`) and repair what the open found
+        (a torn tail, metadata to rebuild). :class:`~memfs.errors.SessionBusy` names the
+        process that holds it."""
+        s = self._writable()
+        with s.mutex:
+            s.acquire()
+
+    def unlock(self) -> None:
+        """Stop being the session's writer now rather than when idle (pending bytes written
+        and metadata persisted first); the next change takes the lock again."""
+        s = self._writable()
+        with s.mutex:
+            if s.writers:
+                raise RuntimeError("a handle of this process is still writing")
+            s.release()
+
+    def claim_writing(self, lock: bool = False) -> None:
+        """Claim to be writing until :meth:`end_writing` (a file open for writing, an agent
+        being recorded): the liveness lock, once taken by a change (or at once with
+        ``lock=True``), is not released while any claim is open. See :meth:`writing`."""
+        s = self._writable()
+        with s.mutex:
+            s.writers += 1
+            try:
+                if lock:
+                    s.acquire()
+            except BaseException:
+                s.writers -= 1
+                raise
+
+    def end_writing(self) -> None:
+        """End a claim of :meth:`claim_writing`; the lock goes once the session is idle."""
+        s = self._s
+        with s.mutex:
+            s.writers -= 1
+            if s.lock_file is not None:
+                s._schedule_release()
+
+    @contextlib.contextmanager
+    def writing(self, lock: bool = False):
+        """:meth:`claim_writing` for the duration of a ``with`` block."""
+        self.claim_writing(lock)
+        try:
+            yield self
+        finally:
+            self.end_writing()
+
+    def share(self) -> SessionHandle:
+        """Another handle on the same session (closed on its own; the session stays open
+        while any handle is)."""
+        if self._closed:
+            raise SessionClosed("session handle is closed")
+        with _REGISTRY_LOCK:
+            self._s.refs += 1
+        return SessionHandle(self._s, self._read_only)
 
     # reading
 
     def read_bytes(self, offset: int = 0, size: int = -1) -> bytes:
         """The log's bytes ``[offset, offset+size)`` (to the end when ``size`` < 0)."""
-        s = self._s
-        with s.mutex:
-            log_file = s.log
-            if not s.read_only:
-                log_file.write_pending()
+        with self._s.mutex:
+            log_file = self._current().log
+            log_file.write_pending()  # (a reader of this process sees its buffered appends)
             end = log_file.flushed_len if size < 0 else min(log_file.flushed_len, offset + size)
             if log_file.fd is None or offset >= end:
                 return b""
@@ -484,11 +694,9 @@ class SessionHandle:
         iterator reads through its own descriptor, so a cap rewrite meanwhile cannot make it
         read another file: it goes on reading the log as it was (compare :attr:`rewrites`).
         """
-        s = self._s
-        with s.mutex:
-            log_file = s.log
-            if not s.read_only:
-                log_file.write_pending()
+        with self._s.mutex:
+            log_file = self._current().log
+            log_file.write_pending()
             limit = log_file.flushed_len if end is None else min(end, log_file.flushed_len)
             if log_file.fd is None:
                 return iter(())
@@ -547,31 +755,51 @@ def _as_bytes(line: bytes | str | dict) -> bytes:
 def open_session(root: str | os.PathLike, session_id: str, *, max_events: int = DEFAULT_MAX_EVENTS,
                  durability: str = "buffered", read_only: bool = False,
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, summary_hook: SummaryHook | None = None,
-                 metadata_interval: float = DEFAULT_METADATA_INTERVAL, create: bool = True) -> SessionHandle:
-    """Open (creating if needed) the session ``session_id`` under the sessions root ``root``.
+                 metadata_interval: float = DEFAULT_METADATA_INTERVAL, idle_release: float = DEFAULT_IDLE_RELEASE,
+                 create: bool = True) -> SessionHandle:
+    """Open (creating the folder if needed) the session ``session_id`` under the sessions root
+    ``root``.
 
     The directory is ``root/sanitize(session_id)`` (0700, files 0600, symlinks refused).
-    A writable open takes the liveness lock: :class:`~memfs.errors.SessionBusy` when another
-    process holds it. A second open in the same process shares the first one's state; the
-    strongest durability requested wins. ``read_only`` opens take no lock, repair nothing and
-    share a writable state of this process when there is one. ``max_events`` 0 means no cap.
-    ``summary_hook(session_dir, session_id, evicted_events)`` replaces the default eviction
-    summary writer.
+    Opening never takes the liveness lock (SPEC §3.5): the first change does
+    (:class:`~memfs.errors.SessionBusy` then, naming the process that holds it), and it is
+    released ``idle_release`` seconds after the last change (see :class:`Session`). A second
+    open in the same process shares the first one's state; the strongest durability requested
+    by a writable open wins. ``read_only`` handles cannot write. ``max_events`` 0 means no
+    cap. ``summary_hook(session_dir, session_id, evicted_events)`` replaces the default
+    eviction summary writer.
     """
-    config = SessionConfig(durability, max_events, max_line_bytes, summary_hook, metadata_interval)
+    config = SessionConfig(durability, max_events, max_line_bytes, summary_hook, metadata_interval, idle_release)
     root = Path(root)
     session_dir = root / sanitize(session_id)
+    made = False
     if read_only or not create:
         refuse_symlink(session_dir)
         if not session_dir.is_dir():
             raise FileNotFoundError(f"no session {session_id!r} in {root}")
-        if not read_only:
-            ensure_private_dir(session_dir)
-            ensure_private_dir(session_dir / INDEX_DIR)
-    else:
+    elif not is_session_dir(session_dir):
+        made = not os.path.lexists(session_dir)
         ensure_private_dir(root)
         ensure_private_dir(session_dir)
         ensure_private_dir(session_dir / INDEX_DIR)
+        handle = None
+        try:  # creating is a change: the log, the index and the manifest, written at once
+            handle = _open_registered(session_dir, session_id, config, read_only=False)
+            handle.lock()
+            handle.unlock()
+        except BaseException:
+            if handle is not None:
+                handle.close()
+            if made:  # never leave a half-created session (EMFILE, ENOSPC): remove what was made
+                remove_tree(session_dir)
+            raise
+        return handle
+    return _open_registered(session_dir, session_id, config, read_only)
+
+
+def _open_registered(session_dir: Path, session_id: str, config: SessionConfig, read_only: bool) -> SessionHandle:
+    """A handle on this process's one :class:`Session` of ``session_dir`` (made on first use)."""
+    durability = config.durability
     st = os.lstat(session_dir)
     key = (st.st_dev, st.st_ino)
     with _REGISTRY_LOCK:
@@ -579,13 +807,13 @@ def open_session(root: str | os.PathLike, session_id: str, *, max_events: int = 
         if shared is not None:
             shared.refs += 1
             if not read_only:
-                shared.config = shared.config.strongest(durability)
+                with shared.mutex:
+                    if shared.writable_config:
+                        shared.config = shared.config.strongest(durability)
+                    else:  # opened for reading first: the first writer's settings
+                        shared.config, shared.writable_config = config, True
             return SessionHandle(shared, read_only)
-        if read_only:
-            return SessionHandle(Session(session_dir, session_id, SessionConfig(durability, 0, max_line_bytes, None,
-                                                                                metadata_interval), read_only=True),
-                                 True)
-        shared = Session(session_dir, session_id, config, read_only=False)
+        shared = Session(session_dir, session_id, config, writable=not read_only)
         shared.key = key
         _REGISTRY[key] = shared
-        return SessionHandle(shared, False)
+        return SessionHandle(shared, read_only)

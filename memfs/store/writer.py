@@ -141,6 +141,19 @@ class LogFile:
             self.synced = max(self.synced, self.position)
         os.close(old)
 
+    def reopen(self, fd: int | None, length: int) -> None:
+        """The log is (again) the file open as ``fd``, ``length`` bytes long — read afresh from
+        disk, as another process may have written it (nothing is pending). Sync positions keep
+        growing: none of its bytes counts as synced by this process yet."""
+        with self._cv:
+            while self._syncing:
+                self._cv.wait()
+            old, self.fd = self.fd, fd
+            self.dropped = self.synced = self.dropped + self.flushed_len
+            self.flushed_len = length
+        if old is not None and old != fd:
+            os.close(old)
+
     def close(self) -> None:
         """Close the descriptor once no ``fdatasync`` uses it."""
         if self.fd is None:

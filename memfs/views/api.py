@@ -51,7 +51,7 @@ def _turn_bytes(handle, n: int) -> bytes:
         start, end, _outcome = handle.turn_range(n)
         data = handle.read_bytes(start, end - start)
         rewrites = handle.rewrites
-    state_for(handle).note_turn_written(handle, n, (id(handle.open_report), rewrites, start, end), data)
+    state_for(handle).note_turn_written(handle, n, (id(handle.opening), rewrites, start, end), data)
     return data
 
 

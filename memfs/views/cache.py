@@ -95,7 +95,7 @@ class ViewState:
     def __init__(self, path: Path):
         self.lock = threading.RLock()
         self.path = path
-        self.report = None  # the opening the fold belongs to (``handle.open_report``)
+        self.report = None  # the opening the fold belongs to (``handle.opening``)
         self.rewrites = -1
         self.version = -1
         self.offset = 0  # log bytes folded: just past the last complete line seen
@@ -120,12 +120,12 @@ class ViewState:
 
     def current(self, handle) -> bool:
         """Whether the fold already reflects ``handle``'s log (a refresh would do nothing)."""
-        return (self.fold is not None and handle.open_report is self.report
+        return (self.fold is not None and handle.opening is self.report
                 and handle.rewrites == self.rewrites and handle.version == self.version)
 
     def refresh(self, handle) -> bool:
         """Bring the fold up to date with ``handle``'s log; True when it changed."""
-        report = handle.open_report
+        report = handle.opening
         if self.current(handle):
             return False
         force = False
