@@ -225,3 +225,20 @@ def test_list_sessions_most_recent_first_and_cache_invalidation(tmp_path):
         assert list_sessions(tmp_path)[0].live
     first = list_sessions(tmp_path)[0]
     assert first.name == "a" and first.turn_count == 2 and not first.live
+
+
+def test_half_created_leftovers_of_older_versions_are_removed_and_fsck_completes_them(tmp_path):
+    """What an interrupted creation of an older memfs left (an empty log, index/, session.lock,
+    no manifest): gc removes it as half-created, fsck makes it a whole empty session."""
+    from memfs.store.fsck import fsck_session
+
+    for name in ("left", "fixed"):
+        (tmp_path / name / "index").mkdir(parents=True)
+        (tmp_path / name / "events.jsonl").write_bytes(b"")
+        (tmp_path / name / "session.lock").write_bytes(b"")
+    make_session(tmp_path, "real", turns=1)
+    assert fsck_session(tmp_path, "fixed").result == "repaired"
+    assert (tmp_path / "fixed" / "manifest.json").exists()
+    report = gc(tmp_path, Policy(max_sessions=50, max_age_days=30))
+    assert names(report) == {"left": "half-created"}
+    assert not (tmp_path / "left").exists() and (tmp_path / "real").is_dir()

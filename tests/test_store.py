@@ -713,3 +713,22 @@ def test_the_commit_keeps_no_references(full_disk):
         for h in (capped, buffered, failing):
             h.close()
     assert grown < 32 * 1024, f"{grown} bytes kept after the churn"
+
+
+def test_a_failed_create_leaves_no_half_created_session(full_disk):
+    """Creating writes the log, the index and the manifest, or removes what it made (SPEC §3.5):
+    on a full disk the new folder goes again, and nothing lists as a session."""
+    from memfs.store.catalog import session_names
+    from memfs.store.root import Store
+
+    root, fill = full_disk
+    open_s(root, "existing").close()
+    fill()
+    with pytest.raises(OSError) as err:
+        Store(root).create("new")
+    assert err.value.errno == errno.ENOSPC
+    assert not (root / "new").exists()
+    with pytest.raises(OSError):
+        open_s(root, "other")
+    assert not (root / "other").exists()
+    assert session_names(root) == ["existing"]

@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyfuse3
@@ -27,7 +28,7 @@ from memfs.errors import MemfsError
 from memfs.fs import registry
 from memfs.fs.ops import MountOptions, Operations
 from memfs.search import store_searcher
-from memfs.store.paths import sanitize
+from memfs.store.paths import pid_alive, sanitize
 from memfs.store.rejected import set_max_rejected_bytes
 from memfs.store.root import Store, StoreSettings
 
@@ -219,9 +220,13 @@ def _detach_stdio(mountpoint: Path) -> Path:
     return path
 
 
+UMOUNT_WAIT = 60.0  # seconds memfs umount waits for the server to finish its flush and exit
+
+
 def unmount(mountpoint: str | os.PathLike, lazy: bool = False) -> int:
-    """Unmount a memfs mount (``fusermount3 -u``, ``-z`` when ``lazy``); the server then
-    flushes and exits. A failure is one line on stderr saying what is wrong and what to do."""
+    """Unmount a memfs mount (``fusermount3 -u``, ``-z`` when ``lazy``) and return once its
+    server has flushed, released its locks and exited (not waited for with ``lazy``). A
+    failure is one line on stderr saying what is wrong and what to do."""
     target = os.path.abspath(os.path.expanduser(mountpoint))
     if registry.memfs_mount_at(target) is None:
         if not os.path.exists(target):
@@ -236,6 +241,8 @@ def unmount(mountpoint: str | os.PathLike, lazy: bool = False) -> int:
     if tool is None:
         print("memfs: fusermount3 not found (install fuse3)", file=sys.stderr)
         return 1
+    servers = [m["pid"] for m in registry.memfs_mounts()
+               if m["pid"] and m["mountpoint"] in (target, os.path.realpath(target))]
     result = subprocess.run([tool, "-u", *(["-z"] if lazy else []), target], capture_output=True, text=True)
     if result.returncode:
         raw = result.stderr.strip()
@@ -249,4 +256,16 @@ def unmount(mountpoint: str | os.PathLike, lazy: bool = False) -> int:
             print(f"memfs: cannot unmount {target}: {raw.splitlines()[-1] if raw else 'fusermount3 failed'}",
                   file=sys.stderr)
         return 1
+    if lazy:  # the server goes once the last user of the mount is gone: nothing to wait for here
+        return 0
+    # return once the server has flushed, persisted and released its locks (SPEC §3.5): a
+    # handoff right after memfs umount must not race it
+    deadline = time.monotonic() + UMOUNT_WAIT
+    for pid in servers:
+        while pid_alive(pid):
+            if time.monotonic() > deadline:
+                print(f"memfs: {target} is unmounted, but its server (pid {pid}) has not exited after "
+                      f"{UMOUNT_WAIT:.0f} s: it may still be flushing (see memfs mounts)", file=sys.stderr)
+                return 1
+            time.sleep(0.02)
     return 0

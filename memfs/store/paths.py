@@ -183,7 +183,8 @@ _TEMP_NAME = re.compile(r"\..+\.([0-9]+)\.[0-9a-f]{8}\.tmp")
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (this process counts: another thread may be at work)."""
+    """Whether process ``pid`` runs (this process counts: another thread may be at work; a
+    zombie does not)."""
     if pid == os.getpid():
         return True  # another thread of this process may be writing it right now
     try:
@@ -191,8 +192,12 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except OSError:  # EPERM: it exists, under another user
+        pass
+    try:  # a zombie has exited (and released its files and locks); only its parent has not looked
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
         return True
-    return True
 
 
 def remove_stale_temps(session_dir: Path) -> int:

@@ -288,6 +288,22 @@ class GcReport:
 class _Candidate:
     path: Path
     info: SessionInfo
+    half: bool = False  # a creation that never finished (see half_created)
+
+
+def half_created(path: Path) -> bool:
+    """A session folder an interrupted creation left (older memfs versions could, on
+    ``EMFILE``): an empty log and no manifest, nothing refused, no import. (A folder without
+    a log is not a session at all, and is left alone.)"""
+    if os.path.lexists(path / MANIFEST) or os.path.lexists(path / "imported"):
+        return False
+    def size(name: str) -> int | None:
+        try:
+            return os.lstat(path / name).st_size
+        except FileNotFoundError:
+            return None
+
+    return size("events.jsonl") == 0 and not size("rejected.jsonl")
 
 
 @contextlib.contextmanager
@@ -327,7 +343,8 @@ def _remove(path: Path) -> int | None:
         if not held:
             return None
         info, raw = _manifest_info(path)
-        if raw is None or info.status == "active" or is_pinned(path):
+        if (raw is None and not half_created(path)) or (raw is not None and info.status == "active") or \
+                is_pinned(path):
             return None
         size = tree_bytes(path)
         # out of the sessions root first (one rename), then delete: a crash mid-delete leaves
@@ -397,6 +414,9 @@ def gc(root: str | os.PathLike, policy: Policy = Policy(), *, preserve: Iterable
             report.kept[name] = "live"
             continue
         info, raw = _manifest_info(path)
+        if raw is None and half_created(path):
+            candidates.append(_Candidate(path, info, half=True))
+            continue
         if raw is None:
             report.kept[name] = "manifest missing or unreadable"
             continue
@@ -424,7 +444,9 @@ def gc(root: str | os.PathLike, policy: Policy = Policy(), *, preserve: Iterable
 
     rest = []
     for c in candidates:
-        if c.info.turn_count == 0 and not c.info.imported:
+        if c.half:
+            remove(c, "half-created")
+        elif c.info.turn_count == 0 and not c.info.imported:
             remove(c, "empty")
         else:
             rest.append(c)

@@ -38,7 +38,7 @@ from typing import Iterable, Iterator
 
 import orjson
 
-from memfs.errors import ReadOnlySession, SessionClosed, TurnNotFound, ValidationError
+from memfs.errors import ReadOnlySession, SessionBusy, SessionClosed, TurnNotFound, ValidationError
 from memfs.events import Record, decode_stored, parse_line
 from memfs.store import lock as liveness
 from memfs.store import persister
@@ -177,7 +177,11 @@ class Session:
             raise SessionClosed("session handle is closed")
         ensure_private_dir(self.dir)
         ensure_private_dir(self.dir / INDEX_DIR)
-        lock_file = liveness.acquire(self.dir)
+        try:
+            lock_file = liveness.acquire(self.dir)
+        except SessionBusy as exc:
+            self.last_refusal = str(exc)  # the writer's one-line reason (user.memfs.last_error)
+            raise
         try:
             for name in (MANIFEST, TURNS, TURNS_CACHE, REJECTED, CAP_MARKER, PIN):  # 0600, no symlinks (§1)
                 assert_private_file(self.dir / name)
@@ -778,19 +782,22 @@ def open_session(root: str | os.PathLike, session_id: str, *, max_events: int = 
         if not session_dir.is_dir():
             raise FileNotFoundError(f"no session {session_id!r} in {root}")
     elif not is_session_dir(session_dir):
-        made = not os.path.lexists(session_dir)
         ensure_private_dir(root)
-        ensure_private_dir(session_dir)
-        ensure_private_dir(session_dir / INDEX_DIR)
+        made = not os.path.lexists(session_dir)
         handle = None
         try:  # creating is a change: the log, the index and the manifest, written at once
+            ensure_private_dir(session_dir)
+            ensure_private_dir(session_dir / INDEX_DIR)
             handle = _open_registered(session_dir, session_id, config, read_only=False)
             handle.lock()
             handle.unlock()
         except BaseException:
             if handle is not None:
-                handle.close()
-            if made:  # never leave a half-created session (EMFILE, ENOSPC): remove what was made
+                try:
+                    handle.close()  # (releases the lock even when its last persist fails too)
+                except OSError:
+                    pass
+            if made and os.path.isdir(session_dir):  # never leave a half-created session (EMFILE, ENOSPC)
                 remove_tree(session_dir)
             raise
         return handle
