@@ -74,6 +74,12 @@ class Store:
             self._handles[name] = handle
             return handle
 
+    def held(self, name: str) -> SessionHandle | None:
+        """The handle of session ``name`` if this store holds it open now, else None: never
+        opens one, nor changes which are least recently used (a cheap freshness check)."""
+        with self._lock:
+            return self._handles.get(name)
+
     def _make_room(self) -> None:
         """Close least recently used idle handles until one more fits (caller holds ``_lock``).
         A session that is being written, or that someone else holds a handle on (an open file
