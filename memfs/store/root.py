@@ -82,14 +82,20 @@ class Store:
 
     def _make_room(self) -> None:
         """Close least recently used idle handles until one more fits (caller holds ``_lock``).
-        A session that is being written, or that someone else holds a handle on (an open file
-        of the mount), stays: the bound then gives way rather than break a user."""
+
+        Idle: nobody else holds a handle on it (an open file of the mount), no handle claims to
+        be writing, nothing is pending and its metadata on disk is current with no persist
+        queued or in flight — a session this process wrote a moment ago and only keeps the
+        lock of until ``idle_release`` is idle too: closing it just releases the lock early,
+        with no disk wait (so a burst of appends to many sessions stays within the bound).
+        A session in use stays: the bound then gives way rather than break a user."""
         excess = len(self._handles) + 1 - self.settings.max_open_sessions
         if excess <= 0:
             return
         for name, handle in list(self._handles.items()):
             stats = handle.stats()
-            if stats["handles"] == 1 and not stats["writer"] and not stats["writing"]:
+            if stats["handles"] == 1 and not stats["writing"] and (not stats["writer"] or (
+                    not stats["pending_bytes"] and stats["metadata_current"] and stats["persist_idle"])):
                 del self._handles[name]
                 handle.close()
                 excess -= 1
