@@ -9,8 +9,10 @@ this process's to write, no file open on it); a session in use is never closed u
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,8 @@ from memfs.errors import AlreadyExists, InvalidName, NotEmpty, NotFound, Session
 from memfs.store.lock import is_live
 from memfs.store.catalog import is_session_dir, session_names
 from memfs.store.config import DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES, SessionConfig
+
+log = logging.getLogger("memfs.store")
 
 DEFAULT_MAX_OPEN_SESSIONS = 256  # sessions a store keeps open (one descriptor each), SPEC §3.5
 from memfs.store.paths import EVENTS, REJECTED, ensure_private_dir, new_session_name_problem, remove_tree
@@ -50,6 +54,7 @@ class Store:
         self.settings = settings
         self._handles: OrderedDict[str, SessionHandle] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
+        self._closer: ThreadPoolExecutor | None = None  # closes evicted writers (see _make_room)
         if not settings.read_only:
             ensure_private_dir(self.root)
 
@@ -83,24 +88,43 @@ class Store:
     def _make_room(self) -> None:
         """Close least recently used idle handles until one more fits (caller holds ``_lock``).
 
-        Idle: nobody else holds a handle on it (an open file of the mount), no handle claims to
-        be writing, nothing is pending and its metadata on disk is current with no persist
-        queued or in flight — a session this process wrote a moment ago and only keeps the
-        lock of until ``idle_release`` is idle too: closing it just releases the lock early,
-        with no disk wait (so a burst of appends to many sessions stays within the bound).
-        A session in use stays: the bound then gives way rather than break a user."""
+        Idle: nobody else holds a handle on it (an open file of the mount) and no handle
+        claims to be writing. A session this process wrote a moment ago and only keeps the
+        lock of until ``idle_release`` is idle too: when its metadata on disk is current and
+        nothing is pending, closing it just releases the lock early; else its close (a
+        persist: fsyncs) is handed to a background thread, so the caller — the mount's event
+        loop — never waits for the disk, and a burst of appends to many sessions stays within
+        the bound (give or take the closes in flight). A session in use stays: the bound then
+        gives way rather than break a user."""
         excess = len(self._handles) + 1 - self.settings.max_open_sessions
         if excess <= 0:
             return
         for name, handle in list(self._handles.items()):
             stats = handle.stats()
-            if stats["handles"] == 1 and not stats["writing"] and (not stats["writer"] or (
-                    not stats["pending_bytes"] and stats["metadata_current"] and stats["persist_idle"])):
-                del self._handles[name]
+            if stats["handles"] != 1 or stats["writing"]:
+                continue
+            del self._handles[name]
+            if stats["writer"] and (stats["pending_bytes"] or not stats["metadata_current"]
+                                    or not stats["persist_idle"]):
+                self._close_later(handle)
+            else:
                 handle.close()
-                excess -= 1
-                if not excess:
-                    return
+            excess -= 1
+            if not excess:
+                return
+
+    def _close_later(self, handle: SessionHandle) -> None:
+        """Close ``handle`` on the store's closing thread (a writer's close persists)."""
+        if self._closer is None:
+            self._closer = ThreadPoolExecutor(1, thread_name_prefix="memfs-close")
+        self._closer.submit(self._close_quietly, handle)
+
+    @staticmethod
+    def _close_quietly(handle: SessionHandle) -> None:
+        try:
+            handle.close()
+        except Exception:  # the log is whole; stale metadata only makes the next open rescan
+            log.exception("closing session %s", handle.name)
 
     def open_count(self) -> int:
         """How many sessions this store holds open now."""
@@ -153,6 +177,9 @@ class Store:
         """Close every held handle (flushing and persisting each)."""
         with self._lock:
             handles, self._handles = list(self._handles.values()), OrderedDict()
+            closer, self._closer = self._closer, None
+        if closer is not None:
+            closer.shutdown(wait=True)  # evicted writers closed (persisted, unlocked) first
         errors = []
         for handle in handles:
             try:
