@@ -42,7 +42,7 @@ from pathlib import Path
 import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "scripts"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import memfs  # noqa: E402
 from bench_fs import start_server, stop_server  # noqa: E402
