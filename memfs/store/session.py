@@ -42,8 +42,8 @@ from memfs.errors import ReadOnlySession, SessionBusy, SessionClosed, TurnNotFou
 from memfs.events import Record, decode_stored, parse_line
 from memfs.store import lock as liveness
 from memfs.store import persister
-from memfs.store.config import (BUFFER_LIMIT, DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES,
-                                DEFAULT_METADATA_INTERVAL, SessionConfig, SummaryHook, check_line_size)
+from memfs.store.config import (BUFFER_LIMIT, DEFAULT_EVICT_TO, DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS,
+                                DEFAULT_MAX_LINE_BYTES, DEFAULT_METADATA_INTERVAL, SessionConfig, SummaryHook, check_line_size)
 from memfs.store.lines import scan_lines
 from memfs.store.meta import CACHE_MIN_ENTRIES, Manifest, format_rfc3339
 from memfs.store.metadata import MetadataWriter
@@ -760,7 +760,7 @@ def open_session(root: str | os.PathLike, session_id: str, *, max_events: int = 
                  durability: str = "buffered", read_only: bool = False,
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, summary_hook: SummaryHook | None = None,
                  metadata_interval: float = DEFAULT_METADATA_INTERVAL, idle_release: float = DEFAULT_IDLE_RELEASE,
-                 create: bool = True) -> SessionHandle:
+                 evict_to: float = DEFAULT_EVICT_TO, create: bool = True) -> SessionHandle:
     """Open (creating the folder if needed) the session ``session_id`` under the sessions root
     ``root``.
 
@@ -770,10 +770,12 @@ def open_session(root: str | os.PathLike, session_id: str, *, max_events: int = 
     released ``idle_release`` seconds after the last change (see :class:`Session`). A second
     open in the same process shares the first one's state; the strongest durability requested
     by a writable open wins. ``read_only`` handles cannot write. ``max_events`` 0 means no
-    cap. ``summary_hook(session_dir, session_id, evicted_events)`` replaces the default
+    cap; over it, an eviction goes down to ``evict_to × max_events`` events (0.5–1.0, SPEC
+    §3.7; ``ValueError`` outside). ``summary_hook(session_dir, session_id, evicted_events)`` replaces the default
     eviction summary writer.
     """
-    config = SessionConfig(durability, max_events, max_line_bytes, summary_hook, metadata_interval, idle_release)
+    config = SessionConfig(durability, max_events, max_line_bytes, summary_hook, metadata_interval, idle_release,
+                           evict_to)
     root = Path(root)
     session_dir = root / sanitize(session_id)
     made = False
