@@ -635,8 +635,8 @@ def _pos_int(text: str) -> int:
 
 
 def _evict_to(text: str) -> float:
-    value = float(text)
     try:
+        value = float(text)
         check_evict_to(value)
     except ValueError:
         raise argparse.ArgumentTypeError("must be a number from 0.5 to 1.0") from None
