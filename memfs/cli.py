@@ -167,6 +167,8 @@ def cmd_mount(args: argparse.Namespace) -> int:
                  max_line_bytes=args.max_line_bytes, max_rejected_bytes=args.max_rejected_bytes,
                  idle_release=args.idle_release, max_open_sessions=args.max_open_sessions,
                  daemon=args.daemon, log_level=args.log_level)
+    if args.cluster is not None:
+        flags["cluster.servers"] = args.cluster
     settings.update({k: v for k, v in flags.items() if v is not None})
     config = _config(args, store=store, mountpoint=mountpoint, **settings)
     if not config.mountpoint:
@@ -205,8 +207,12 @@ def _mount_options(groups: list[str]) -> dict[str, Any]:
                                  f"{'a number' if _O_VALUE[key] in (int, float) else 'a value'}") from None
             elif key in _O_ALWAYS and not eq:
                 continue
+            elif key == "cluster" and eq:  # -o cluster=nats://a:4222,nats://b:4222: the URLs after it follow
+                settings["cluster.servers"] = value
+            elif item.startswith(("nats://", "tls://")) and "cluster.servers" in settings:
+                settings["cluster.servers"] += "," + item
             else:
-                known = ", ".join([*_O_BOOL, *(f"{k}=" for k in _O_VALUE)])
+                known = ", ".join([*_O_BOOL, *(f"{k}=" for k in _O_VALUE), "cluster="])
                 raise _Usage(f"unknown mount option -o {item} (known: {known})")
     return settings
 
@@ -701,10 +707,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="stay in the foreground, logging to stderr (the default)")
     p.add_argument("-o", dest="options", action="append", default=[], metavar="OPT[,OPT...]",
                    help="mount(8)-style options, each also a flag: ro, rw, allow_other, uid=N, gid=N, "
-                        "durability=MODE, max_events=N, evict_to=F, max_line_bytes=N, max_rejected_bytes=N, idle_release=S, "
-                        "max_open_sessions=N, session=ID, "
+                        "durability=MODE, max_events=N, evict_to=F, max_line_bytes=N, max_rejected_bytes=N, "
+                        "idle_release=S, max_open_sessions=N, session=ID, cluster=URL[,URL...], "
                         "log_level=LEVEL")
     p.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), type=str.upper)
+    p.add_argument("--cluster", metavar="URL[,URL...]",
+                   help="cluster mode (SPEC §9): replicate through these NATS JetStream servers; also "
+                        "-o cluster=URL,URL and [cluster] servers in the config (needs memfs[cluster])")
 
     p = add("umount", cmd_umount, "unmount a memfs mount")
     p.add_argument("mountpoint", metavar="MOUNTPOINT")

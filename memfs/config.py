@@ -7,7 +7,9 @@
   ``allow_other``, ``uid``, ``gid``, ``durability``, ``max_events``, ``evict_to``, ``max_line_bytes``,
   ``max_rejected_bytes``, ``log_level``, ``daemon``;
 * ``[retention]``: ``max_sessions``, ``max_age_days``;
-* ``[search]``: ``max_results``, ``min_score``.
+* ``[search]``: ``max_results``, ``min_score``;
+* ``[cluster]``: ``servers`` (a list of ``nats://`` URLs, or one comma-separated string),
+  ``stream``, ``replicas``, ``timeout``, ``max_age``, ``max_bytes`` (SPEC §9).
 
 Decisions recorded here:
 
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memfs.cluster import ClusterConfig, parse_servers
 from memfs.errors import MemfsError
 from memfs.store.config import (DEFAULT_EVICT_TO, DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES,
                                 DURABILITY_MODES, check_evict_to)
@@ -83,6 +86,7 @@ class Config:
     daemon: bool = False
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)  # [cluster]: SPEC §9; no servers, no cluster
 
     # flat aliases of the table settings, for callers that think of them as plain options
     @property
@@ -139,6 +143,9 @@ class Config:
             raise ConfigError("retention.max_sessions and retention.max_age_days must not be negative")
         if self.search.max_results < 1:
             raise ConfigError("search.max_results must be at least 1")
+        if isinstance(self.cluster.servers, str):  # "nats://a:4222,nats://b:4222"
+            self.cluster.servers = parse_servers(self.cluster.servers)
+        self.cluster.validate()
         return self
 
 
@@ -158,6 +165,8 @@ _TOP: dict[str, tuple] = {
 _TABLES: dict[str, dict[str, tuple]] = {
     "retention": {"max_sessions": _INT, "max_age_days": _NUM},
     "search": {"max_results": _INT, "min_score": _NUM},
+    "cluster": {"servers": ((list, str), "a list of nats:// URLs"), "stream": _STR, "replicas": _INT,
+                "timeout": _NUM, "max_age": _NUM, "max_bytes": _INT},
 }
 _PATH_KEYS = ("store", "workspace", "mountpoint")
 
@@ -219,7 +228,8 @@ def apply_overrides(config: Config, overrides: dict[str, Any]) -> Config:
     dotted (``retention.max_sessions``). Setting ``store`` clears ``workspace`` and vice versa.
     """
     new = dataclasses.replace(config, retention=dataclasses.replace(config.retention),
-                              search=dataclasses.replace(config.search))
+                              search=dataclasses.replace(config.search),
+                              cluster=dataclasses.replace(config.cluster, servers=list(config.cluster.servers)))
     for key, value in overrides.items():
         if value is None:
             continue

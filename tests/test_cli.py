@@ -574,3 +574,22 @@ def test_a_real_mount_and_umount(capsys, tmp_path):
         assert not is_mounted(tmp_path / "mnt")
     finally:
         cleanup(m)
+
+
+def test_cluster_settings_from_the_file_flags_and_o_options(tmp_path):
+    from memfs.cli import _mount_options
+
+    conf = tmp_path / "c.toml"
+    conf.write_text('[cluster]\nservers = "nats://a:4222, nats://b:4222"\ntimeout = 2\n')
+    loaded = load_config(conf)
+    assert loaded.cluster.servers == ["nats://a:4222", "nats://b:4222"]
+    assert (loaded.cluster.stream, loaded.cluster.timeout, loaded.cluster.effective_replicas) == ("MEMFS", 2, 1)
+    assert not Config().cluster.enabled
+    settings = _mount_options(["ro,cluster=nats://h1:4222,nats://h2:4222,nats://h3:4222"])
+    merged = apply_overrides(loaded, settings)
+    assert merged.read_only and merged.cluster.servers == ["nats://h1:4222", "nats://h2:4222", "nats://h3:4222"]
+    assert merged.cluster.effective_replicas == 3 and merged.cluster.timeout == 2
+    assert loaded.cluster.servers == ["nats://a:4222", "nats://b:4222"]  # the file's config is not changed
+    conf.write_text('[cluster]\nservers = ["http://a"]\n')
+    with pytest.raises(ConfigError, match="not a nats:// URL"):
+        load_config(conf)

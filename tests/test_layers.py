@@ -21,9 +21,9 @@ def loaded_by(module: str) -> list[str]:
 
 
 @pytest.mark.parametrize("module, allowed", [
-    ("memfs.events", {"memfs", "memfs._contract", "memfs.errors", "memfs.events"}),
-    ("memfs.facts", {"memfs", "memfs.facts"}),
-    ("memfs.search.bm25", {"memfs", "memfs.search", "memfs.search.bm25", "memfs.search.index",
+    ("memfs.events", {"memfs", "memfs._lazy", "memfs._contract", "memfs.errors", "memfs.events"}),
+    ("memfs.facts", {"memfs", "memfs._lazy", "memfs.facts"}),
+    ("memfs.search.bm25", {"memfs", "memfs._lazy", "memfs.search", "memfs.search.bm25", "memfs.search.index",
                            "memfs.search.tokenize"}),
 ])
 def test_a_lower_floor_loads_nothing_above_it(module, allowed):
@@ -47,3 +47,11 @@ def test_the_store_does_not_import_the_filesystem_views_or_search():
     loaded = loaded_by("memfs.store.session") + loaded_by("memfs.store.retention") + loaded_by("memfs.store.fsck")
     above = sorted({m for m in loaded if m.startswith(("memfs.fs", "memfs.views", "memfs.search", "memfs.cli"))})
     assert above == []
+
+
+def test_without_cluster_nothing_of_it_is_imported():
+    """memfs without --cluster never loads the cluster node nor the NATS client (SPEC §9)."""
+    probe = ("import sys, memfs.cli, memfs.fs.mount, memfs.fs.ops, memfs.config; "
+             "print(sorted(m for m in sys.modules if m == 'nats' or m.startswith(('nats.', 'memfs.cluster.'))))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
