@@ -4,7 +4,7 @@
 :func:`apply_overrides` lays command-line flags over it (flags win). The file's layout:
 
 * top level: ``store``, ``workspace``, ``mountpoint``, ``session``, ``read_only``,
-  ``allow_other``, ``uid``, ``gid``, ``durability``, ``max_events``, ``max_line_bytes``,
+  ``allow_other``, ``uid``, ``gid``, ``durability``, ``max_events``, ``evict_to``, ``max_line_bytes``,
   ``max_rejected_bytes``, ``log_level``, ``daemon``;
 * ``[retention]``: ``max_sessions``, ``max_age_days``;
 * ``[search]``: ``max_results``, ``min_score``;
@@ -33,7 +33,8 @@ from typing import Any
 
 from memfs.cluster import ClusterConfig, parse_servers
 from memfs.errors import MemfsError
-from memfs.store.config import DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES, DURABILITY_MODES
+from memfs.store.config import (DEFAULT_EVICT_TO, DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES,
+                                DURABILITY_MODES, check_evict_to)
 from memfs.store.paths import default_root, workspace_root
 from memfs.store.rejected import DEFAULT_MAX_REJECTED_BYTES
 
@@ -76,6 +77,7 @@ class Config:
     gid: int | None = None
     durability: str = "write"
     max_events: int = DEFAULT_MAX_EVENTS
+    evict_to: float = DEFAULT_EVICT_TO  # an eviction goes down to evict_to × max_events (§3.7)
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     max_rejected_bytes: int = DEFAULT_MAX_REJECTED_BYTES  # rejected.jsonl rotates past this (SPEC §3.8)
     idle_release: float = DEFAULT_IDLE_RELEASE  # a writer keeps the lock this long after its last change (§3.5)
@@ -125,6 +127,10 @@ class Config:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ConfigError(f"{name} must not be negative")
+        try:
+            check_evict_to(self.evict_to)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if self.max_line_bytes < 1:
             raise ConfigError("max_line_bytes must be at least 1")
         if self.max_rejected_bytes < 1:
@@ -151,7 +157,8 @@ _NUM = ((int, float), "a number")
 _TOP: dict[str, tuple] = {
     "store": _STR, "workspace": _STR, "mountpoint": _STR, "session": _STR,
     "read_only": _BOOL, "allow_other": _BOOL, "uid": _INT, "gid": _INT,
-    "durability": _STR, "max_events": _INT, "max_line_bytes": _INT, "max_rejected_bytes": _INT, "log_level": _STR,
+    "durability": _STR, "max_events": _INT, "evict_to": _NUM, "max_line_bytes": _INT, "max_rejected_bytes": _INT,
+    "log_level": _STR,
     "idle_release": _NUM, "max_open_sessions": _INT,
     "daemon": _BOOL,
 }

@@ -51,7 +51,8 @@ def build(config) -> tuple[Store, Operations]:
     """The store and the operations a config describes (no mount yet)."""
     settings = StoreSettings(durability=config.durability, max_events=config.max_events,
                              max_line_bytes=config.max_line_bytes, read_only=config.read_only,
-                             idle_release=config.idle_release, max_open_sessions=config.max_open_sessions)
+                             idle_release=config.idle_release, max_open_sessions=config.max_open_sessions,
+                             evict_to=config.evict_to)
     set_max_rejected_bytes(config.max_rejected_bytes)
     store = Store(config.sessions_root(), settings)
     single = None
