@@ -23,7 +23,7 @@ MAX_OPEN = 16
 SLACK = 8  # descriptors beyond the sessions' that may come and go (a search result, a lock probe)
 # While appending, a session the LRU closes after this process wrote it is closed (persisted,
 # unlocked) on a background thread: its two descriptors stay open until then, a few at a time.
-CLOSING = 12
+from memfs.store.root import MAX_CLOSING as CLOSING  # noqa: E402 (closes in flight at most)
 
 
 def message(text: str) -> bytes:

@@ -26,6 +26,7 @@ from memfs.store.config import (DEFAULT_EVICT_TO, DEFAULT_IDLE_RELEASE, DEFAULT_
 log = logging.getLogger("memfs.store")
 
 DEFAULT_MAX_OPEN_SESSIONS = 256  # sessions a store keeps open (one descriptor each), SPEC §3.5
+MAX_CLOSING = 8  # evicted writers whose close (a persist) may wait on the closing thread at once
 from memfs.store.paths import EVENTS, REJECTED, ensure_private_dir, new_session_name_problem, remove_tree
 from memfs.store.session import SessionHandle, open_session
 
@@ -58,6 +59,8 @@ class Store:
         self._handles: OrderedDict[str, SessionHandle] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
         self._closer: ThreadPoolExecutor | None = None  # closes evicted writers (see _make_room)
+        self._closing = 0  # closes handed to it and not done: at most MAX_CLOSING
+        self._closing_lock = threading.Lock()
         if not settings.read_only:
             ensure_private_dir(self.root)
 
@@ -97,8 +100,9 @@ class Store:
         nothing is pending, closing it just releases the lock early; else its close (a
         persist: fsyncs) is handed to a background thread, so the caller — the mount's event
         loop — never waits for the disk, and a burst of appends to many sessions stays within
-        the bound (give or take the closes in flight). A session in use stays: the bound then
-        gives way rather than break a user."""
+        the bound, plus at most ``MAX_CLOSING`` closes in flight (past that, the caller closes
+        it itself: back-pressure). A session in use stays: the bound then gives way rather than
+        break a user."""
         excess = len(self._handles) + 1 - self.settings.max_open_sessions
         if excess <= 0:
             return
@@ -106,11 +110,12 @@ class Store:
             stats = handle.stats()
             if stats["handles"] != 1 or stats["writing"]:
                 continue
+            slow = stats["writer"] and (stats["pending_bytes"] or not stats["metadata_current"]
+                                        or not stats["persist_idle"])
             del self._handles[name]
-            if stats["writer"] and (stats["pending_bytes"] or not stats["metadata_current"]
-                                    or not stats["persist_idle"]):
+            if slow and self._closing < MAX_CLOSING:
                 self._close_later(handle)
-            else:
+            else:  # (the closing thread is behind: back-pressure, this caller closes it)
                 handle.close()
             excess -= 1
             if not excess:
@@ -120,14 +125,18 @@ class Store:
         """Close ``handle`` on the store's closing thread (a writer's close persists)."""
         if self._closer is None:
             self._closer = ThreadPoolExecutor(1, thread_name_prefix="memfs-close")
+        with self._closing_lock:
+            self._closing += 1
         self._closer.submit(self._close_quietly, handle)
 
-    @staticmethod
-    def _close_quietly(handle: SessionHandle) -> None:
+    def _close_quietly(self, handle: SessionHandle) -> None:
         try:
             handle.close()
         except Exception:  # the log is whole; stale metadata only makes the next open rescan
             log.exception("closing session %s", handle.name)
+        finally:
+            with self._closing_lock:
+                self._closing -= 1
 
     def open_count(self) -> int:
         """How many sessions this store holds open now."""
