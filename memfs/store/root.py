@@ -9,6 +9,7 @@ this process's to write, no file open on it); a session in use is never closed u
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import OrderedDict
@@ -49,7 +50,8 @@ class Store:
         self.root = Path(root)
         self.settings = settings
         self._handles: OrderedDict[str, SessionHandle] = OrderedDict()  # least recently used first
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _handles and _opening only: never held around disk work
+        self._opening: dict[str, list] = {}  # name -> [lock of its open, waiters]: per-session opens
         if not settings.read_only:
             ensure_private_dir(self.root)
 
@@ -60,35 +62,71 @@ class Store:
     def exists(self, name: str) -> bool:
         return name in self._handles or is_session_dir(self.root / name)
 
-    def open(self, name: str) -> SessionHandle:
-        """The held handle of session ``name`` (opened on first use)."""
+    def held(self, name: str) -> SessionHandle | None:
+        """The handle of session ``name`` if this store holds it open now, else None. Never
+        touches the disk nor waits for another session's open: the event loop asks this first
+        and opens (which may rescan) on a worker thread only when it answers None."""
         with self._lock:
             handle = self._handles.get(name)
             if handle is not None:
                 self._handles.move_to_end(name)
+            return handle
+
+    def open(self, name: str) -> SessionHandle:
+        """The held handle of session ``name`` (opened on first use).
+
+        Per-session open: the store-wide lock is held only to look up and insert handles,
+        never around a session's open (which may rescan a large log); two opens of the same
+        session wait for one another (the second gets the first one's handle), opens of
+        different sessions run at once."""
+        handle = self.held(name)
+        if handle is not None:
+            return handle
+        with self._gate(name):
+            handle = self.held(name)
+            if handle is not None:
                 return handle
             if not is_session_dir(self.root / name):
                 raise NotFound(f"no session {name!r}")
-            self._make_room()
-            handle = self._open(name, create=False)
-            self._handles[name] = handle
+            handle = self._open(name, create=False)  # outside the store lock: may rescan
+            self._insert(name, handle)
             return handle
 
-    def _make_room(self) -> None:
-        """Close least recently used idle handles until one more fits (caller holds ``_lock``).
-        A session that is being written, or that someone else holds a handle on (an open file
-        of the mount), stays: the bound then gives way rather than break a user."""
-        excess = len(self._handles) + 1 - self.settings.max_open_sessions
-        if excess <= 0:
-            return
-        for name, handle in list(self._handles.items()):
-            stats = handle.stats()
-            if stats["handles"] == 1 and not stats["writer"] and not stats["writing"]:
-                del self._handles[name]
-                handle.close()
-                excess -= 1
-                if not excess:
-                    return
+    @contextlib.contextmanager
+    def _gate(self, name: str):
+        """Hold session ``name``'s own lock (opening, creating, removing it), not the store's."""
+        with self._lock:
+            gate = self._opening.get(name)
+            if gate is None:
+                gate = self._opening[name] = [threading.Lock(), 0]
+            gate[1] += 1
+        try:
+            with gate[0]:
+                yield
+        finally:
+            with self._lock:
+                gate[1] -= 1
+                if not gate[1]:
+                    del self._opening[name]
+
+    def _insert(self, name: str, handle: SessionHandle) -> None:
+        """Hold ``handle``, closing least recently used idle handles until it fits. A session
+        that is being written, or that someone else holds a handle on (an open file of the
+        mount), stays: the bound then gives way rather than break a user. The closes (each may
+        persist) run outside the store lock."""
+        victims = []
+        with self._lock:
+            excess = len(self._handles) + 1 - self.settings.max_open_sessions
+            for other, held in list(self._handles.items()):
+                if excess <= 0:
+                    break
+                if held.unused():
+                    del self._handles[other]
+                    victims.append(held)
+                    excess -= 1
+            self._handles[name] = handle
+        for held in victims:
+            held.close()
 
     def open_count(self) -> int:
         """How many sessions this store holds open now."""
@@ -106,27 +144,27 @@ class Store:
         problem = new_session_name_problem(name)
         if problem:
             raise InvalidName(problem)
-        with self._lock:
+        with self._gate(name):
             path = self.root / name
-            if name in self._handles or os.path.lexists(path):
+            if self.held(name) is not None or os.path.lexists(path):
                 raise AlreadyExists(f"session {name!r} already exists")
-            self._make_room()
             handle = self._open(name, create=True)  # whole on disk, or nothing (open_session)
-            self._handles[name] = handle
+            self._insert(name, handle)
             return handle
 
     def remove(self, name: str) -> None:
         """Delete an empty session: no events, no refused lines, not live elsewhere."""
-        with self._lock:
+        with self._gate(name):
             path = self.root / name
             if not is_session_dir(path):
                 raise NotFound(f"no session {name!r}")
-            handle = self._handles.get(name)
+            handle = self.held(name)
             if handle is not None:
                 if handle.manifest["event_count"] or handle.file_len:
                     raise NotEmpty(f"session {name!r} has events")
+                with self._lock:
+                    del self._handles[name]
                 handle.close()
-                del self._handles[name]
             if is_live(path):
                 raise SessionBusy(f"session {name!r} is open by another process")
             for file in (EVENTS, REJECTED):
