@@ -63,5 +63,6 @@ def test_tail_F_follows_the_log_across_cap_rewrites(tmp_path):
         if item:
             seen.add(int(item["id"][1:]))
     # it kept following: turns from the end of the run (after many rewrites) were printed
+    # (how many turns it printed in between depends on its polling: turns evicted before it
+    # reopened the new file are gone, as the cap intends)
     assert {TURNS - 3, TURNS - 2, TURNS - 1} <= seen
-    assert len(seen) > TURNS // 2
