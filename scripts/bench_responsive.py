@@ -9,7 +9,7 @@ Three conditions, each on its own mount of its own store, in one run:
 * (a) 4 writer threads drive 4 other sessions through cap rewrites (``--max-events``, default
   500: a rewrite every few turns), one ``write()`` per line;
 * (b) the mount's warm-up rescans a large stale session: a ``--big-mb`` (default 120) MB log
-  whose metadata describes only its first events, so opening it rescans the whole log; the
+  whose metadata is gone (written for its first events, then removed), so opening it rescans it; the
   probe runs from the moment the mount is up for twice the time a rescan of that log takes
   (measured first through the library) plus a second.
 
@@ -142,6 +142,7 @@ def stale_warmup(work: Path, n_max: int, big_mb: int, warm_seconds: float) -> di
     with open(store / "big" / "events.jsonl", "ab") as f:  # behind the metadata's back: stale
         for _ in range(big_mb * 1024 * 1024 // len(chunk)):
             f.write(chunk)
+    (store / "big" / "manifest.json").unlink()  # stale: no metadata describes the log, opening rescans it
     size_mb = os.path.getsize(store / "big" / "events.jsonl") / 1e6
     t = time.monotonic()
     with memfs.open_session(store, "big", read_only=True) as h:  # how long the warm-up's rescan takes
