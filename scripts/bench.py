@@ -106,6 +106,7 @@ def open_scaling(work: Path, sizes: list[int]) -> list[dict]:
         size = (root / "s" / "events.jsonl").stat().st_size
         t = time.perf_counter()
         with memfs.open_session(root, "s", max_events=0) as h:  # no metadata yet: a rescan
+            h.lock()  # the writer's open: the rescan's metadata is written (once: the open's own scan)
             assert not h.open_report.fast_path
         rescan = time.perf_counter() - t
         fast = []
@@ -172,7 +173,8 @@ def daemon_rss(work: Path, sessions: int, per_session: int) -> dict:
     for i in range(sessions):
         write_log(store / f"s{i:04d}" / "events.jsonl", per_session)
     for i in range(sessions):  # metadata, as a store that was used would have
-        memfs.open_session(store, f"s{i:04d}", max_events=0).close()
+        with memfs.open_session(store, f"s{i:04d}", max_events=0) as h:
+            h.lock()  # (a writer's open writes the metadata a rescan found)
     mnt.mkdir()
     proc = start_server([sys.executable, "-m", "memfs", "mount", str(store), str(mnt), "--max-events", "0",
                          "--log-level", "WARNING"], mnt, work / "rss.log")

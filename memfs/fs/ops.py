@@ -100,6 +100,7 @@ class Operations(pyfuse3.Operations):
         self.dirs: dict[int, list[tuple[str, Node]]] = {}
         self._next_fh = 1
         self.started = time.time_ns()
+        self.cluster = None  # a memfs.cluster.node.ClusterNode in cluster mode (SPEC §9), set before mounting
         self._mtimes: dict[Node, tuple[tuple[int, int], int]] = {}  # generated file → (content key, mtime)
 
     # --- helpers -----------------------------------------------------------------------------
@@ -467,7 +468,10 @@ class Operations(pyfuse3.Operations):
             if writing:
                 session.claim_writing()  # the lock, once taken, stays while this file is open
                 handle.writing = True
-                handle.appender = LineAppender(session, max_line_bytes=self.store.settings.max_line_bytes, pid=pid)
+                target = session
+                if self.cluster is not None:  # publish with the fence first, then the local commit
+                    target = self.cluster.session(session)
+                handle.appender = LineAppender(target, max_line_bytes=self.store.settings.max_line_bytes, pid=pid)
                 handle.append_mode = bool(flags & os.O_APPEND)
                 handle.next_off = session.file_len
         except BaseException:
@@ -493,8 +497,9 @@ class Operations(pyfuse3.Operations):
         if appender is None:
             raise fail("EBADF")
         # the store says when an append may wait for the disk (fsync, a cap rewrite, taking
-        # the lock, a busy session): then a worker thread waits, never the event loop (SPEC §6)
-        if handle.session.may_block_append(len(buf), buf.count(b"\n") + 1):
+        # the lock, a busy session): then a worker thread waits, never the event loop (SPEC §6);
+        # in cluster mode every append waits for JetStream's ack, also on a worker thread
+        if self.cluster is not None or handle.session.may_block_append(len(buf), buf.count(b"\n") + 1):
             return off_loop(self._write, handle, off, buf)
         return self._write(handle, off, buf)
 
@@ -513,7 +518,7 @@ class Operations(pyfuse3.Operations):
         handle = self.files.get(fh)
         if handle is None or handle.appender is None or not handle.appender.partial:
             return
-        if handle.session.may_block_append(len(handle.appender.partial)):
+        if self.cluster is not None or handle.session.may_block_append(len(handle.appender.partial)):
             await off_loop(handle.appender.close)
         else:
             handle.appender.close()
@@ -577,6 +582,9 @@ class Operations(pyfuse3.Operations):
         }
         if session.last_refusal is not None:
             values[b"user.memfs.last_error"] = session.last_refusal
+        if self.cluster is not None:  # SPEC §9: how stale this host's replica is, and where it is
+            values[b"user.memfs.cluster_lag"] = f"{self.cluster.lag():.3f}"
+            values[b"user.memfs.cluster_seq"] = str(self.cluster.seq_of(node.session))
         return {k: v.encode() for k, v in values.items()}
 
     @guarded

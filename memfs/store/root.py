@@ -19,7 +19,8 @@ from pathlib import Path
 from memfs.errors import AlreadyExists, InvalidName, NotEmpty, NotFound, SessionBusy
 from memfs.store.lock import is_live
 from memfs.store.catalog import is_session_dir, session_names
-from memfs.store.config import DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES, SessionConfig
+from memfs.store.config import (DEFAULT_EVICT_TO, DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES,
+                                SessionConfig)
 
 DEFAULT_MAX_OPEN_SESSIONS = 256  # sessions a store keeps open (one descriptor each), SPEC §3.5
 from memfs.store.paths import EVENTS, REJECTED, ensure_private_dir, new_session_name_problem, remove_tree
@@ -36,11 +37,13 @@ class StoreSettings:
     read_only: bool = False
     idle_release: float = DEFAULT_IDLE_RELEASE
     max_open_sessions: int = DEFAULT_MAX_OPEN_SESSIONS
+    evict_to: float = DEFAULT_EVICT_TO
 
     @property
     def session_config(self) -> SessionConfig:
         """The config each session of the store is opened with."""
-        return SessionConfig(self.durability, self.max_events, self.max_line_bytes, idle_release=self.idle_release)
+        return SessionConfig(self.durability, self.max_events, self.max_line_bytes, idle_release=self.idle_release,
+                             evict_to=self.evict_to)
 
 
 class Store:
@@ -137,7 +140,7 @@ class Store:
         s = self.settings
         return open_session(self.root, name, durability=s.durability, max_events=s.max_events,
                             max_line_bytes=s.max_line_bytes, read_only=s.read_only, idle_release=s.idle_release,
-                            create=create)
+                            evict_to=s.evict_to, create=create)
 
     def create(self, name: str) -> SessionHandle:
         """Create session ``name``; it must already be in sanitized form and not exist."""
