@@ -15,6 +15,10 @@ against the physical limits and peers:
 * many sessions: a store-wide mount of 10,000 and 100,000 small sessions — mount, ``ls``,
   first root search, 1,000 appends, the daemon's descriptors and RSS
   (``scripts/bench_sessions.py``).
+* ``fsync`` mode beside native ``write``+``fdatasync``, 1 thread and 8 threads × 8 files
+  (``scripts/bench_durability.py``), and the p99 of ``stat`` + read of an idle session's
+  ``manifest.json`` while other sessions evict or the warm-up rescans a stale log
+  (``scripts/bench_responsive.py``).
 
 The component scripts run as subprocesses with ``--json``; this script adds the rest and
 writes the report. It is not part of the test suite; nothing here is asserted.
@@ -280,7 +284,9 @@ def write_report(report: dict, path: Path) -> None:
     for script, title in (("bench_views.py", "Derived views"), ("bench_search.py", "Search (memfs, rank_bm25, bm25s)"),
                           ("bench_ingest.py", "Ingest: memfs import beside memfs append of the same events"),
                           ("bench_sessions.py", "Many sessions: a store-wide mount of 10,000 and 100,000 sessions "
-                                                "(descriptors and RSS of the daemon, `scripts/bench_sessions.py`)")):
+                                                "(descriptors and RSS of the daemon, `scripts/bench_sessions.py`)"),
+                          ("bench_durability.py", "Durability: fsync mode beside native write+fdatasync"),
+                          ("bench_responsive.py", "Responsiveness: an idle session while others evict or rescan")):
         comp = r["components"].get(script, {})
         lines += ["", f"## {title}", ""]
         if "error" in comp:
@@ -323,7 +329,8 @@ def collect_goals(r: dict) -> dict:
         if row["events"] == 100_000:
             goals["cat memory.json after an append, 100,000 events < 10 ms"] = (f"{row['median_ms']:.1f} ms",
                                                                                   row["median_ms"] < 10)
-    for script in ("bench_views.py", "bench_search.py", "bench_sessions.py"):
+    for script in ("bench_views.py", "bench_search.py", "bench_sessions.py", "bench_durability.py",
+                   "bench_responsive.py"):
         for goal, value in r["components"].get(script, {}).get("goals", {}).items():
             goals[goal] = (value.get("measured", ""), bool(value.get("met"))) if isinstance(value, dict) else ("", bool(value))
     return goals
@@ -354,6 +361,8 @@ def main() -> int:
             "bench_search.py": ["--small", "2000", "--large", "50000", "--sessions", "50"] if q else [],
             "bench_ingest.py": ["--events", "10000", "--rounds", "1"] if q else [],
             "bench_sessions.py": ["--sessions", "2000", "--appends", "200"] if q else [],
+            "bench_durability.py": ["--rounds", "3", "--events", "100"] if q else [],
+            "bench_responsive.py": ["--samples", "500", "--big-mb", "20"] if q else [],
         }
         for script, extra in components.items():
             if script not in args.skip and (ROOT / "scripts" / script).exists():

@@ -107,6 +107,18 @@ class NatsCluster:
         """The client URLs, comma-separated, as ``memfs mount --cluster`` takes them."""
         return ",".join(s.url for s in self.servers)
 
+    @classmethod
+    def started(cls, base: Path, attempts: int = 3, timeout: float = 60) -> NatsCluster:
+        """A running cluster under ``base``, started again on new ports when it fails to come up
+        (a port taken by another process between choosing it and binding it)."""
+        for attempt in range(attempts):
+            cluster = cls(base / f"try{attempt}")
+            try:
+                return cluster.start(timeout)
+            except RuntimeError:  # (start stopped every server it started)
+                if attempt == attempts - 1:
+                    raise
+
     def start(self, timeout: float = 30) -> NatsCluster:
         try:
             for s in self.servers:

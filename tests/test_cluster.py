@@ -28,7 +28,7 @@ pytestmark = needs_fuse
 
 @pytest.fixture(scope="module")
 def nats_cluster(tmp_path_factory):
-    cluster = NatsCluster(tmp_path_factory.mktemp("nats")).start()
+    cluster = NatsCluster.started(tmp_path_factory.mktemp("nats"))
     try:
         yield cluster
     finally:
@@ -175,7 +175,7 @@ def test_concurrent_appends_agree_byte_for_byte(hosts):
 
 
 def test_appends_continue_after_kill_9_of_one_nats_server(tmp_path, request):
-    cluster = NatsCluster(tmp_path / "nats").start()  # its own cluster: this test kills a server
+    cluster = NatsCluster.started(tmp_path / "nats")  # its own cluster: this test kills a server
     try:
         stream = stream_name(request)
         config = tmp_path / "c.toml"

@@ -34,6 +34,8 @@ from memfs.store.root import Store, StoreSettings
 
 log = logging.getLogger("memfs.fs")
 
+SWITCH_INTERVAL = 0.0005  # seconds a thread may hold the GIL while another waits for it (see run)
+
 
 def fuse_options(config, store_root: Path | None = None) -> set[str]:
     """The FUSE mount options; the source reads ``memfs:<store path>`` in findmnt/mount."""
@@ -103,6 +105,9 @@ def run(config) -> int:
     _check_mountpoint(mountpoint)
     mountpoint = Path(os.path.realpath(mountpoint))  # resolved now: once mounted, no lookups of our own tree
     raise_fd_limit()
+    # The event loop shares the GIL with the worker threads doing disk work (cap rewrites,
+    # rescans): a shorter switch interval bounds how long a request waits for it (5 ms by default).
+    sys.setswitchinterval(SWITCH_INTERVAL)
     store, ops = build(config)
     ready_w = None
     if config.daemon:

@@ -38,7 +38,7 @@ from memfs.fs.nodes import DIR_KINDS, DYNAMIC_KINDS, SESSION_CHILDREN, InodeTabl
 from memfs.store.appender import LineAppender
 from memfs.store.meta import parse_rfc3339
 from memfs.store.paths import open_nofollow, refuse_symlink
-from memfs.store.session import SessionHandle
+from memfs.store.session import LogReader, SessionHandle
 from memfs.store.root import Store
 
 # Seconds the kernel may cache: names that never change vs. anything that does.
@@ -79,6 +79,7 @@ class OpenFile:
     # (pwrite there, a seek to the end) is always accepted too.
     next_off: int = -1
     fd: int = -1  # a backing file read in place (rejected.jsonl), closed at release
+    reader: LogReader | None = None  # events.jsonl: the version it opened (SPEC §3.7), closed at release
     writing: bool = False  # the session handle claims to be writing (SessionHandle.claim_writing)
 
 
@@ -99,7 +100,6 @@ class Operations(pyfuse3.Operations):
         self.dirs: dict[int, list[tuple[str, Node]]] = {}
         self._next_fh = 1
         self.started = time.time_ns()
-        self.fsync_writes = store.settings.session_config.syncs  # the store decides what may wait for the disk
         self.cluster = None  # a memfs.cluster.node.ClusterNode in cluster mode (SPEC §9), set before mounting
         self._mtimes: dict[Node, tuple[tuple[int, int], int]] = {}  # generated file → (content key, mtime)
 
@@ -112,7 +112,33 @@ class Operations(pyfuse3.Operations):
         return node
 
     def _session(self, node: Node) -> SessionHandle:
-        return self.store.open(node.session)
+        return self.store.held(node.session) or self.store.open(node.session)
+
+    def _inline(self, node: Node) -> bool:
+        """Whether a request about ``node`` can be served on the event loop: it belongs to no
+        session, or its session is held open and no other thread holds it busy (a cap rewrite,
+        an append waiting for its lock). Otherwise the request runs on a worker thread, where
+        opening the session (a rescan, maybe) or waiting for it blocks nobody else (SPEC §6)."""
+        name = node.session
+        if name is None:
+            return True
+        handle = self.store.held(name)
+        return handle is not None and handle.free()
+
+    async def _served(self, node: Node, fn: Callable, *args):
+        """``fn(*args)``, inline when :meth:`_inline` says so, else on a worker thread."""
+        if self._inline(node):
+            return fn(*args)
+        return await off_loop(fn, *args)
+
+    def _versioned(self, node: Node) -> Node:
+        """``events.jsonl`` is a new file in the mount whenever the log is replaced (SPEC §3.7: a
+        cap rewrite): its node, hence its inode number, names the log's generation, so
+        ``tail -F`` sees the name point to a new file and reopens it."""
+        if node.kind is not K.EVENTS:
+            return node
+        serial, rewrites = self._session(node).generation
+        return Node(K.EVENTS, node.session, f"{serial}.{rewrites}")
 
     def session_of(self, handler: str, args: tuple) -> str | None:
         """The session a request (``handler`` with its arguments) is about, for log lines."""
@@ -176,6 +202,11 @@ class Operations(pyfuse3.Operations):
         kind = node.kind
         if kind is K.EVENTS:
             session = self._session(node)
+            if node.arg is not None and node.arg != "%d.%d" % session.generation:
+                for handle in list(self.files.values()):  # an old version, kept by its readers
+                    if handle.node == node and handle.reader is not None and handle.reader.fd is not None:
+                        st = os.fstat(handle.reader.fd)
+                        return st.st_size, st.st_mtime_ns
             return session.file_len, self._file_mtime(session.path / "events.jsonl")
         if kind is K.REJECTED:
             path = self.store.root / node.session / "rejected.jsonl"
@@ -218,7 +249,7 @@ class Operations(pyfuse3.Operations):
         kind = node.kind
         if kind is K.QUERY:
             size, mtime = len(await self._query_bytes(node)), time.time_ns()
-        elif kind in SLOW_KINDS and not views.is_current(self._session(node)):
+        elif not self._inline(node) or (kind in SLOW_KINDS and not views.is_current(self._session(node))):
             size, mtime = await trio.to_thread.run_sync(self._size, node)
         else:
             size, mtime = self._size(node)
@@ -256,8 +287,10 @@ class Operations(pyfuse3.Operations):
     async def lookup(self, parent_inode, name, ctx=None):
         parent = self._node(parent_inode)
         node = child(parent, os.fsdecode(name), self.opts.single_session is not None)
-        if node is None or not self._exists(node):
+        if node is None or not await self._served(node, self._exists, node):
             raise fail("ENOENT")
+        if node.kind is K.EVENTS:
+            node = await self._served(node, self._versioned, node)
         attr = await self._attr(node)
         self.inodes.remember(attr.st_ino)
         return attr
@@ -265,7 +298,7 @@ class Operations(pyfuse3.Operations):
     @guarded
     async def getattr(self, inode, ctx=None):
         node = self._node(inode)
-        if not self._exists(node):
+        if not await self._served(node, self._exists, node):
             raise fail("ENOENT")
         return await self._attr(node, inode)
 
@@ -300,7 +333,7 @@ class Operations(pyfuse3.Operations):
         else:  # search/: queries are not listed
             names = []
         single = self.opts.single_session is not None
-        return [(name, child(node, name, single)) for name in names]
+        return [(name, self._versioned(child(node, name, single))) for name in names]
 
     @guarded
     async def opendir(self, inode, ctx):
@@ -399,25 +432,14 @@ class Operations(pyfuse3.Operations):
         node = self._node(inode)
         if node.kind in DIR_KINDS:
             raise fail("EISDIR")
-        if not self._exists(node):
+        if not await self._served(node, self._exists, node):
             raise fail("ENOENT")
         writing = flags & os.O_ACCMODE != os.O_RDONLY
         if flags & os.O_TRUNC or (writing and node.kind is not K.EVENTS):
             raise self._refuse_change()
         handle = OpenFile(node)
         if node.kind is K.EVENTS:
-            if writing and (self.opts.read_only or self._session(node).read_only):
-                raise fail("EROFS")
-            handle.session = self._session(node).share()  # its own: the store may close its handle
-            if writing:
-                handle.session.claim_writing()  # the lock, once taken, stays while this file is open
-                handle.writing = True
-                target = handle.session
-                if self.cluster is not None:  # publish with the fence first, then the local commit
-                    target = self.cluster.session(handle.session)
-                handle.appender = LineAppender(target, max_line_bytes=self.store.settings.max_line_bytes, pid=ctx.pid)
-                handle.append_mode = bool(flags & os.O_APPEND)
-                handle.next_off = handle.session.file_len
+            await self._served(node, self._open_events, handle, writing, flags, ctx.pid)
         elif node.kind is K.REJECTED:  # streamed from an fd: never copied whole into memory
             path = self.store.root / node.session / "rejected.jsonl"
             try:
@@ -427,13 +449,34 @@ class Operations(pyfuse3.Operations):
         elif node.kind is K.QUERY:
             handle.snapshot = await self._query_bytes(node)
         else:
-            slow = node.kind in SLOW_KINDS and not views.is_current(self._session(node))
+            slow = not self._inline(node) or (node.kind in SLOW_KINDS and not views.is_current(self._session(node)))
             handle.snapshot = await trio.to_thread.run_sync(self._content, node) if slow else self._content(node)
             if node.kind is not K.README:
                 self._content_mtime(node, handle.snapshot)
         fh = self._new_fh()
         self.files[fh] = handle
         return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
+
+    def _open_events(self, handle: OpenFile, writing: bool, flags: int, pid: int) -> None:
+        """Open ``events.jsonl`` (inline or on a worker thread, see :meth:`_served`)."""
+        node = handle.node
+        if writing and (self.opts.read_only or self._session(node).read_only):
+            raise fail("EROFS")
+        session = handle.session = self._session(node).share()  # its own: the store may close its handle
+        try:
+            handle.reader = session.reader()  # keeps its version across cap rewrites (SPEC §3.7)
+            if writing:
+                session.claim_writing()  # the lock, once taken, stays while this file is open
+                handle.writing = True
+                target = session
+                if self.cluster is not None:  # publish with the fence first, then the local commit
+                    target = self.cluster.session(session)
+                handle.appender = LineAppender(target, max_line_bytes=self.store.settings.max_line_bytes, pid=pid)
+                handle.append_mode = bool(flags & os.O_APPEND)
+                handle.next_off = session.file_len
+        except BaseException:
+            self._release(handle)
+            raise
 
     @guarded
     async def read(self, fh, off, size):
@@ -442,7 +485,10 @@ class Operations(pyfuse3.Operations):
             return handle.snapshot[off : off + size]
         if handle.fd >= 0:
             return os.pread(handle.fd, size, off)
-        return handle.session.read_bytes(off, size)
+        reader = handle.reader
+        if reader.may_block():  # bytes to write first, the end to learn from disk, a busy session
+            return await off_loop(reader.read, off, size)
+        return reader.read(off, size)
 
     @guarded
     def write(self, fh, off, buf):  # plain, not async: see guarded()
@@ -450,30 +496,30 @@ class Operations(pyfuse3.Operations):
         appender = handle.appender
         if appender is None:
             raise fail("EBADF")
-        if not handle.append_mode:
-            if off != handle.next_off and off != handle.session.file_len + len(appender.partial):
-                raise fail("EPERM")  # only appending at the handle's own end or the log's; no overwrite
-            if self.fsync_writes or self.cluster is not None:
-                return self._positioned_write(handle, off, buf)
-            n = appender.write(buf)
-            handle.next_off = off + n
-            return n
-        if self.fsync_writes or self.cluster is not None:  # fdatasync, JetStream's ack: waited for in a
-            return trio.to_thread.run_sync(appender.write, buf)      # worker thread, never in the event loop
-        return appender.write(buf)
+        # the store says when an append may wait for the disk (fsync, a cap rewrite, taking
+        # the lock, a busy session): then a worker thread waits, never the event loop (SPEC §6);
+        # in cluster mode every append waits for JetStream's ack, also on a worker thread
+        if self.cluster is not None or handle.session.may_block_append(len(buf), buf.count(b"\n") + 1):
+            return off_loop(self._write, handle, off, buf)
+        return self._write(handle, off, buf)
 
-    async def _positioned_write(self, handle: OpenFile, off: int, buf: bytes) -> int:
-        n = await trio.to_thread.run_sync(handle.appender.write, buf)
+    def _write(self, handle: OpenFile, off: int, buf: bytes) -> int:
+        appender = handle.appender
+        if handle.append_mode:
+            return appender.write(buf)
+        if off != handle.next_off and off != handle.session.file_len + len(appender.partial):
+            raise fail("EPERM")  # only appending at the handle's own end or the log's; no overwrite
+        n = appender.write(buf)
         handle.next_off = off + n
         return n
 
     @guarded
     async def flush(self, fh):
         handle = self.files.get(fh)
-        if handle is None or handle.appender is None:
+        if handle is None or handle.appender is None or not handle.appender.partial:
             return
-        if self.fsync_writes or self.cluster is not None:
-            await trio.to_thread.run_sync(handle.appender.close)
+        if self.cluster is not None or handle.session.may_block_append(len(handle.appender.partial)):
+            await off_loop(handle.appender.close)
         else:
             handle.appender.close()
 
@@ -491,12 +537,20 @@ class Operations(pyfuse3.Operations):
         self.files.clear()
 
     async def release(self, fh):
-        self._release(self.files.pop(fh, None))
+        handle = self.files.pop(fh, None)
+        if handle is not None and (handle.appender is not None or handle.session is not None):
+            # a final fragment's commit, the last handle's persist: may wait for the disk
+            await off_loop(self._release, handle)
+        else:
+            self._release(handle)
 
     def _release(self, handle: OpenFile | None) -> None:
         if handle is not None and handle.fd >= 0:
             os.close(handle.fd)
             handle.fd = -1
+        if handle is not None and handle.reader is not None:
+            handle.reader.close()
+            handle.reader = None
         if handle is not None and handle.appender is not None and handle.appender.partial:
             try:
                 handle.appender.close()
@@ -535,14 +589,16 @@ class Operations(pyfuse3.Operations):
 
     @guarded
     async def getxattr(self, inode, name, ctx):
-        value = self._xattrs(self._node(inode)).get(name)
+        node = self._node(inode)
+        value = (await self._served(node, self._xattrs, node)).get(name)
         if value is None:
             raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
         return value
 
     @guarded
     async def listxattr(self, inode, ctx):
-        return list(self._xattrs(self._node(inode)))
+        node = self._node(inode)
+        return list(await self._served(node, self._xattrs, node))
 
     @guarded
     async def statfs(self, ctx):
@@ -559,6 +615,22 @@ class Operations(pyfuse3.Operations):
         st.f_files = len(self.inodes)
         st.f_namemax = 255
         return st
+
+
+async def off_loop(fn: Callable, *args):
+    """``fn(*args)`` on a worker thread, the calling task waiting (not cancellable: a started
+    append or persist always completes and its result is the reply). A lighter hop than
+    ``trio.to_thread.run_sync`` — no capacity limiter, no thread renaming, no context copy —
+    for the requests that must wait for the disk (a ``fsync``-mode append is one such hop per
+    ``write()``). The number of threads is bounded by pyfuse3's ``max_tasks``."""
+    task = trio.lowlevel.current_task()
+    token = trio.lowlevel.current_trio_token()
+
+    def deliver(result) -> None:
+        token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+
+    trio.lowlevel.start_thread_soon(functools.partial(fn, *args), deliver)
+    return await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
 
 
 @functools.lru_cache(maxsize=4096)

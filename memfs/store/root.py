@@ -9,10 +9,9 @@ this process's to write, no file open on it); a session in use is never closed u
 
 from __future__ import annotations
 
-import logging
+import contextlib
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +22,8 @@ from memfs.store.catalog import is_session_dir, session_names
 from memfs.store.config import (DEFAULT_EVICT_TO, DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES,
                                 SessionConfig)
 
-log = logging.getLogger("memfs.store")
 
 DEFAULT_MAX_OPEN_SESSIONS = 256  # sessions a store keeps open (one descriptor each), SPEC §3.5
-MAX_CLOSING = 8  # evicted writers whose close (a persist) may wait on the closing thread at once
 from memfs.store.paths import EVENTS, REJECTED, ensure_private_dir, new_session_name_problem, remove_tree
 from memfs.store.session import SessionHandle, open_session
 
@@ -57,10 +54,8 @@ class Store:
         self.root = Path(root)
         self.settings = settings
         self._handles: OrderedDict[str, SessionHandle] = OrderedDict()  # least recently used first
-        self._lock = threading.Lock()
-        self._closer: ThreadPoolExecutor | None = None  # closes evicted writers (see _make_room)
-        self._closing = 0  # closes handed to it and not done: at most MAX_CLOSING
-        self._closing_lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _handles and _opening only: never held around disk work
+        self._opening: dict[str, list] = {}  # name -> [lock of its open, waiters]: per-session opens
         if not settings.read_only:
             ensure_private_dir(self.root)
 
@@ -71,72 +66,76 @@ class Store:
     def exists(self, name: str) -> bool:
         return name in self._handles or is_session_dir(self.root / name)
 
-    def open(self, name: str) -> SessionHandle:
-        """The held handle of session ``name`` (opened on first use)."""
+    def held(self, name: str) -> SessionHandle | None:
+        """The handle of session ``name`` if this store holds it open now, else None. Never
+        touches the disk nor waits for another session's open: the event loop asks this first
+        and opens (which may rescan) on a worker thread only when it answers None."""
         with self._lock:
             handle = self._handles.get(name)
             if handle is not None:
                 self._handles.move_to_end(name)
+            return handle
+
+    def open(self, name: str) -> SessionHandle:
+        """The held handle of session ``name`` (opened on first use).
+
+        Per-session open: the store-wide lock is held only to look up and insert handles,
+        never around a session's open (which may rescan a large log); two opens of the same
+        session wait for one another (the second gets the first one's handle), opens of
+        different sessions run at once."""
+        handle = self.held(name)
+        if handle is not None:
+            return handle
+        with self._gate(name):
+            handle = self.held(name)
+            if handle is not None:
                 return handle
             if not is_session_dir(self.root / name):
                 raise NotFound(f"no session {name!r}")
-            self._make_room()
-            handle = self._open(name, create=False)
-            self._handles[name] = handle
+            handle = self._open(name, create=False)  # outside the store lock: may rescan
+            self._insert(name, handle)
             return handle
 
-    def held(self, name: str) -> SessionHandle | None:
-        """The handle of session ``name`` if this store holds it open now, else None: never
-        opens one, nor changes which are least recently used (a cheap freshness check)."""
+    @contextlib.contextmanager
+    def _gate(self, name: str):
+        """Hold session ``name``'s own lock (opening, creating, removing it), not the store's."""
         with self._lock:
-            return self._handles.get(name)
-
-    def _make_room(self) -> None:
-        """Close least recently used idle handles until one more fits (caller holds ``_lock``).
-
-        Idle: nobody else holds a handle on it (an open file of the mount) and no handle
-        claims to be writing. A session this process wrote a moment ago and only keeps the
-        lock of until ``idle_release`` is idle too: when its metadata on disk is current and
-        nothing is pending, closing it just releases the lock early; else its close (a
-        persist: fsyncs) is handed to a background thread, so the caller — the mount's event
-        loop — never waits for the disk, and a burst of appends to many sessions stays within
-        the bound, plus at most ``MAX_CLOSING`` closes in flight (past that, the caller closes
-        it itself: back-pressure). A session in use stays: the bound then gives way rather than
-        break a user."""
-        excess = len(self._handles) + 1 - self.settings.max_open_sessions
-        if excess <= 0:
-            return
-        for name, handle in list(self._handles.items()):
-            stats = handle.stats()
-            if stats["handles"] != 1 or stats["writing"]:
-                continue
-            slow = stats["writer"] and (stats["pending_bytes"] or not stats["metadata_current"]
-                                        or not stats["persist_idle"])
-            del self._handles[name]
-            if slow and self._closing < MAX_CLOSING:
-                self._close_later(handle)
-            else:  # (the closing thread is behind: back-pressure, this caller closes it)
-                handle.close()
-            excess -= 1
-            if not excess:
-                return
-
-    def _close_later(self, handle: SessionHandle) -> None:
-        """Close ``handle`` on the store's closing thread (a writer's close persists)."""
-        if self._closer is None:
-            self._closer = ThreadPoolExecutor(1, thread_name_prefix="memfs-close")
-        with self._closing_lock:
-            self._closing += 1
-        self._closer.submit(self._close_quietly, handle)
-
-    def _close_quietly(self, handle: SessionHandle) -> None:
+            gate = self._opening.get(name)
+            if gate is None:
+                gate = self._opening[name] = [threading.Lock(), 0]
+            gate[1] += 1
         try:
-            handle.close()
-        except Exception:  # the log is whole; stale metadata only makes the next open rescan
-            log.exception("closing session %s", handle.name)
+            with gate[0]:
+                yield
         finally:
-            with self._closing_lock:
-                self._closing -= 1
+            with self._lock:
+                gate[1] -= 1
+                if not gate[1]:
+                    del self._opening[name]
+
+    def _insert(self, name: str, handle: SessionHandle) -> None:
+        """Hold ``handle``, closing least recently used idle handles until it fits.
+
+        Idle: nobody else holds a handle on it (an open file of the mount) and no handle claims
+        to be writing. A session this process wrote a moment ago and only keeps the lock of
+        until ``idle_release`` is idle too: its close persists what the metadata lacks and
+        releases the lock early, so a burst of appends to many sessions stays within the bound.
+        A session in use stays: the bound then gives way rather than break a user. The closes
+        (a writer's may persist: fsyncs) run outside the store lock, in the caller's thread —
+        a worker's, never the event loop's (the filesystem opens sessions off the loop)."""
+        victims = []
+        with self._lock:
+            excess = len(self._handles) + 1 - self.settings.max_open_sessions
+            for other, held in list(self._handles.items()):
+                if excess <= 0:
+                    break
+                if held.unused():
+                    del self._handles[other]
+                    victims.append(held)
+                    excess -= 1
+            self._handles[name] = handle
+        for held in victims:
+            held.close()
 
     def open_count(self) -> int:
         """How many sessions this store holds open now."""
@@ -154,27 +153,27 @@ class Store:
         problem = new_session_name_problem(name)
         if problem:
             raise InvalidName(problem)
-        with self._lock:
+        with self._gate(name):
             path = self.root / name
-            if name in self._handles or os.path.lexists(path):
+            if self.held(name) is not None or os.path.lexists(path):
                 raise AlreadyExists(f"session {name!r} already exists")
-            self._make_room()
             handle = self._open(name, create=True)  # whole on disk, or nothing (open_session)
-            self._handles[name] = handle
+            self._insert(name, handle)
             return handle
 
     def remove(self, name: str) -> None:
         """Delete an empty session: no events, no refused lines, not live elsewhere."""
-        with self._lock:
+        with self._gate(name):
             path = self.root / name
             if not is_session_dir(path):
                 raise NotFound(f"no session {name!r}")
-            handle = self._handles.get(name)
+            handle = self.held(name)
             if handle is not None:
                 if handle.manifest["event_count"] or handle.file_len:
                     raise NotEmpty(f"session {name!r} has events")
+                with self._lock:
+                    del self._handles[name]
                 handle.close()
-                del self._handles[name]
             if is_live(path):
                 raise SessionBusy(f"session {name!r} is open by another process")
             for file in (EVENTS, REJECTED):
@@ -189,9 +188,6 @@ class Store:
         """Close every held handle (flushing and persisting each)."""
         with self._lock:
             handles, self._handles = list(self._handles.values()), OrderedDict()
-            closer, self._closer = self._closer, None
-        if closer is not None:
-            closer.shutdown(wait=True)  # evicted writers closed (persisted, unlocked) first
         errors = []
         for handle in handles:
             try:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import logging
 import os
 import threading
@@ -82,7 +83,7 @@ class Session:
     __slots__ = ("dir", "config", "writable_config", "mutex", "refs", "key", "closed", "log", "meta", "state",
                  "report", "session_id", "created_at", "updated_at", "updated_for", "version", "appended",
                  "rewrites", "last_change", "persist_at", "last_refusal", "lock_file", "writers", "release_scheduled",
-                 "opening")
+                 "opening", "serial")
 
     def __init__(self, session_dir: Path, session_id: str, config: SessionConfig, *, writable: bool):
         self.dir = session_dir
@@ -102,6 +103,7 @@ class Session:
         self.writers = 0  # handles that claim to be writing: the lock is kept while any does
         self.release_scheduled = False
         self.opening = object()  # identifies this open of the session: with ``rewrites``, what offsets mean
+        self.serial = next(_SERIALS)  # the same, as a number (``generation``)
         self.log = LogFile(None, 0)
         self.meta = MetadataWriter(self.dir, config.metadata_interval, False)
         refuse_symlink(self.dir / INDEX_DIR)
@@ -191,13 +193,13 @@ class Session:
         except BaseException:
             liveness.release(lock_file)
             raise
-        self.lock_file = lock_file
         old = self.log
         replaced = old.flushed_len > 0 and (found.file_len < old.flushed_len or old.fd is None or
                                             not os.path.samestat(os.fstat(old.fd), os.fstat(fd)))
-        self._adopt(found, fd)
         if replaced:  # another process rewrote the log (a cap): offsets seen before mean nothing now
-            self.rewrites += 1
+            self.rewrites += 1  # (before the new length: see LogReader)
+        self._adopt(found, fd)
+        self.lock_file = lock_file
         if found.report.fast_path:
             self.meta.persisted_version = self.version  # the metadata on disk describes this state
         else:
@@ -307,10 +309,10 @@ class Session:
 
     def replace_log(self, fd: int, cut: int) -> None:
         """A cap rewrite replaced the log by its bytes from ``cut`` on (caller holds ``mutex``)."""
+        self.rewrites += 1  # first: a lock-free reader (LogReader) sees the new generation before the new length
         self.log.replace(fd, cut)
         self.last_change = _time()
         self.version += 1
-        self.rewrites += 1
 
     # --- metadata --------------------------------------------------------------------------
 
@@ -393,7 +395,9 @@ _releaser = persister.Persister("memfs-idle", due=lambda s: s.release_due(), wor
                                 what="releasing the liveness lock of")
 
 _REGISTRY: dict[tuple[int, int], Session] = {}
-_REGISTRY_LOCK = threading.Lock()
+_SERIALS = itertools.count(1)
+_REGISTRY_LOCK = threading.Lock()  # guards _REGISTRY and _OPENING only: never held around disk work
+_OPENING: dict[tuple[int, int], list] = {}  # key -> [lock of its first open, waiters]
 
 
 class SessionHandle:
@@ -539,6 +543,41 @@ class SessionHandle:
                 "writing": s.writers,
             }
 
+    def free(self) -> bool:
+        """No other thread holds the session's mutex now (an append, a cap rewrite, a rescan):
+        an event loop may take it without waiting. A hint — it can change the next instant —
+        for deciding whether a request is served inline or on a worker thread."""
+        mutex = self._s.mutex
+        if mutex.acquire(False):
+            mutex.release()
+            return True
+        return False
+
+    @property
+    def generation(self) -> tuple[int, int]:
+        """Which version of the log file is current: it changes when the log is replaced (a cap
+        rewrite here or seen from another process) and when the session is opened afresh. The
+        filesystem gives each generation its own inode number (SPEC §3.7). Lock-free."""
+        s = self._s
+        return s.serial, s.rewrites
+
+    def reader(self) -> LogReader:
+        """A reader of the log as it is now: it keeps reading this version (its own descriptor)
+        across cap rewrites, and never returns a fragment of a line (SPEC §3.7)."""
+        with self._s.mutex:
+            log_file = self._current().log
+            log_file.write_pending()
+            fd = os.dup(log_file.fd) if log_file.fd is not None else None
+            return LogReader(self, fd, self.generation)
+
+    def unused(self) -> bool:
+        """No other handle shares the session and no handle claims to be writing: closing
+        this handle would disturb nobody (a writer only waiting for its idle release just
+        persists and releases its lock early). Lock-free (it never waits for an append or a
+        cap rewrite in progress), hence a hint that may be stale."""
+        s = self._s
+        return s.refs == 1 and not s.writers
+
     # appending
 
     def _writable(self) -> Session:
@@ -573,6 +612,32 @@ class SessionHandle:
             mutex.release()
         if sync_target:
             s.log.sync_to(sync_target)
+
+    def may_block_append(self, nbytes: int, nlines: int = 1) -> bool:
+        """Whether appending ``nbytes`` in at most ``nlines`` lines may wait for the disk — a
+        cheap, lock-free and conservative answer for an event loop that must never wait
+        (SPEC §6): the caller runs such an append on a worker thread, any other inline.
+
+        True when this process is not the session's writer yet (taking the lock re-reads the
+        log and may rescan), in ``fsync`` mode (every append waits for ``fdatasync``), when
+        metadata is persisted inline (``metadata_interval`` 0), when the lines may exceed the
+        event cap (a cap rewrite), and in ``buffered`` mode when the pending bytes would reach
+        the 64 KiB at which they are written. False for a closed or read-only handle (the
+        append is refused at once) and for the common ``write``-mode append: one ``write()``
+        to the page cache. Read without the session's mutex: a concurrent append of another
+        thread can only make the answer stale by the lines it adds, so callers that may
+        append to one session from several threads at once count those lines in ``nlines``."""
+        s = self._s
+        if self._closed or self._read_only or s.closed:
+            return False
+        if s.lock_file is None or not self.free():
+            return True
+        config = s.config
+        if config.syncs or not config.metadata_interval:
+            return True
+        if config.max_events and s.state.event_count + nlines > config.max_events:
+            return True
+        return not config.writes_through and len(s.log.pending) + nbytes >= BUFFER_LIMIT
 
     def append_many(self, lines: Iterable[bytes | str | dict], *, pid: int | None = None) -> int:
         """Append lines in order; return how many were accepted.
@@ -750,6 +815,64 @@ class SessionHandle:
         return f"<SessionHandle {self.name!r} {'ro' if self._read_only else self._s.config.durability}>"
 
 
+class LogReader:
+    """One reader's view of the log (:meth:`SessionHandle.reader`): its own descriptor of the
+    version current when it was made. While that version is current, reads stop at the bytes
+    the writer has completely written (never a fragment of a line); once a cap rewrite
+    replaced it, the old version is immutable and is read to its end (a reader reopens the
+    name to see the new version, as ``tail -F`` does). Close it."""
+
+    __slots__ = ("handle", "fd", "generation")
+
+    def __init__(self, handle: SessionHandle, fd: int | None, generation: tuple[int, int]):
+        self.handle, self.fd, self.generation = handle, fd, generation
+
+    @property
+    def current(self) -> bool:
+        """This reader's version is the session's current log."""
+        return self.handle.generation == self.generation
+
+    def may_block(self) -> bool:
+        """Whether :meth:`read` may wait: while its version is current, when bytes of this
+        process are still buffered (written first), when the log's end is to be learnt from
+        disk (this process is not the writer: another may have appended), or when another
+        thread holds the session (a cap rewrite, say). An old version never waits."""
+        if not self.current:
+            return False
+        s = self.handle._s
+        return s.lock_file is None or bool(s.log.pending) or not self.handle.free()
+
+    def read(self, offset: int, size: int) -> bytes:
+        """Bytes ``[offset, offset+size)`` of this version; whole lines only while it is current."""
+        if self.fd is None:
+            return b""
+        s = self.handle._s
+        end = -1
+        if self.current:
+            if s.lock_file is None or s.log.pending:
+                with s.mutex:
+                    self.handle._current().log.write_pending()
+            if self.current:
+                end = s.log.flushed_len  # every byte before it is a whole line
+                if not self.current:  # replaced meanwhile: the old version is whole
+                    end = -1
+        if end < 0:
+            end = os.fstat(self.fd).st_size
+        stop = min(offset + size, end)
+        if stop <= offset:
+            return b""
+        return os.pread(self.fd, stop - offset, offset)
+
+    def size(self) -> int:
+        """This version's length now (what ``fstat`` of an old generation reports)."""
+        return os.fstat(self.fd).st_size if self.fd is not None else 0
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 def _closing_lines(fd: int, start: int, end: int) -> Iterator[tuple[int, bytes]]:
     """scan_lines over a private ``fd`` that is closed when the iteration ends, is closed or
     is collected (primed once by its creator, so even an unused iterator closes it)."""
@@ -821,22 +944,51 @@ def open_session(root: str | os.PathLike, session_id: str, *, max_events: int = 
 
 
 def _open_registered(session_dir: Path, session_id: str, config: SessionConfig, read_only: bool) -> SessionHandle:
-    """A handle on this process's one :class:`Session` of ``session_dir`` (made on first use)."""
-    durability = config.durability
+    """A handle on this process's one :class:`Session` of ``session_dir`` (made on first use).
+
+    The registry's lock is held only to look up and insert: a session's first open (which
+    may rescan a large log) holds only that session's own gate, so opening one session
+    never waits for another's open."""
     st = os.lstat(session_dir)
     key = (st.st_dev, st.st_ino)
     with _REGISTRY_LOCK:
         shared = _REGISTRY.get(key)
-        if shared is not None:
+        if shared is None:
+            gate = _OPENING.get(key)
+            if gate is None:
+                gate = _OPENING[key] = [threading.Lock(), 0]
+            gate[1] += 1
+        else:
             shared.refs += 1
-            if not read_only:
-                with shared.mutex:
-                    if shared.writable_config:
-                        shared.config = shared.config.strongest(durability)
-                    else:  # opened for reading first: the first writer's settings
-                        shared.config, shared.writable_config = config, True
+    if shared is not None:
+        return _joined(shared, config, read_only)
+    try:
+        with gate[0]:
+            with _REGISTRY_LOCK:
+                shared = _REGISTRY.get(key)
+                if shared is not None:
+                    shared.refs += 1
+            if shared is not None:  # opened meanwhile by another thread
+                return _joined(shared, config, read_only)
+            shared = Session(session_dir, session_id, config, writable=not read_only)  # may rescan
+            shared.key = key
+            with _REGISTRY_LOCK:
+                _REGISTRY[key] = shared
             return SessionHandle(shared, read_only)
-        shared = Session(session_dir, session_id, config, writable=not read_only)
-        shared.key = key
-        _REGISTRY[key] = shared
-        return SessionHandle(shared, read_only)
+    finally:
+        with _REGISTRY_LOCK:
+            gate[1] -= 1
+            if not gate[1]:
+                del _OPENING[key]
+
+
+def _joined(shared: Session, config: SessionConfig, read_only: bool) -> SessionHandle:
+    """A further handle on an open session (its ``refs`` already counts it): a writable open
+    strengthens the durability, or brings the first writer's settings."""
+    if not read_only:
+        with shared.mutex:
+            if shared.writable_config:
+                shared.config = shared.config.strongest(config.durability)
+            else:  # opened for reading first: the first writer's settings
+                shared.config, shared.writable_config = config, True
+    return SessionHandle(shared, read_only)

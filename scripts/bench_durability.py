@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Durability benchmark (issue 14, item 2): ``fsync`` mode beside native ``write``+``fdatasync``.
+
+Measured in one run, side by side, in interleaved rounds (this machine's speed drifts 2x
+within seconds, so each goal is the median of the ratios of neighbours in time):
+
+* native, 1 thread: one ``write()`` of a 300-byte event then ``fdatasync()`` per event;
+* native, 8 threads × 8 files: the same, each thread on its own file;
+* memfs ``fsync`` mount, one writer: one ``write()`` per event on an ``O_APPEND`` descriptor of
+  ``sessions/s0/events.jsonl``; goal ≥ 0.66 of native 1 thread;
+* memfs ``fsync`` mount, 8 writers into 8 sessions of the same mount (8 threads of this
+  process: ``write()`` releases the GIL); goal ≥ 0.6 of native 8 × 8;
+* library, 8 threads appending to one ``fsync`` session (group commit); goal ≥ 3× one native
+  sync per event (native 1 thread).
+
+All files live in one directory on the same filesystem (``--dir``, default a temporary
+directory in /tmp). Nothing is asserted; ``--json FILE`` writes ``{"results", "goals"}``.
+
+Usage: ``.venv/bin/python scripts/bench_durability.py [--rounds R] [--events N] [--json FILE]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+
+import memfs  # noqa: E402
+from bench_fs import start_server, stop_server  # noqa: E402
+from memfs.samples import sized_message  # noqa: E402
+
+LINES = [sized_message(i) for i in range(1000)]
+THREADS = 8
+
+
+def _writer(path: Path, n: int, sync: bool, flags: int) -> None:
+    fd = os.open(path, flags, 0o600)
+    try:
+        for i in range(n):
+            os.write(fd, LINES[i % 1000])
+            if sync:
+                os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def run_threads(paths: list[Path], n: int, sync: bool, flags: int = os.O_WRONLY | os.O_APPEND) -> float:
+    """Events per second of ``len(paths)`` threads each writing ``n`` events to its path."""
+    pool = [threading.Thread(target=_writer, args=(p, n, sync, flags)) for p in paths]
+    t = time.perf_counter()
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+    return n * len(paths) / (time.perf_counter() - t)
+
+
+def library_group_commit(handle, n: int) -> float:
+    def work(k: int) -> None:
+        for i in range(n):
+            handle.append(LINES[(i + k) % 1000])
+
+    pool = [threading.Thread(target=work, args=(k,)) for k in range(THREADS)]
+    t = time.perf_counter()
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+    return n * THREADS / (time.perf_counter() - t)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--events", type=int, default=400, help="events per writer per round")
+    ap.add_argument("--dir", help="where the files go (default: a temporary directory in /tmp)")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="memfs-bench-dur-", dir=args.dir))
+    native = work / "native"
+    native.mkdir()
+    create = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    store, mnt = work / "store", work / "mnt"
+    mnt.mkdir()
+    proc = None
+    handle = None
+    rates: dict[str, list[float]] = {k: [] for k in (
+        "native 1 thread", "native 8 threads x 8 files", "memfs fsync mount, 1 writer",
+        "memfs fsync mount, 8 writers x 8 sessions", "library fsync, 8 threads, 1 session")}
+    try:
+        proc = start_server([sys.executable, "-m", "memfs", "mount", str(store), str(mnt), "--durability", "fsync",
+                             "--max-events", "0", "--log-level", "WARNING"], mnt, work / "server.log")
+        sessions = []
+        for i in range(THREADS):
+            (mnt / "sessions" / f"s{i}").mkdir()
+            sessions.append(mnt / "sessions" / f"s{i}" / "events.jsonl")
+        handle = memfs.open_session(work / "lib", "g", durability="fsync", max_events=0)
+        n = args.events
+        run_threads([native / "warm"], 50, True, create)  # warm-up
+        run_threads(sessions, 50, False)
+        for _ in range(args.rounds):
+            rates["native 1 thread"].append(run_threads([native / "one"], n, True, create))
+            rates["memfs fsync mount, 1 writer"].append(run_threads(sessions[:1], n, False))  # the mount syncs
+            rates["native 8 threads x 8 files"].append(
+                run_threads([native / f"f{i}" for i in range(THREADS)], n, True, create))
+            rates["memfs fsync mount, 8 writers x 8 sessions"].append(run_threads(sessions, n, False))
+            rates["library fsync, 8 threads, 1 session"].append(library_group_commit(handle, n))
+    finally:
+        if handle is not None:
+            handle.close()
+        if proc is not None:
+            stop_server(proc, mnt)
+    results = {f"{k} ev/s": statistics.median(v) for k, v in rates.items()}
+
+    def ratio(a: str, b: str) -> float:
+        return statistics.median(x / y for x, y in zip(rates[a], rates[b]))
+
+    results["mount 1 writer / native 1 thread"] = ratio("memfs fsync mount, 1 writer", "native 1 thread")
+    results["mount 8x8 / native 8x8"] = ratio("memfs fsync mount, 8 writers x 8 sessions", "native 8 threads x 8 files")
+    results["library 8 threads / native 1 thread"] = ratio("library fsync, 8 threads, 1 session", "native 1 thread")
+    goals = {
+        "fsync mount, 1 writer >= 0.66 of native 1 thread": results["mount 1 writer / native 1 thread"] >= 0.66,
+        "fsync mount, 8 writers x 8 sessions >= 0.6 of native 8x8": results["mount 8x8 / native 8x8"] >= 0.6,
+        "library 8 threads 1 session >= 3x native 1 thread": results["library 8 threads / native 1 thread"] >= 3,
+    }
+    width = max(map(len, results))
+    print(f"workload: 300-byte events, one write() each, fdatasync per event; {args.rounds} interleaved rounds of "
+          f"{args.events} events per writer (medians; ratios are medians of neighbours' ratios)")
+    for key, value in results.items():
+        print(f"{key:<{width}}  {value:,.2f}" if value < 100 else f"{key:<{width}}  {value:,.0f}")
+    for goal, met in goals.items():
+        print(f"{'MET ' if met else 'MISS'} {goal}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"results": results, "goals": goals}, indent=2))
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

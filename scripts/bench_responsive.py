@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Responsiveness benchmark (issue 14, item 5): an idle session stays fast while others work.
+
+The probe: ``stat`` + read of an idle session's ``manifest.json`` (the syscalls of ``stat f;
+cat f``: stat, open, fstat, read to EOF, close), timed one after another; p50, p99, max.
+Three conditions, each on its own mount of its own store, in one run:
+
+* quiet: nothing else happens (the reference);
+* (a) 4 writer threads drive 4 other sessions through cap rewrites (``--max-events``, default
+  500: a rewrite every few turns), one ``write()`` per line;
+* (b) the mount's warm-up rescans a large stale session: a ``--big-mb`` (default 120) MB log
+  whose metadata is gone (written for its first events, then removed), so opening it rescans it; the
+  probe runs from the moment the mount is up for twice the time a rescan of that log takes
+  (measured first through the library) plus a second.
+
+Goal: p99 ≤ 2 ms in (a) and (b). Nothing is asserted; ``--json FILE`` writes the results.
+
+Usage: ``.venv/bin/python scripts/bench_responsive.py [--samples N] [--json FILE]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+
+import memfs  # noqa: E402
+from bench_fs import start_server, stop_server  # noqa: E402
+from memfs.samples import sized_message  # noqa: E402
+
+
+def event(etype: str, **fields) -> bytes:
+    return json.dumps({"schema_version": "0.18.0", "event": {"type": etype, **fields}},
+                      separators=(",", ":")).encode() + b"\n"
+
+
+def probe_once(manifest: Path) -> float:
+    t = time.perf_counter()
+    os.stat(manifest)
+    fd = os.open(manifest, os.O_RDONLY)
+    os.fstat(fd)
+    while os.read(fd, 131072):
+        pass
+    os.close(fd)
+    return time.perf_counter() - t
+
+
+def summary(samples: list[float]) -> dict:
+    samples = sorted(samples)
+    return {"n": len(samples), "p50_ms": statistics.median(samples) * 1000,
+            "p99_ms": samples[int(len(samples) * 0.99) - 1] * 1000, "max_ms": samples[-1] * 1000}
+
+
+def mount(store: Path, mnt: Path, log: Path, *args: str):
+    mnt.mkdir(parents=True, exist_ok=True)
+    return start_server([sys.executable, "-m", "memfs", "mount", str(store), str(mnt), "--log-level", "WARNING",
+                         *args], mnt, log)
+
+
+def idle_session(store: Path) -> None:
+    with memfs.open_session(store, "idle", durability="write") as h:
+        h.append(event("turn.started"))
+        h.append(event("turn.completed", usage={}))
+
+
+def quiet(work: Path, n: int) -> dict:
+    store, mnt = work / "q-store", work / "q-mnt"
+    idle_session(store)
+    proc = mount(store, mnt, work / "q.log")
+    try:
+        manifest = mnt / "sessions" / "idle" / "manifest.json"
+        for _ in range(50):
+            probe_once(manifest)
+        return summary([probe_once(manifest) for _ in range(n)])
+    finally:
+        stop_server(proc, mnt)
+
+
+def evicting(work: Path, n: int, max_events: int) -> dict:
+    store, mnt = work / "a-store", work / "a-mnt"
+    idle_session(store)
+    proc = mount(store, mnt, work / "a.log", "--max-events", str(max_events))
+    stop = threading.Event()
+    turns = [0] * 4
+
+    def writer(k: int) -> None:
+        path = mnt / "sessions" / f"w{k}" / "events.jsonl"
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            while not stop.is_set():
+                os.write(fd, event("turn.started"))
+                for i in range(8):
+                    os.write(fd, sized_message(i))
+                os.write(fd, event("turn.completed", usage={}))
+                turns[k] += 1
+        finally:
+            os.close(fd)
+
+    try:
+        for k in range(4):
+            (mnt / "sessions" / f"w{k}").mkdir()
+        pool = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+        for th in pool:
+            th.start()
+        manifest = mnt / "sessions" / "idle" / "manifest.json"
+        deadline = time.monotonic() + 10
+        while sum(turns) * 10 < 4 * max_events * 2 and time.monotonic() < deadline:  # past the cap everywhere
+            probe_once(manifest)
+        samples = [probe_once(manifest) for _ in range(n)]
+        stop.set()
+        for th in pool:
+            th.join()
+        base = [json.loads((mnt / "sessions" / f"w{k}" / "manifest.json").read_bytes())["retained_turn_base"]
+                for k in range(4)]
+        result = summary(samples)
+        result["writer_turns"] = sum(turns)
+        result["turns_evicted"] = sum(b - 1 for b in base)
+        return result
+    finally:
+        stop.set()
+        stop_server(proc, mnt)
+
+
+def stale_warmup(work: Path, n_max: int, big_mb: int, warm_seconds: float) -> dict:
+    store, mnt = work / "b-store", work / "b-mnt"
+    idle_session(store)
+    with memfs.open_session(store, "big", durability="write", max_events=0) as h:
+        h.append(event("turn.started"))
+        h.append(event("turn.completed", usage={}))
+    line = sized_message(1)
+    chunk = event("turn.started") + line * 30 + event("turn.completed", usage={})
+    with open(store / "big" / "events.jsonl", "ab") as f:  # behind the metadata's back: stale
+        for _ in range(big_mb * 1024 * 1024 // len(chunk)):
+            f.write(chunk)
+    (store / "big" / "manifest.json").unlink()  # stale: no metadata describes the log, opening rescans it
+    size_mb = os.path.getsize(store / "big" / "events.jsonl") / 1e6
+    t = time.monotonic()
+    with memfs.open_session(store, "big", read_only=True) as h:  # how long the warm-up's rescan takes
+        assert not h.open_report.fast_path
+    rescan = time.monotonic() - t
+    proc = mount(store, mnt, work / "b.log", "--max-events", "0")
+    try:
+        manifest = mnt / "sessions" / "idle" / "manifest.json"
+        samples = []
+        t0 = time.monotonic()
+        while len(samples) < n_max and time.monotonic() - t0 < min(warm_seconds, 2 * rescan + 1):
+            samples.append(probe_once(manifest))
+        result = summary(samples)
+        result["log_MB"] = size_mb
+        result["rescan_s"] = rescan
+        return result
+    finally:
+        stop_server(proc, mnt)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=3000)
+    ap.add_argument("--max-events", type=int, default=500)
+    ap.add_argument("--big-mb", type=int, default=120)
+    ap.add_argument("--warm-seconds", type=float, default=60)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="memfs-bench-resp-"))
+    try:
+        results = {"quiet": quiet(work, args.samples),
+                   "(a) 4 writers through cap rewrites": evicting(work, args.samples, args.max_events),
+                   "(b) warm-up rescanning a stale log": stale_warmup(work, 10 * args.samples, args.big_mb,
+                                                                      args.warm_seconds)}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print("probe: stat + open/fstat/read/close of an idle session's manifest.json")
+    for name, r in results.items():
+        extra = ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items()
+                          if not k.endswith("_ms"))
+        print(f"{name:<38} p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  max {r['max_ms']:.1f} ms  ({extra})")
+    goals = {"(a) p99 <= 2 ms": results["(a) 4 writers through cap rewrites"]["p99_ms"] <= 2,
+             "(b) p99 <= 2 ms": results["(b) warm-up rescanning a stale log"]["p99_ms"] <= 2}
+    for goal, met in goals.items():
+        print(f"{'MET ' if met else 'MISS'} {goal}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"results": results, "goals": goals}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
