@@ -507,6 +507,8 @@ class SessionHandle:
         turn's start, when known, is always included."""
         with self._s.mutex:
             s = self._current()
+            if s.lock_file is not None and s.state.turn_count > s.times.closed_through:
+                s.times.note_closed(s.state)  # a turn abandoned by the next turn.started (no boundary)
             token, whole, times = s.times.delta(token)
             opened = s.times.open_start(s.state) if s.lock_file is not None else None
             if opened is not None:

@@ -230,6 +230,8 @@ class TurnTimes:
                 self.refresh()
             for ordinal in [o for o in self.known if o < base]:
                 del self.known[ordinal]
+            self.changes = []  # readers start over (they rebuild after a cap rewrite anyway)
+            self.generation += 1
             serial = self.serial
             lines = [(serial, b"".join(_line(o, *self.known[o]) for o in sorted(self.known)))]
             return True, lines
