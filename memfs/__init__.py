@@ -9,8 +9,9 @@ contract only, and the store is imported the first time one of its names is used
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from memfs._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -41,13 +42,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports
     from memfs.store.session import SessionHandle, open_session
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'memfs' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), _EXPORTS)
 
 
 def __dir__() -> list[str]:

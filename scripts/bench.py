@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "scripts"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "scripts")]  # the component scripts beside this one
 
 import memfs  # noqa: E402
 from bench_fs import start_server, stop_server  # noqa: E402

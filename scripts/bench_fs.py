@@ -36,9 +36,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
-from mounting import is_mounted  # noqa: E402
+from memfs.fs.registry import is_mounted  # noqa: E402
 
 from memfs.samples import sized_message  # noqa: E402
 

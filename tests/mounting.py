@@ -13,14 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from memfs.fs.registry import is_mounted  # noqa: F401 (the tests' name for it)
+
 HAVE_FUSE = os.path.exists("/dev/fuse") and shutil.which("fusermount3") is not None
 needs_fuse = pytest.mark.skipif(not HAVE_FUSE, reason="needs /dev/fuse and fusermount3")
 
 
-def is_mounted(path: Path) -> bool:
-    target = os.path.realpath(path)
-    with open("/proc/mounts") as mounts:
-        return any(line.split()[1] == target for line in mounts)
 
 
 class Mount:

@@ -75,3 +75,28 @@ def run_python(code: str, *args: str, timeout: float = 60, **kw) -> subprocess.C
     """Run ``code`` in a fresh interpreter (a real second process)."""
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                           timeout=timeout, **kw)
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    """``memfs ARGV...`` in this process: (exit code, stdout, stderr)."""
+    from memfs import cli
+
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def make_logged(root: Path, name: str, lines: list[bytes]) -> Path:
+    """A session of ``lines``, metadata persisted (written through the library)."""
+    with memfs.open_session(root, name, durability="write", metadata_interval=0) as h:
+        h.append_many(lines)
+    return root / name
+
+
+def errno_of(action) -> int:
+    """The errno ``action()`` fails with, or 0."""
+    try:
+        action()
+    except OSError as exc:
+        return exc.errno
+    return 0

@@ -12,34 +12,14 @@ from pathlib import Path
 import pytest
 
 import memfs
-from memfs import cli
 from mounting import event, mounted, needs_fuse
+from store_helpers import errno_of, make_logged, run_cli as run
 
 FACTS = [event("thread.started", thread_id="t"), event("turn.started"),
          event("item.completed", item={"id": "m", "type": "agent_message", "text": "retry loop added"}),
          event("item.completed", item={"id": "p", "type": "file_change", "status": "completed",
                                         "changes": [{"path": "src/net.py", "kind": "update"}]}),
          event("turn.completed", usage={"input_tokens": 5})]
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = cli.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def make(root: Path, name: str, lines=FACTS) -> Path:
-    with memfs.open_session(root, name, durability="write", metadata_interval=0) as h:
-        h.append_many(lines)
-    return root / name
-
-
-def errno_of(action) -> int:
-    try:
-        action()
-    except OSError as exc:
-        return exc.errno
-    return 0
 
 
 # --- 13: search names --------------------------------------------------------------------
@@ -303,3 +283,7 @@ def test_commands_on_a_missing_store_say_so(capsys, tmp_path):
         assert code == 1 and out == "", argv
         assert err == f"memfs: no store at {missing}: it does not exist (check --store/--workspace)\n", argv
     assert not missing.exists()
+
+
+def make(root: Path, name: str, lines=FACTS) -> Path:
+    return make_logged(root, name, lines)

@@ -14,24 +14,12 @@ from pathlib import Path
 import pytest
 
 import memfs
-from memfs import cli
 from mounting import event, mounted, needs_fuse
+from store_helpers import make_logged, run_cli as run
 
 GOOD = [event("thread.started", thread_id="t"), event("turn.started"),
         event("item.completed", item={"id": "m", "type": "agent_message", "text": "retry loop added"}),
         event("turn.completed", usage={"input_tokens": 5})]
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = cli.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def make(root: Path, name: str, lines=GOOD) -> Path:
-    with memfs.open_session(root, name, durability="write", metadata_interval=0) as h:
-        h.append_many(lines)
-    return root / name
 
 
 # --- 7: a session name beginning with '-' ------------------------------------------------
@@ -416,3 +404,7 @@ def test_a_huge_line_without_newline_keeps_the_server_small(tmp_path):
     assert record["bytes"] > 4 << 20 and len(record["sha256"]) == 64
     assert record["sha256"] == hashlib.sha256(b"A" * record["bytes"]).hexdigest()
     assert (tmp_path / "store" / "s" / "events.jsonl").read_bytes() == b""
+
+
+def make(root: Path, name: str, lines=GOOD) -> Path:
+    return make_logged(root, name, lines)

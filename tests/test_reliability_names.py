@@ -19,19 +19,12 @@ import shutil
 import pytest
 
 from mounting import event, mounted, needs_fuse
+from store_helpers import errno_of
 
 pytestmark = needs_fuse
 
 SECRET = "zanzibarquokka"  # only the symlinks' targets hold it
 TURN = event("turn.started")
-
-
-def errno_of(action) -> int:
-    try:
-        action()
-    except OSError as exc:
-        return exc.errno
-    return 0
 
 
 def test_mkdir_of_hostile_names(tmp_path):

@@ -140,9 +140,11 @@ def run(config) -> int:
         trio.run(_serve, store, ops)
     finally:
         try:
-            views.flush()  # views copied to the backing store are written before we go
-            ops.close_files()  # files the kernel did not release yet hold sessions open
-            store.close()
+            try:
+                views.flush()  # views copied to the backing store are written before we go
+                ops.close_files()  # files the kernel did not release yet hold sessions open
+            finally:
+                store.close()  # every session flushed, persisted and unlocked, whatever happened above
         finally:
             pyfuse3.close(unmount=True)
             registry.unregister(record)

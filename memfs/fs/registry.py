@@ -59,24 +59,37 @@ def _unescape(field: str) -> str:
     return "".join(out)
 
 
-def kernel_mounts() -> list[dict]:
-    """memfs mounts in the kernel's table: ``{"mountpoint", "store"}``."""
-    found = []
+def _mountinfo() -> list[tuple[str, str, str]]:
+    """``(mountpoint, fstype, source)`` of every mount in the kernel's table."""
     try:
         with open("/proc/self/mountinfo") as f:
             lines = f.read().splitlines()
     except OSError:
         return []
+    out = []
     for line in lines:
         left, sep, right = line.partition(" - ")
-        if not sep:
-            continue
         fields, tail = left.split(" "), right.split(" ")
-        if len(fields) < 5 or len(tail) < 2 or tail[0] != FSTYPE:
+        if sep and len(fields) >= 5 and len(tail) >= 2:
+            out.append((_unescape(fields[4]), tail[0], tail[1]))
+    return out
+
+
+def is_mounted(path: str | os.PathLike) -> bool:
+    """Whether anything (memfs or not) is mounted at ``path`` (its real path)."""
+    target = os.path.realpath(path)
+    return any(mountpoint == target for mountpoint, _type, _source in _mountinfo())
+
+
+def kernel_mounts() -> list[dict]:
+    """memfs mounts in the kernel's table: ``{"mountpoint", "store"}``."""
+    found = []
+    for mountpoint, fstype, raw_source in _mountinfo():
+        if fstype != FSTYPE:
             continue
-        source = _unescape(tail[1])
+        source = _unescape(raw_source)
         store = source[len(SOURCE_PREFIX):] if source.startswith(SOURCE_PREFIX) else ""
-        found.append({"mountpoint": _unescape(fields[4]), "store": store.replace("\\,", ",")})
+        found.append({"mountpoint": mountpoint, "store": store.replace("\\,", ",")})
     return found
 
 

@@ -11,8 +11,7 @@
 
 from __future__ import annotations
 
-import importlib
-
+from memfs._lazy import lazy_exports
 from memfs.search.bm25 import recency_factor
 from memfs.search.index import DEFAULT_MAX_RESULTS, DEFAULT_MIN_SCORE, MAX_RESULTS, SearchIndex
 from memfs.search.tokenize import MAX_QUERY_TOKENS, query_tokens, tokenize
@@ -30,11 +29,4 @@ __all__ = sorted([*_EXPORTS, "DEFAULT_MAX_RESULTS", "DEFAULT_MIN_SCORE", "MAX_QU
                   "SearchIndex", "query_tokens", "recency_factor", "tokenize"])
 
 
-def __getattr__(name: str):
-    """The store-backed names, imported on first use."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'memfs.search' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), _EXPORTS)  # the store-backed names, imported on first use

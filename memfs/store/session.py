@@ -81,8 +81,8 @@ class Session:
 
     __slots__ = ("dir", "config", "writable_config", "mutex", "refs", "key", "closed", "log", "meta", "state",
                  "report", "session_id", "created_at", "updated_at", "updated_for", "version", "appended",
-                 "rewrites", "last_change", "persist_at", "last_refusal", "lock_file", "writers", "release_scheduled", "opening",
-                 "times")
+                 "rewrites", "last_change", "persist_at", "last_refusal", "lock_file", "writers", "release_scheduled",
+                 "opening", "times")
 
     def __init__(self, session_dir: Path, session_id: str, config: SessionConfig, *, writable: bool):
         self.dir = session_dir
@@ -126,11 +126,6 @@ class Session:
         self.persist_at = found.file_len + BUFFER_LIMIT
         self.version += 1
         self.updated_for = self.last_change  # ``updated_at`` is what the disk says, until a change
-
-    @property
-    def owner(self) -> bool:
-        """This process holds the liveness lock: it is the session's writer."""
-        return self.lock_file is not None
 
     # --- following and ownership -------------------------------------------------------------
 
