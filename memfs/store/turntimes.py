@@ -37,14 +37,23 @@ Decisions recorded here:
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import orjson
 
-from memfs.store.meta import ABANDONED, OPEN, UNKNOWN, now_rfc3339
+from memfs.store.meta import ABANDONED, OPEN, UNKNOWN
 from memfs.store.paths import TURN_TIMES, atomic_write, open_nofollow, write_all
 
 _NEVER = 1 << 62  # ``first_live`` of a process that is not the writer: no entry is its own
+
+
+def _now() -> str:
+    """The current time as :func:`memfs.store.meta.format_rfc3339` renders it (milliseconds,
+    ``+00:00``), without building datetime objects."""
+    t = time.time()
+    ms = int(t * 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + ".%03d+00:00" % (ms % 1000)
 
 
 def _line(ordinal: int, started: str | None, completed: str | None) -> bytes:
@@ -196,7 +205,7 @@ class TurnTimes:
             elif outcome in (OPEN, UNKNOWN):
                 completed = None
             else:  # completed / failed: noted right after the boundary's apply
-                completed = now = now or now_rfc3339()
+                completed = now = now or _now()
             if started is not None or completed is not None:
                 self._note(ordinal, started, completed)
         self.closed_through = max(self.closed_through, upto)
@@ -228,8 +237,7 @@ class TurnTimes:
             self.base_seen = base
             if not self.loaded:
                 self.refresh()
-            for ordinal in [o for o in self.known if o < base]:
-                del self.known[ordinal]
+            self.known = {o: t for o, t in self.known.items() if o >= base}  # a new, small dict
             self.changes = []  # readers start over (they rebuild after a cap rewrite anyway)
             self.generation += 1
             serial = self.serial
