@@ -40,7 +40,7 @@ from memfs.store import fsck as fsck_mod
 from memfs.store import migrate as migrate_mod
 from memfs.store import pack as pack_mod
 from memfs.store import retention
-from memfs.store.config import DURABILITY_MODES
+from memfs.store.config import DURABILITY_MODES, check_evict_to
 from memfs.store.session import open_session
 from memfs.store.paths import new_session_name_problem, sanitize
 from memfs.store.rejected import count_rejected, set_max_rejected_bytes
@@ -163,10 +163,12 @@ def cmd_mount(args: argparse.Namespace) -> int:
         mountpoint = paths[0]
     settings = _mount_options(args.options)  # -o a,b=c: as the flags, which win over them
     flags = dict(session=args.session, read_only=args.read_only, allow_other=args.allow_other, uid=args.uid,
-                 gid=args.gid, durability=args.durability, max_events=args.max_events,
+                 gid=args.gid, durability=args.durability, max_events=args.max_events, evict_to=args.evict_to,
                  max_line_bytes=args.max_line_bytes, max_rejected_bytes=args.max_rejected_bytes,
                  idle_release=args.idle_release, max_open_sessions=args.max_open_sessions,
                  daemon=args.daemon, log_level=args.log_level)
+    if args.cluster is not None:
+        flags["cluster.servers"] = args.cluster
     settings.update({k: v for k, v in flags.items() if v is not None})
     config = _config(args, store=store, mountpoint=mountpoint, **settings)
     if not config.mountpoint:
@@ -181,7 +183,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
 # -o options (mount(8)/sshfs style) → settings; each is also a flag of `memfs mount`.
 _O_BOOL = {"ro": ("read_only", True), "rw": ("read_only", False), "allow_other": ("allow_other", True),
            "daemon": ("daemon", True), "foreground": ("daemon", False)}
-_O_VALUE = {"uid": int, "gid": int, "durability": str, "max_events": int, "max_line_bytes": int,
+_O_VALUE = {"uid": int, "gid": int, "durability": str, "max_events": int, "evict_to": float, "max_line_bytes": int,
             "max_rejected_bytes": int, "idle_release": float, "max_open_sessions": int, "session": str,
             "log_level": str.upper}
 _O_ALWAYS = ("default_permissions", "auto_unmount", "nodev", "nosuid", "noatime")  # memfs always does these
@@ -201,11 +203,16 @@ def _mount_options(groups: list[str]) -> dict[str, Any]:
                 try:
                     settings[key] = _O_VALUE[key](value)
                 except ValueError:
-                    raise _Usage(f"-o {item}: {key} takes {'a number' if _O_VALUE[key] is int else 'a value'}") from None
+                    raise _Usage(f"-o {item}: {key} takes "
+                                 f"{'a number' if _O_VALUE[key] in (int, float) else 'a value'}") from None
             elif key in _O_ALWAYS and not eq:
                 continue
+            elif key == "cluster" and eq:  # -o cluster=nats://a:4222,nats://b:4222: the URLs after it follow
+                settings["cluster.servers"] = value
+            elif item.startswith(("nats://", "tls://")) and "cluster.servers" in settings:
+                settings["cluster.servers"] += "," + item
             else:
-                known = ", ".join([*_O_BOOL, *(f"{k}=" for k in _O_VALUE)])
+                known = ", ".join([*_O_BOOL, *(f"{k}=" for k in _O_VALUE), "cluster="])
                 raise _Usage(f"unknown mount option -o {item} (known: {known})")
     return settings
 
@@ -318,7 +325,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_append(args: argparse.Namespace) -> int:
-    config = _config(args, max_events=args.max_events, max_line_bytes=args.max_line_bytes)
+    config = _config(args, max_events=args.max_events, evict_to=args.evict_to, max_line_bytes=args.max_line_bytes)
     root = config.sessions_root()
     if not (root / sanitize(args.session)).exists():  # creating it: the name must be fit for one
         problem = new_session_name_problem(sanitize(args.session))
@@ -328,7 +335,7 @@ def cmd_append(args: argparse.Namespace) -> int:
     appended, refused, failure = 0, [], None
     try:
         with open_session(root, args.session, durability="write", max_events=config.max_events,
-                          max_line_bytes=config.max_line_bytes) as handle:
+                          evict_to=config.evict_to, max_line_bytes=config.max_line_bytes) as handle:
             name = handle.name
             for lineno, raw in enumerate(source, 1):
                 if raw.endswith(b"\n"):  # recorded without it if refused, as the mount does
@@ -377,10 +384,10 @@ def cmd_record(args: argparse.Namespace) -> int:
     cmd = list(args.cmd)
     if not cmd:
         raise _Usage("record needs the agent's command after --")
-    config = _config(args, max_events=args.max_events)
+    config = _config(args, max_events=args.max_events, evict_to=args.evict_to)
     sys.stdout.flush()
     status, report = record(config.sessions_root(), args.session, cmd, fmt=args.format,
-                            max_events=config.max_events)
+                            max_events=config.max_events, evict_to=config.evict_to)
     if report.refused:
         print(f"memfs record: {_lines(report.refused)} of the agent's output refused (see rejected.jsonl)",
               file=sys.stderr)
@@ -392,7 +399,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from memfs.ingest import importer
 
-    config = _config(args, max_events=args.max_events)
+    config = _config(args, max_events=args.max_events, evict_to=args.evict_to)
     root = config.sessions_root()
     would = "would " if args.dry_run else ""
 
@@ -415,11 +422,12 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.follow:
         if args.dry_run:
             raise _Usage("--follow and --dry-run do not go together")
-        importer.follow(root, args.paths, fmt=args.format, max_events=config.max_events, report=show)
+        importer.follow(root, args.paths, fmt=args.format, max_events=config.max_events, evict_to=config.evict_to,
+                        report=show)
         return 0
     with ProgressBar("import") as bar:
         items = importer.import_paths(root, args.paths, fmt=args.format, dry_run=args.dry_run,
-                                      max_events=config.max_events, progress=bar)
+                                      max_events=config.max_events, evict_to=config.evict_to, progress=bar)
     if args.json:
         _json([i.to_dict() for i in items])
     else:
@@ -635,6 +643,19 @@ def _pos_int(text: str) -> int:
     return value
 
 
+def _evict_to(text: str) -> float:
+    try:
+        value = float(text)
+        check_evict_to(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be a number from 0.5 to 1.0") from None
+    return value
+
+
+EVICT_TO_HELP = ("once over the cap, evict whole completed turns down to FRACTION x max-events "
+                 "(0.5-1.0, default 0.9; 1.0: just under the cap, a rewrite at almost every turn)")
+
+
 def _nonneg_float(text: str) -> float:
     value = float(text)
     if not value >= 0:
@@ -674,6 +695,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gid", type=_nonneg_int, metavar="N", help="owner gid reported for every node")
     p.add_argument("--durability", choices=DURABILITY_MODES, help="how appends reach the disk (default: write)")
     p.add_argument("--max-events", type=_nonneg_int, metavar="N", help="event cap per session (0 = unlimited)")
+    p.add_argument("--evict-to", type=_evict_to, metavar="FRACTION", help=EVICT_TO_HELP)
     p.add_argument("--max-line-bytes", type=_nonneg_int, metavar="N", help="longest accepted line")
     p.add_argument("--max-rejected-bytes", type=_nonneg_int, metavar="N",
                    help="rotate rejected.jsonl past N bytes (default 16 MiB)")
@@ -688,10 +710,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="stay in the foreground, logging to stderr (the default)")
     p.add_argument("-o", dest="options", action="append", default=[], metavar="OPT[,OPT...]",
                    help="mount(8)-style options, each also a flag: ro, rw, allow_other, uid=N, gid=N, "
-                        "durability=MODE, max_events=N, max_line_bytes=N, max_rejected_bytes=N, idle_release=S, "
-                        "max_open_sessions=N, session=ID, "
+                        "durability=MODE, max_events=N, evict_to=F, max_line_bytes=N, max_rejected_bytes=N, "
+                        "idle_release=S, max_open_sessions=N, session=ID, cluster=URL[,URL...], "
                         "log_level=LEVEL")
     p.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), type=str.upper)
+    p.add_argument("--cluster", metavar="URL[,URL...]",
+                   help="cluster mode (SPEC §9): replicate through these NATS JetStream servers; also "
+                        "-o cluster=URL,URL and [cluster] servers in the config (needs memfs[cluster])")
 
     p = add("umount", cmd_umount, "unmount a memfs mount")
     p.add_argument("mountpoint", metavar="MOUNTPOINT")
@@ -716,6 +741,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("session", metavar="SESSION")
     p.add_argument("file", nargs="?", metavar="FILE", help="JSON lines to append (default or '-': stdin)")
     p.add_argument("--max-events", type=_nonneg_int, metavar="N", help="event cap (default 10000; 0 = unlimited)")
+    p.add_argument("--evict-to", type=_evict_to, metavar="FRACTION", help=EVICT_TO_HELP)
     p.add_argument("--max-line-bytes", type=_nonneg_int, metavar="N", help="longest accepted line (default 16 MiB)")
     p.add_argument("--keep-going", action="store_true",
                    help="record refused lines in rejected.jsonl and go on with the next line (exit 1 if any)")
@@ -731,6 +757,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("session", metavar="SESSION")
     p.add_argument("--format", choices=FORMATS, default="auto", help="the agent's output format (default: auto)")
     p.add_argument("--max-events", type=_nonneg_int, metavar="N", help="event cap (default 10000; 0 = unlimited)")
+    p.add_argument("--evict-to", type=_evict_to, metavar="FRACTION", help=EVICT_TO_HELP)
     p.set_defaults(cmd=[])  # main() gives it everything after "--"
 
     p = add("import", cmd_import, "bring Codex and Claude Code transcripts in as sessions (idempotent)",
@@ -747,6 +774,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep watching the DIRs (inotify) and append lines as the tools write them; "
                         "Ctrl-C or SIGTERM stops")
     p.add_argument("--max-events", type=_nonneg_int, metavar="N", help="event cap per session (default 10000; 0 = unlimited)")
+    p.add_argument("--evict-to", type=_evict_to, metavar="FRACTION", help=EVICT_TO_HELP)
 
     p = add("search", cmd_search, "BM25 search over the sessions' grounded facts", parents=(common, as_json))
     p.add_argument("query", metavar="QUERY")

@@ -4,10 +4,12 @@
 :func:`apply_overrides` lays command-line flags over it (flags win). The file's layout:
 
 * top level: ``store``, ``workspace``, ``mountpoint``, ``session``, ``read_only``,
-  ``allow_other``, ``uid``, ``gid``, ``durability``, ``max_events``, ``max_line_bytes``,
+  ``allow_other``, ``uid``, ``gid``, ``durability``, ``max_events``, ``evict_to``, ``max_line_bytes``,
   ``max_rejected_bytes``, ``log_level``, ``daemon``;
 * ``[retention]``: ``max_sessions``, ``max_age_days``;
-* ``[search]``: ``max_results``, ``min_score``.
+* ``[search]``: ``max_results``, ``min_score``;
+* ``[cluster]``: ``servers`` (a list of ``nats://`` URLs, or one comma-separated string),
+  ``stream``, ``replicas``, ``timeout``, ``max_age``, ``max_bytes`` (SPEC §9).
 
 Decisions recorded here:
 
@@ -29,8 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memfs.cluster import ClusterConfig, parse_servers
 from memfs.errors import MemfsError
-from memfs.store.config import DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES, DURABILITY_MODES
+from memfs.store.config import (DEFAULT_EVICT_TO, DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES,
+                                DURABILITY_MODES, check_evict_to)
 from memfs.store.paths import default_root, workspace_root
 from memfs.store.rejected import DEFAULT_MAX_REJECTED_BYTES
 
@@ -73,6 +77,7 @@ class Config:
     gid: int | None = None
     durability: str = "write"
     max_events: int = DEFAULT_MAX_EVENTS
+    evict_to: float = DEFAULT_EVICT_TO  # an eviction goes down to evict_to × max_events (§3.7)
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     max_rejected_bytes: int = DEFAULT_MAX_REJECTED_BYTES  # rejected.jsonl rotates past this (SPEC §3.8)
     idle_release: float = DEFAULT_IDLE_RELEASE  # a writer keeps the lock this long after its last change (§3.5)
@@ -81,6 +86,7 @@ class Config:
     daemon: bool = False
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)  # [cluster]: SPEC §9; no servers, no cluster
 
     # flat aliases of the table settings, for callers that think of them as plain options
     @property
@@ -121,6 +127,10 @@ class Config:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ConfigError(f"{name} must not be negative")
+        try:
+            check_evict_to(self.evict_to)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if self.max_line_bytes < 1:
             raise ConfigError("max_line_bytes must be at least 1")
         if self.max_rejected_bytes < 1:
@@ -133,6 +143,9 @@ class Config:
             raise ConfigError("retention.max_sessions and retention.max_age_days must not be negative")
         if self.search.max_results < 1:
             raise ConfigError("search.max_results must be at least 1")
+        if isinstance(self.cluster.servers, str):  # "nats://a:4222,nats://b:4222"
+            self.cluster.servers = parse_servers(self.cluster.servers)
+        self.cluster.validate()
         return self
 
 
@@ -144,13 +157,16 @@ _NUM = ((int, float), "a number")
 _TOP: dict[str, tuple] = {
     "store": _STR, "workspace": _STR, "mountpoint": _STR, "session": _STR,
     "read_only": _BOOL, "allow_other": _BOOL, "uid": _INT, "gid": _INT,
-    "durability": _STR, "max_events": _INT, "max_line_bytes": _INT, "max_rejected_bytes": _INT, "log_level": _STR,
+    "durability": _STR, "max_events": _INT, "evict_to": _NUM, "max_line_bytes": _INT, "max_rejected_bytes": _INT,
+    "log_level": _STR,
     "idle_release": _NUM, "max_open_sessions": _INT,
     "daemon": _BOOL,
 }
 _TABLES: dict[str, dict[str, tuple]] = {
     "retention": {"max_sessions": _INT, "max_age_days": _NUM},
     "search": {"max_results": _INT, "min_score": _NUM},
+    "cluster": {"servers": ((list, str), "a list of nats:// URLs"), "stream": _STR, "replicas": _INT,
+                "timeout": _NUM, "max_age": _NUM, "max_bytes": _INT},
 }
 _PATH_KEYS = ("store", "workspace", "mountpoint")
 
@@ -212,7 +228,8 @@ def apply_overrides(config: Config, overrides: dict[str, Any]) -> Config:
     dotted (``retention.max_sessions``). Setting ``store`` clears ``workspace`` and vice versa.
     """
     new = dataclasses.replace(config, retention=dataclasses.replace(config.retention),
-                              search=dataclasses.replace(config.search))
+                              search=dataclasses.replace(config.search),
+                              cluster=dataclasses.replace(config.cluster, servers=list(config.cluster.servers)))
     for key, value in overrides.items():
         if value is None:
             continue

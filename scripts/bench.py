@@ -11,7 +11,10 @@ against the physical limits and peers:
 * ``cat derived/memory.json`` right after one append, through the mount, versus session size;
 * derived views and search (``scripts/bench_views.py``, ``scripts/bench_search.py`` with
   rank_bm25 and bm25s beside memfs);
-* the daemon's RSS with 1,000 sessions and 1,000,000 events mounted.
+* the daemon's RSS with 1,000 sessions and 1,000,000 events mounted;
+* many sessions: a store-wide mount of 10,000 and 100,000 small sessions — mount, ``ls``,
+  first root search, 1,000 appends, the daemon's descriptors and RSS
+  (``scripts/bench_sessions.py``).
 
 The component scripts run as subprocesses with ``--json``; this script adds the rest and
 writes the report. It is not part of the test suite; nothing here is asserted.
@@ -102,6 +105,7 @@ def open_scaling(work: Path, sizes: list[int]) -> list[dict]:
         size = (root / "s" / "events.jsonl").stat().st_size
         t = time.perf_counter()
         with memfs.open_session(root, "s", max_events=0) as h:  # no metadata yet: a rescan
+            h.lock()  # the writer's open: the rescan's metadata is written (once: the open's own scan)
             assert not h.open_report.fast_path
         rescan = time.perf_counter() - t
         fast = []
@@ -168,7 +172,8 @@ def daemon_rss(work: Path, sessions: int, per_session: int) -> dict:
     for i in range(sessions):
         write_log(store / f"s{i:04d}" / "events.jsonl", per_session)
     for i in range(sessions):  # metadata, as a store that was used would have
-        memfs.open_session(store, f"s{i:04d}", max_events=0).close()
+        with memfs.open_session(store, f"s{i:04d}", max_events=0) as h:
+            h.lock()  # (a writer's open writes the metadata a rescan found)
     mnt.mkdir()
     proc = start_server([sys.executable, "-m", "memfs", "mount", str(store), str(mnt), "--max-events", "0",
                          "--log-level", "WARNING"], mnt, work / "rss.log")
@@ -273,7 +278,9 @@ def write_report(report: dict, path: Path) -> None:
     for row in r["memory_json"]:
         lines.append(f"| {row['events']:,} | {row['median_ms']:.1f} | {row['p90_ms']:.1f} | {row['cat_manifest_median_ms']:.1f} |")
     for script, title in (("bench_views.py", "Derived views"), ("bench_search.py", "Search (memfs, rank_bm25, bm25s)"),
-                          ("bench_ingest.py", "Ingest: memfs import beside memfs append of the same events")):
+                          ("bench_ingest.py", "Ingest: memfs import beside memfs append of the same events"),
+                          ("bench_sessions.py", "Many sessions: a store-wide mount of 10,000 and 100,000 sessions "
+                                                "(descriptors and RSS of the daemon, `scripts/bench_sessions.py`)")):
         comp = r["components"].get(script, {})
         lines += ["", f"## {title}", ""]
         if "error" in comp:
@@ -316,7 +323,7 @@ def collect_goals(r: dict) -> dict:
         if row["events"] == 100_000:
             goals["cat memory.json after an append, 100,000 events < 10 ms"] = (f"{row['median_ms']:.1f} ms",
                                                                                   row["median_ms"] < 10)
-    for script in ("bench_views.py", "bench_search.py"):
+    for script in ("bench_views.py", "bench_search.py", "bench_sessions.py"):
         for goal, value in r["components"].get(script, {}).get("goals", {}).items():
             goals[goal] = (value.get("measured", ""), bool(value.get("met"))) if isinstance(value, dict) else ("", bool(value))
     return goals
@@ -346,6 +353,7 @@ def main() -> int:
             "bench_views.py": ["--events", "20000", "--samples", "10"] if q else [],
             "bench_search.py": ["--small", "2000", "--large", "50000", "--sessions", "50"] if q else [],
             "bench_ingest.py": ["--events", "10000", "--rounds", "1"] if q else [],
+            "bench_sessions.py": ["--sessions", "2000", "--appends", "200"] if q else [],
         }
         for script, extra in components.items():
             if script not in args.skip and (ROOT / "scripts" / script).exists():

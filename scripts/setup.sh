@@ -2,7 +2,7 @@
 # setup.sh — idempotent set-up of a Debian machine for memfs:
 #   1. FUSE userland + build deps via apt (fuse3, libfuse3-dev, pkg-config, bubblewrap),
 #      only if something is missing;
-#   2. a virtualenv at .venv (system python3 >= 3.11, or $PYTHON) with `pip install -e '.[test]'`
+#   2. a virtualenv at .venv (system python3 >= 3.11, or $PYTHON) with `pip install -e '.[test,cluster]'`
 #      (pyfuse3 is built from source against the libfuse3 headers; memfs's own C module,
 #      memfs/_contract.c, is compiled into the source tree).
 # Re-runs are fast: pip runs only when pyproject.toml, setup.py or a C source changed since the
@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-extras=(test)
+extras=(test cluster)  # cluster: nats-py + nats-server for the cluster tests (SPEC §9)
 for arg in "$@"; do
   case "$arg" in
     --bench) extras+=(bench) ;;

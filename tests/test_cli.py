@@ -439,6 +439,45 @@ def test_mount_with_a_bad_config_fails_cleanly(capsys, fake_mount, tmp_path):
     assert code == 1 and "unknown key 'mountpiont'" in err and "run" not in fake_mount
 
 
+def test_evict_to_from_flag_option_and_file(capsys, fake_mount, tmp_path):
+    conf = tmp_path / "mount.toml"
+    conf.write_text('evict_to = 0.75\n')
+    assert run(capsys, "mount", "--config", conf, tmp_path / "mnt")[0] == 0
+    assert fake_mount.pop("run").evict_to == 0.75
+    assert run(capsys, "mount", "--config", conf, "-o", "evict_to=1.0", tmp_path / "mnt")[0] == 0
+    assert fake_mount.pop("run").evict_to == 1.0  # -o wins over the file
+    assert run(capsys, "mount", "-o", "evict_to=1", "--evict-to", "0.5", tmp_path / "mnt")[0] == 0
+    assert fake_mount.pop("run").evict_to == 0.5  # the flag wins over -o
+    assert run(capsys, "mount", tmp_path / "mnt")[0] == 0
+    assert fake_mount.pop("run").evict_to == 0.9  # the default
+    for argv in (["--evict-to", "0.3"], ["--evict-to", "x"]):
+        code, _, err = run(capsys, "mount", *argv, tmp_path / "mnt")
+        assert code == 2 and "--evict-to: must be a number from 0.5 to 1.0" in err
+    code, _, err = run(capsys, "mount", "-o", "evict_to=2", tmp_path / "mnt")
+    assert code == 1 and "evict_to must be a number from 0.5 to 1.0" in err and "run" not in fake_mount
+    code, _, err = run(capsys, "mount", "-o", "evict_to=lots", tmp_path / "mnt")
+    assert code == 2 and "evict_to takes a number" in err
+
+
+@pytest.mark.parametrize("evict_to, summaries", [("0.5", 9), ("1.0", 18)])
+def test_append_with_a_cap_evicts_down_to_evict_to(capsys, store, tmp_path, evict_to, summaries):
+    # 20 turns of 4 events at a cap of 10: the 11th event is the third of turn 3. At 1.0 it
+    # evicts turn 1 (down to 7), and so does the third event of every later turn: 18 rewrites.
+    # At 0.5 it must go down to 5: turns 1 and 2 go (down to 3), and the next rewrite comes
+    # two turns later: 9 rewrites. Both end with turns 19 and 20.
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join([GOOD[1], GOOD[2], GOOD[2], GOOD[3]] * 20) + "\n")
+    code, out, err = run(capsys, "append", "s", source, "--store", store, "--max-events", "10",
+                         "--evict-to", evict_to)
+    assert code == 0 and out.strip() == "appended 80 lines to s", err
+    with memfs.open_session(store, "s", read_only=True) as h:
+        m = h.manifest
+    assert (m["turn_count"], m["retained_turn_base"], m["event_count"]) == (20, 19, 8)
+    found = sorted((store / "s" / "derived").glob("eviction-summary-*.json"))
+    assert len(found) == summaries
+    assert sum(json.loads(p.read_text())["evicted_event_count"] for p in found) == 72
+
+
 def test_umount(capsys, fake_mount, tmp_path):
     assert run(capsys, "umount", tmp_path / "mnt")[0] == 0
     assert fake_mount["unmount"] == str(tmp_path / "mnt")
@@ -473,7 +512,7 @@ def test_the_example_config_documents_every_setting_with_its_default():
     loaded = load_config(example)
     assert loaded == Config()
     for key in ("store", "workspace", "mountpoint", "session", "read_only", "allow_other", "uid", "gid",
-                "durability", "max_events", "max_line_bytes", "[retention]", "max_sessions",
+                "durability", "max_events", "evict_to", "max_line_bytes", "[retention]", "max_sessions",
                 "max_age_days", "[search]", "max_results", "min_score", "log_level", "daemon"):
         assert key in text, key
 
@@ -488,6 +527,9 @@ def test_config_errors_name_the_key(tmp_path):
                           ('durability = "sometimes"\n', "durability must be one of"),
                           ('store = "a"\nworkspace = "b"\n', "either store or workspace"),
                           ('max_events = -1\n', "max_events must not be negative"),
+                          ('evict_to = 0.4\n', "evict_to must be a number from 0.5 to 1.0"),
+                          ('evict_to = 1.01\n', "evict_to must be a number from 0.5 to 1.0"),
+                          ('evict_to = "0.9"\n', "evict_to must be a number"),
                           ('= broken', "not valid TOML")]:
         conf.write_text(body)
         with pytest.raises(ConfigError, match=message):
@@ -532,3 +574,22 @@ def test_a_real_mount_and_umount(capsys, tmp_path):
         assert not is_mounted(tmp_path / "mnt")
     finally:
         cleanup(m)
+
+
+def test_cluster_settings_from_the_file_flags_and_o_options(tmp_path):
+    from memfs.cli import _mount_options
+
+    conf = tmp_path / "c.toml"
+    conf.write_text('[cluster]\nservers = "nats://a:4222, nats://b:4222"\ntimeout = 2\n')
+    loaded = load_config(conf)
+    assert loaded.cluster.servers == ["nats://a:4222", "nats://b:4222"]
+    assert (loaded.cluster.stream, loaded.cluster.timeout, loaded.cluster.effective_replicas) == ("MEMFS", 2, 1)
+    assert not Config().cluster.enabled
+    settings = _mount_options(["ro,cluster=nats://h1:4222,nats://h2:4222,nats://h3:4222"])
+    merged = apply_overrides(loaded, settings)
+    assert merged.read_only and merged.cluster.servers == ["nats://h1:4222", "nats://h2:4222", "nats://h3:4222"]
+    assert merged.cluster.effective_replicas == 3 and merged.cluster.timeout == 2
+    assert loaded.cluster.servers == ["nats://a:4222", "nats://b:4222"]  # the file's config is not changed
+    conf.write_text('[cluster]\nservers = ["http://a"]\n')
+    with pytest.raises(ConfigError, match="not a nats:// URL"):
+        load_config(conf)

@@ -47,3 +47,11 @@ def test_the_store_does_not_import_the_filesystem_views_or_search():
     loaded = loaded_by("memfs.store.session") + loaded_by("memfs.store.retention") + loaded_by("memfs.store.fsck")
     above = sorted({m for m in loaded if m.startswith(("memfs.fs", "memfs.views", "memfs.search", "memfs.cli"))})
     assert above == []
+
+
+def test_without_cluster_nothing_of_it_is_imported():
+    """memfs without --cluster never loads the cluster node nor the NATS client (SPEC §9)."""
+    probe = ("import sys, memfs.cli, memfs.fs.mount, memfs.fs.ops, memfs.config; "
+             "print(sorted(m for m in sys.modules if m == 'nats' or m.startswith(('nats.', 'memfs.cluster.'))))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -242,3 +242,67 @@ def test_half_created_leftovers_of_older_versions_are_removed_and_fsck_completes
     report = gc(tmp_path, Policy(max_sessions=50, max_age_days=30))
     assert names(report) == {"left": "half-created"}
     assert not (tmp_path / "left").exists() and (tmp_path / "real").is_dir()
+
+
+# --- live counts (issue 16 item 11) --------------------------------------------------------
+
+WRITER = r"""
+import sys, memfs
+h = memfs.open_session(sys.argv[1], "busy", durability="write", metadata_interval=3600)
+h.append(b'{"type":"turn.started"}\n')
+h.append(b'{"type":"item.completed","item":{"id":"a","type":"agent_message","text":"one"}}\n')
+h.append(b'{"type":"item.completed","item":{"id":"b","type":"agent_message","text":"two"}}\n')
+print("ready", flush=True)
+sys.stdin.read()  # hold the session, mid-turn, metadata not persisted, until the test is done
+h.close()
+"""
+
+
+def test_sessions_lists_the_live_counts_of_a_session_being_written(tmp_path):
+    """A writer in another process appended a turn's first lines and persisted nothing: the
+    listing (library and ``memfs sessions --json``) follows the log past the manifest."""
+    import subprocess
+    import sys
+
+    store = tmp_path / "store"
+    with memfs.open_session(store, "busy") as h:  # one closed turn, persisted on close
+        h.append(b'{"type":"thread.started","thread_id":"t"}\n')
+        h.append(b'{"type":"turn.started"}\n')
+        h.append(b'{"type":"turn.completed","usage":{"input_tokens":1}}\n')
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(store)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        on_disk = json.loads((store / "busy" / "manifest.json").read_bytes())
+        assert (on_disk["event_count"], on_disk["in_turn"]) == (3, False)  # stale: what the listing used to show
+        [info] = list_sessions(store)
+        assert (info.event_count, info.turn_count, info.in_turn, info.status, info.live) == (6, 1, True, "active", True)
+        assert info.updated_ts >= os.stat(store / "busy" / "events.jsonl").st_mtime - 1
+        done = subprocess.run([sys.executable, "-m", "memfs", "sessions", "--json", "--store", str(store)],
+                              capture_output=True, text=True, timeout=60)
+        [row] = json.loads(done.stdout)
+        assert (row["event_count"], row["turn_count"], row["in_turn"]) == (6, 1, True)
+    finally:
+        proc.stdin.close()
+        proc.wait(30)
+    [info] = list_sessions(store)  # closed: persisted, and the same counts from the manifest alone
+    assert (info.event_count, info.turn_count, info.in_turn) == (6, 1, True)
+    assert json.loads((store / "busy" / "manifest.json").read_bytes())["event_count"] == 6
+
+
+def test_follow_tail_closes_the_open_turn_and_counts_turns_on(tmp_path):
+    """The tail's turn boundaries number on from the manifest: a turn open in the manifest
+    closed in the tail, then a whole new turn and a thread.completed."""
+    store = tmp_path / "store"
+    with memfs.open_session(store, "s") as h:
+        h.append(b'{"type":"turn.started"}\n')
+    described = (store / "s" / "events.jsonl").stat().st_size
+    with open(store / "s" / "events.jsonl", "ab") as f:  # as another process's unpersisted appends
+        f.write(b'{"schema_version":"0.18.0","event":{"type":"turn.completed","usage":{"input_tokens":1}}}\n'
+                b'{"schema_version":"0.18.0","event":{"type":"turn.started"}}\n'
+                b'{"schema_version":"0.18.0","event":{"type":"turn.failed","message":"x"}}\n'
+                + THREAD_DONE.encode() + b"\n"
+                b'{"schema_version":"0.18.0","event":{"type":"turn.sta')  # being written: left out
+    assert json.loads((store / "s" / "manifest.json").read_bytes())["persisted_file_len"] == described
+    [info] = list_sessions(store)
+    assert (info.event_count, info.turn_count, info.in_turn, info.status) == (5, 2, False, "completed")

@@ -152,3 +152,31 @@ def test_a_repeated_query_on_an_unchanged_store_is_scored_once(tmp_path, monkeyp
         assert len(scored) == 4
     finally:
         store.close()
+
+
+def test_a_root_query_reopens_only_sessions_whose_log_changed(tmp_path):
+    """With more sessions than the store keeps open, a second root query reopens nothing (the
+    held handles are the same objects), and an append by another process to a session the
+    LRU closed is found by the next query (SPEC §3.5, issue 13)."""
+    from memfs.store.root import StoreSettings
+
+    root = tmp_path / "sessions"
+    names = [f"s{i:02d}" for i in range(20)]
+    for i, name in enumerate(names):
+        with open_session(root, name) as h:
+            turn(h, f"Fixed the retry loop in module m{i}.")
+    store = Store(root, StoreSettings(max_open_sessions=4))
+    try:
+        search = store_searcher(store, max_results=100)
+        assert len(search("retry")) == 20
+        held = {n: store.held(n) for n in names}
+        assert sum(h is not None for h in held.values()) == 4
+        assert len(search("loop")) == 20
+        assert {n: store.held(n) for n in names} == held  # nothing was reopened
+        assert all(store.held(n) is held[n] for n in names if held[n] is not None)
+        closed = next(n for n in names if held[n] is None)
+        with open_session(root, closed) as other:  # another process's append, in effect
+            turn(other, "Replaced the socket pool.", base=5)
+        assert [r["chunk_id"].split(":")[0] for r in search("socket")] == [closed]
+    finally:
+        store.close()

@@ -259,3 +259,202 @@ def test_status_set_by_an_evicted_event_survives_a_rescan(tmp_path):
         assert h.manifest["status"] == "completed"
         h.append(START)  # an event that sets the status still wins
         assert h.manifest["status"] == "active"
+
+
+# --- the amortized cap: down to evict_to × max_events (SPEC §3.7) -----------------------------
+
+
+def workload(seed: int, n_turns: int) -> list[tuple[bytes, int | None]]:
+    """Turns of 2 to 12 events, with now and then a record outside any turn between them;
+    each line with its turn's ordinal (None outside turns)."""
+    import random
+
+    rng = random.Random(seed)
+    out: list[tuple[bytes, int | None]] = []
+    for t in range(1, n_turns + 1):
+        if rng.random() < 0.2:
+            out.append((msg(f"outside before t{t}"), None))
+        size = rng.randint(2, 12)
+        out += [(line, t) for line in turn(f"t{t}", size - 2)]
+    return out
+
+
+class CapModel:
+    """The spec's eviction, stated directly: over ``max_events``, the fewest leading closed
+    turns (with the records outside turns before them) whose removal leaves at most
+    ``floor`` events; all closed turns when even that is not enough."""
+
+    def __init__(self, max_events: int, floor: int):
+        self.max_events, self.floor = max_events, floor
+        self.log: list[tuple[bytes, int | None]] = []
+        self.closed: set[int] = set()
+        self.turn_count = 0
+        self.evictions: list[int] = []  # events evicted by each rewrite, in order
+
+    def append(self, line: bytes, t: int | None) -> None:
+        self.log.append((line, t))
+        if line == DONE:  # turn_count counts completed turns
+            self.closed.add(t)
+            self.turn_count += 1
+        if len(self.log) <= self.max_events:
+            return
+        excess = len(self.log) - self.floor
+        cut = None
+        for i, (ln, tt) in enumerate(self.log):
+            if ln == DONE and tt in self.closed:  # the end of a closed turn: a possible cut
+                cut = i + 1
+                if cut >= excess:
+                    break
+        if cut is not None:
+            self.evictions.append(cut)
+            del self.log[:cut]
+
+    @property
+    def base(self) -> int:
+        ordinals = [t for _, t in self.log if t is not None]
+        return ordinals[0] if ordinals else self.turn_count + 1
+
+
+@pytest.mark.parametrize("evict_to", [0.9, 1.0, 0.55])
+def test_amortized_cap_is_exact_about_counts_ordinals_and_summaries(tmp_path, evict_to):
+    sdir = tmp_path / "s"
+    max_events = 60
+    floor = {0.9: 54, 1.0: 60, 0.55: 33}[evict_to]
+    lines = workload(seed=14, n_turns=150)
+    model = CapModel(max_events, floor)
+    with open_s(tmp_path, max_events=max_events, evict_to=evict_to) as h:
+        for line, t in lines:
+            h.append(line)
+            model.append(line, t)
+            m = h.manifest
+            assert (m["event_count"], m["turn_count"], m["retained_turn_base"]) == \
+                (len(model.log), model.turn_count, model.base)
+            assert h.stats()["rewrites"] == len(model.evictions)
+            if model.evictions and len(model.log) > max_events:  # over only while nothing closed is left
+                assert [e["outcome"] for e in h.turn_index] == ["open"]
+        ordinals = [e["turn_number"] for e in h.turn_index]
+        assert ordinals == sorted({t for _, t in model.log if t is not None})
+        for n in ordinals[:3] + ordinals[-2:]:  # an ordinal still names its own turn
+            assert {x.split(" ")[0] for x in texts(h.reconstruct_turn(n))} == {f"t{n}"}
+        live = state_of(h)
+    assert log_lines(sdir) == [line for line, _ in model.log]
+    found = summaries(sdir)  # named by creation time: sorted is chronological
+    assert [orjson.loads(p.read_bytes())["evicted_event_count"] for p in found] == model.evictions
+    if evict_to < 1.0:  # each rewrite takes at least (1 - evict_to) × max_events events
+        assert min(model.evictions) >= max_events - floor
+    (sdir / "index" / "turns.json").unlink()
+    with open_s(tmp_path, max_events=max_events, evict_to=evict_to) as h:  # a rescan agrees
+        assert not h.open_report.fast_path and state_of(h) == live
+
+
+def test_a_long_session_at_the_cap_leaves_tens_of_summaries_not_one_per_turn(tmp_path):
+    """200 turns of 5 events at a cap of 100: at 0.9 a rewrite every 15 events (the 101st
+    event is a turn's first; going down to 90 takes three turns), at 1.0 one at every turn."""
+    counts = {}
+    for evict_to in (0.9, 1.0):
+        with open_s(tmp_path, f"s{evict_to}", max_events=100, evict_to=evict_to, durability="buffered",
+                    metadata_interval=0.05) as h:
+            for i in range(200):
+                h.append_many(turn(f"t{i}", 3))
+            m = h.manifest
+            assert m["turn_count"] == 200 and m["event_count"] <= 100
+            counts[evict_to] = h.stats()["rewrites"]
+        assert len(summaries(tmp_path / f"s{evict_to}")) == counts[evict_to]
+    evicted = 200 * 5 - 100
+    assert counts[1.0] == 200 - 20  # one per turn once the cap is reached
+    assert counts[0.9] <= evicted / (0.1 * 100) and counts[0.9] == pytest.approx(evicted / 15, abs=2)
+
+
+def test_evict_to_out_of_range_is_refused(tmp_path):
+    for bad in (0.49, 1.01, -1, "0.9", True):
+        with pytest.raises(ValueError, match="evict_to must be a number from 0.5 to 1.0"):
+            open_s(tmp_path, max_events=10, evict_to=bad)
+    assert not (tmp_path / "s").exists()
+    from memfs.store.config import SessionConfig
+
+    assert SessionConfig(max_events=100, evict_to=0.57).evict_floor == 57  # the decimal, not 56.99…
+    assert SessionConfig(max_events=10_000).evict_floor == 9_000
+    assert SessionConfig(max_events=7, evict_to=0.7).evict_floor == 4
+
+
+def test_records_outside_turns_make_fewer_turns_enough(tmp_path):
+    """The plan counts turns only; the recount sees the records outside turns before the cut
+    and takes no more turns than the low-water mark needs."""
+    sdir = tmp_path / "s"
+    lines = [msg("o1"), msg("o2"), msg("o3"), *turn("t1", 2), *turn("t2", 2), *turn("t3", 2), START, msg("t4")]
+    # 3 + 12 + 2 = 17 events, cap 16, evict_to 0.625: down to 10, so 7 must go — "o1-o3" and
+    # turn 1 are 7 (the turns' counts alone would have taken turn 2 as well)
+    with open_s(tmp_path, max_events=16, evict_to=0.625) as h:
+        h.append_many(lines)
+        m = h.manifest
+        assert (m["event_count"], m["retained_turn_base"]) == (10, 2)
+    assert log_lines(sdir) == lines[7:]
+    [path] = summaries(sdir)
+    assert orjson.loads(path.read_bytes())["evicted_event_count"] == 7
+
+
+# --- kill -9 at each step of an amortized eviction --------------------------------------------
+
+AMORTIZED_CRASH = textwrap.dedent("""
+    import os, signal, sys, memfs
+    import memfs.store.evict as evict
+    from store_helpers import START, msg, turn
+    root, step, interval = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    h = memfs.open_session(root, "s", max_events=20, evict_to=0.55, durability="write",
+                           metadata_interval=interval)
+    lines = [msg("outside"), *turn("t1"), msg("outside2"), *turn("t2"), *turn("t3"), *turn("t4"),
+             START, msg("t5 message 0"), msg("t5 message 1")]
+    for line in lines[:-1]:
+        h.append(line)
+        print("acknowledged", flush=True)
+
+    def after_step(n):
+        if n == step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    evict._after_step = after_step
+    h.append(lines[-1])  # 21 events, down to 11: "outside", turn 1, "outside2" and turn 2 go
+    print("acknowledged", flush=True)
+    os._exit(3)
+""")
+
+AMORTIZED_ALL = [msg("outside"), *turn("t1"), msg("outside2"), *turn("t2"), *turn("t3"), *turn("t4"),
+                 START, msg("t5 message 0"), msg("t5 message 1")]
+
+
+@pytest.mark.parametrize("interval", [0, 3600], ids=["metadata-current", "metadata-stale"])
+@pytest.mark.parametrize("step", [1, 2, 3, 4, 5, 6])
+def test_kill_9_at_each_step_of_an_amortized_eviction_loses_no_acknowledged_line(tmp_path, step, interval):
+    sdir = tmp_path / "s"
+    res = run_python(AMORTIZED_CRASH, str(tmp_path), str(step), str(interval), env={**os.environ, **HELPERS})
+    assert res.returncode == -9, res.stderr
+    acknowledged = res.stdout.count("acknowledged")
+    assert acknowledged == len(AMORTIZED_ALL) - 1  # the last append was cut short by the kill
+    rewritten = step >= 5
+    on_disk = log_lines(sdir)
+    assert on_disk == (AMORTIZED_ALL[10:] if rewritten else AMORTIZED_ALL)  # nothing lost but the evicted
+    found = summaries(sdir)
+    assert len(found) == (1 if step >= 3 else 0)
+    if found:  # what left the log is in the summary
+        assert orjson.loads(found[0].read_bytes())["evicted_event_count"] == 10
+    with open_s(tmp_path, max_events=0) as h:
+        h.lock()  # the writer's open: it completes or drops the marker
+        assert not (sdir / "index" / "pending-cap-rewrite.json").exists()
+        assert h.open_report.recovered_marker == (step == 5)
+        assert h.open_report.stale_marker == (step == 4)
+        m = h.manifest
+        assert (m["event_count"], m["turn_count"], m["in_turn"]) == (11 if rewritten else 21, 4, True)
+        assert m["retained_turn_base"] == (3 if rewritten else 1)
+        ordinals = [e["turn_number"] for e in h.turn_index]
+        assert ordinals == ([3, 4, 5] if rewritten else [1, 2, 3, 4, 5])
+        for n in ordinals:
+            assert {t.split(" ")[0] for t in texts(h.reconstruct_turn(n))} == {f"t{n}"}
+        h.append(DONE)
+        live = state_of(h)
+    with open_s(tmp_path, max_events=20, evict_to=0.55) as h:
+        assert h.open_report.fast_path and state_of(h) == live
+        h.append_many([*turn("t6"), *turn("t7"), START])  # over the cap again: one rewrite
+        m = h.manifest
+        assert h.stats()["rewrites"] == 1 and m["event_count"] <= 20 and m["turn_count"] == 7
+        assert h.turn_index[-1]["turn_number"] == 8 and m["retained_turn_base"] == (6 if rewritten else 4)
+    assert len(summaries(sdir)) == len(found) + 1

@@ -307,3 +307,33 @@ def test_a_symlinked_derived_dir_is_never_followed(tmp_path):
             views.render_view(h, "eviction-summary-0000000000000000aaaaaaaaaaaaaaaa.json")
         assert persist.flush(10)
         assert sorted(os.listdir(elsewhere)) == ["eviction-summary-0000000000000000aaaaaaaaaaaaaaaa.json"]
+
+
+def test_view_states_are_bounded_and_a_dropped_one_is_rebuilt(tmp_path, monkeypatch):
+    """At most MAX_STATES sessions keep a view state; reading a dropped one again rebuilds it
+    from the log, with the same bytes."""
+    monkeypatch.setattr(cache, "MAX_STATES", 2)
+    handles = []
+    for i in range(3):
+        h = memfs.open_session(tmp_path, f"s{i}")
+        h.append(line(STARTED))
+        h.append(line(item("agent_message", text=f"note {i}")))
+        h.append(line(COMPLETED))
+        handles.append(h)
+    try:
+        def memory(h) -> dict:  # but the time it was generated
+            view = orjson.loads(views.render_view(h, "memory.json"))
+            view.pop("generated_at", None)
+            return view
+
+        first = memory(handles[0])
+        old = cache.state_for(handles[0])
+        for h in handles[1:]:
+            views.render_view(h, "memory.json")
+        new = cache.state_for(handles[0])
+        assert new is not old and new.rebuilds == 0  # dropped: a fresh state
+        assert memory(handles[0]) == first
+        assert new.rebuilds == 1
+    finally:
+        for h in handles:
+            h.close()

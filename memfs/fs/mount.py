@@ -51,7 +51,8 @@ def build(config) -> tuple[Store, Operations]:
     """The store and the operations a config describes (no mount yet)."""
     settings = StoreSettings(durability=config.durability, max_events=config.max_events,
                              max_line_bytes=config.max_line_bytes, read_only=config.read_only,
-                             idle_release=config.idle_release, max_open_sessions=config.max_open_sessions)
+                             idle_release=config.idle_release, max_open_sessions=config.max_open_sessions,
+                             evict_to=config.evict_to)
     set_max_rejected_bytes(config.max_rejected_bytes)
     store = Store(config.sessions_root(), settings)
     single = None
@@ -118,8 +119,12 @@ def run(config) -> int:
         os.close(ready_r)
         os.setsid()
     try:
+        if config.cluster.enabled:  # after the fork: the NATS thread must live in the server
+            ops.cluster = start_cluster(config, store)
         pyfuse3.init(ops, str(mountpoint), fuse_options(config, store.root))
     except BaseException:
+        if ops.cluster is not None:
+            ops.cluster.stop()
         store.close()
         if ready_w is not None:
             os.write(ready_w, b"0")
@@ -143,6 +148,8 @@ def run(config) -> int:
             try:
                 views.flush()  # views copied to the backing store are written before we go
                 ops.close_files()  # files the kernel did not release yet hold sessions open
+                if ops.cluster is not None:
+                    ops.cluster.stop()  # nothing is applied after the store is closed
             finally:
                 store.close()  # every session flushed, persisted and unlocked, whatever happened above
         finally:
@@ -152,6 +159,22 @@ def run(config) -> int:
     if ready_w is not None:
         os._exit(0)
     return 0
+
+
+def start_cluster(config, store: Store):
+    """Join the cluster (SPEC §9): connect, make sure the stream exists, start following. Only
+    here is :mod:`memfs.cluster.node` (and ``nats``) imported."""
+    try:
+        from memfs.cluster.node import ClusterNode
+    except ImportError as exc:
+        raise MemfsError(f"cluster mode needs the cluster extra: pip install 'memfs[cluster]' ({exc})") from None
+    try:
+        node = ClusterNode(store, config.cluster).start()
+    except Exception as exc:
+        raise MemfsError(f"cannot join the cluster at {','.join(config.cluster.servers)}: {exc!r}") from None
+    log.info("cluster: %s, stream %s, replicas %d, host id %s", ",".join(config.cluster.servers),
+             config.cluster.stream, config.cluster.effective_replicas, node.host_id)
+    return node
 
 
 def _keep_shutdown_whole() -> None:

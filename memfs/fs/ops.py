@@ -100,6 +100,7 @@ class Operations(pyfuse3.Operations):
         self._next_fh = 1
         self.started = time.time_ns()
         self.fsync_writes = store.settings.session_config.syncs  # the store decides what may wait for the disk
+        self.cluster = None  # a memfs.cluster.node.ClusterNode in cluster mode (SPEC §9), set before mounting
         self._mtimes: dict[Node, tuple[tuple[int, int], int]] = {}  # generated file → (content key, mtime)
 
     # --- helpers -----------------------------------------------------------------------------
@@ -411,8 +412,10 @@ class Operations(pyfuse3.Operations):
             if writing:
                 handle.session.claim_writing()  # the lock, once taken, stays while this file is open
                 handle.writing = True
-                handle.appender = LineAppender(handle.session, max_line_bytes=self.store.settings.max_line_bytes,
-                                               pid=ctx.pid)
+                target = handle.session
+                if self.cluster is not None:  # publish with the fence first, then the local commit
+                    target = self.cluster.session(handle.session)
+                handle.appender = LineAppender(target, max_line_bytes=self.store.settings.max_line_bytes, pid=ctx.pid)
                 handle.append_mode = bool(flags & os.O_APPEND)
                 handle.next_off = handle.session.file_len
         elif node.kind is K.REJECTED:  # streamed from an fd: never copied whole into memory
@@ -450,13 +453,13 @@ class Operations(pyfuse3.Operations):
         if not handle.append_mode:
             if off != handle.next_off and off != handle.session.file_len + len(appender.partial):
                 raise fail("EPERM")  # only appending at the handle's own end or the log's; no overwrite
-            if self.fsync_writes:
+            if self.fsync_writes or self.cluster is not None:
                 return self._positioned_write(handle, off, buf)
             n = appender.write(buf)
             handle.next_off = off + n
             return n
-        if self.fsync_writes:  # fdatasync waits in a worker thread, never in the event loop
-            return trio.to_thread.run_sync(appender.write, buf)
+        if self.fsync_writes or self.cluster is not None:  # fdatasync, JetStream's ack: waited for in a
+            return trio.to_thread.run_sync(appender.write, buf)      # worker thread, never in the event loop
         return appender.write(buf)
 
     async def _positioned_write(self, handle: OpenFile, off: int, buf: bytes) -> int:
@@ -469,7 +472,7 @@ class Operations(pyfuse3.Operations):
         handle = self.files.get(fh)
         if handle is None or handle.appender is None:
             return
-        if self.fsync_writes:
+        if self.fsync_writes or self.cluster is not None:
             await trio.to_thread.run_sync(handle.appender.close)
         else:
             handle.appender.close()
@@ -525,6 +528,9 @@ class Operations(pyfuse3.Operations):
         }
         if session.last_refusal is not None:
             values[b"user.memfs.last_error"] = session.last_refusal
+        if self.cluster is not None:  # SPEC §9: how stale this host's replica is, and where it is
+            values[b"user.memfs.cluster_lag"] = f"{self.cluster.lag():.3f}"
+            values[b"user.memfs.cluster_seq"] = str(self.cluster.seq_of(node.session))
         return {k: v.encode() for k, v in values.items()}
 
     @guarded

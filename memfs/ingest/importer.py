@@ -45,6 +45,7 @@ import orjson
 from memfs.errors import CapRewriteError, MemfsError, ValidationError
 from memfs.events import parse_line
 from memfs.ingest import AutoTranslator, Untranslatable, classify, session_id_of
+from memfs.store.config import DEFAULT_EVICT_TO
 from memfs.store.session import open_session
 from memfs.store.meta import now_rfc3339
 from memfs.store.paths import INDEX_DIR, atomic_write, sanitize
@@ -198,7 +199,7 @@ class Source:
         return True
 
     def run(self, root: Path, item: ImportItem, *, dry_run: bool, durability: str, max_events: int,
-            progress: Callable[[int], None] | None = None) -> None:
+            evict_to: float = DEFAULT_EVICT_TO, progress: Callable[[int], None] | None = None) -> None:
         """Consume the complete lines past the remembered offset."""
         item.session, item.format = self.session, self.translator.kind if self.translator else self.kind
         if self.changed:
@@ -209,7 +210,8 @@ class Source:
         if size <= offset:
             item.status = "up-to-date"
             return
-        handle = None if dry_run else open_session(root, self.session, durability=durability, max_events=max_events)
+        handle = None if dry_run else open_session(root, self.session, durability=durability, max_events=max_events,
+                                                   evict_to=evict_to)
         try:
             with open(self.path, "rb") as f:
                 f.seek(offset)
@@ -291,7 +293,8 @@ def discover(paths: Iterable[str | os.PathLike]) -> list[Path]:
 
 
 def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "auto", dry_run: bool = False,
-                 max_events: int = 0, progress: Callable[[int, int], None] | None = None) -> list[ImportItem]:
+                 max_events: int = 0, evict_to: float = DEFAULT_EVICT_TO,
+                 progress: Callable[[int, int], None] | None = None) -> list[ImportItem]:
     """Import each source file once (see the module docstring); one item per file."""
     files = discover(paths)
     total = sum(f.stat().st_size for f in files)
@@ -311,7 +314,8 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
             if not source.prepare(root):
                 item.status = "empty"
                 continue
-            source.run(root, item, dry_run=dry_run, durability="buffered", max_events=max_events, progress=step)
+            source.run(root, item, dry_run=dry_run, durability="buffered", max_events=max_events, evict_to=evict_to,
+                       progress=step)
         except (MemfsError, OSError) as exc:
             item.status, item.reason = "error", str(exc)
     if progress:
@@ -372,6 +376,7 @@ class Inotify:
 
 
 def follow(root: Path, dirs: Iterable[str | os.PathLike], *, fmt: str = "auto", max_events: int = 0,
+           evict_to: float = DEFAULT_EVICT_TO,
            report: Callable[[ImportItem], None] | None = None, should_stop: Callable[[], bool] | None = None,
            poll_interval: float = 0.5) -> None:
     """Import what ``dirs`` hold, then keep appending what tools add, until SIGINT/SIGTERM
@@ -401,7 +406,7 @@ def follow(root: Path, dirs: Iterable[str | os.PathLike], *, fmt: str = "auto", 
             try:
                 if not source.prepare(root):
                     return
-                source.run(root, item, dry_run=False, durability="write", max_events=max_events)
+                source.run(root, item, dry_run=False, durability="write", max_events=max_events, evict_to=evict_to)
             except (MemfsError, OSError) as exc:
                 item.status, item.reason = "error", str(exc)
                 source.entry = None  # start over from the sidecar next time

@@ -40,6 +40,7 @@ from typing import Sequence
 from memfs.errors import MemfsError
 from memfs.ingest import AutoTranslator, Untranslatable, dumps
 from memfs.ingest.importer import append_tolerant, reject
+from memfs.store.config import DEFAULT_EVICT_TO
 from memfs.store.session import open_session
 
 READ_SIZE = 1 << 16
@@ -72,6 +73,7 @@ def _exit_reason(status: int) -> str:
 
 
 def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", max_events: int = 0,
+           evict_to: float = DEFAULT_EVICT_TO,
            stdout_fd: int | None = None, warn=None) -> tuple[int, RecordReport]:
     """Run ``cmd``, copy its stdout to ``stdout_fd`` and record its events in ``session``.
 
@@ -81,7 +83,7 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
     warn = warn or (lambda text: print(f"memfs record: {text}", file=sys.stderr, flush=True))
     report = RecordReport()
     translator = AutoTranslator(fmt)
-    handle = open_session(root, session, durability="write", max_events=max_events)
+    handle = open_session(root, session, durability="write", max_events=max_events, evict_to=evict_to)
     try:  # the session's writer for the whole run: a busy session is said before the agent starts
         handle.claim_writing(lock=True)
     except BaseException:

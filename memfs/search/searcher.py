@@ -12,8 +12,11 @@ Decisions recorded here:
 * A session's ``created_at`` comes from its manifest. A session opened read-only without a
   readable ``manifest.json`` has no known creation time (the live manifest would report
   the open time), so its recency factor is 1.0.
-* A session's memory view is asked again only when its handle's ``version`` or ``rewrites``
-  moved since the last query. Within one view ``generation`` the fact list only grows, so only
+* A session's memory view is asked again only when its log changed on disk (inode, size,
+  mtime: one ``lstat``) or, while this store holds it open, its handle's ``version`` or
+  ``rewrites`` moved since the last query; a session the store's LRU closed is not reopened
+  for a query unless its log changed, so a root query over 100,000 sessions opens only the
+  changed ones. Within one view ``generation`` the fact list only grows, so only
   the new facts are indexed; a new generation (cap rewrite, reopen) refreshes offsets or
   re-indexes that session (see :meth:`SearchIndex.sync_session`).
 * A search over the whole store leaves out (and logs) a session that cannot be opened — a
@@ -39,7 +42,7 @@ from memfs.search.index import DEFAULT_MAX_RESULTS, DEFAULT_MIN_SCORE, SearchInd
 from memfs.search.tokenize import query_tokens
 from memfs.store.session import SessionHandle
 from memfs.store.meta import parse_rfc3339
-from memfs.store.paths import MANIFEST
+from memfs.store.paths import EVENTS, MANIFEST
 from memfs.store.root import Store, StoreSettings
 
 Searcher = Callable[[str, "str | None", "int | None", "float | None"], list]
@@ -55,6 +58,15 @@ def created_at_of(handle: SessionHandle) -> float | None:
     if handle.read_only and not os.path.lexists(handle.path / MANIFEST):
         return None
     return parse_rfc3339(handle.manifest.get("created_at") or "")
+
+
+def _log_key(path: str) -> tuple | None:
+    """What changes when a log changes on disk: an append (size, mtime), a rewrite (inode)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def sync_from_handle(index: SearchIndex, handle: SessionHandle) -> None:
@@ -75,7 +87,12 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
     dropped from the index.
     """
     index = SearchIndex()
-    seen: dict[str, tuple[int, int, int]] = {}  # name → (handle, version, rewrites) last indexed
+    # name → (the log's key on disk, (handle, version, rewrites)) when last indexed: a session
+    # is fresh while its log is unchanged on disk and, if this store holds it open, its
+    # handle's key is too (buffered appends not yet on disk); one the LRU closed is not
+    # reopened — so a root query does not reopen every session of a large store (SPEC §3.5:
+    # at most max_open_sessions are open)
+    seen: dict[str, tuple[tuple | None, tuple[int, int, int]]] = {}
     sync_lock = threading.Lock()
     left_out: dict[str, str] = {}  # sessions that could not be opened → why (logged once)
     changes = 0  # bumped (under sync_lock) whenever a refresh changes the index
@@ -85,14 +102,21 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
         """Index ``names``; across the whole store, a session that cannot be opened or read
         (a hostile file in it) is left out and logged once: it never costs the others."""
         nonlocal changes
+        root = os.fspath(store.root)
         for name in names:
             try:
+                on_disk = _log_key(f"{root}/{name}/{EVENTS}")
+                last = seen.get(name)
+                held = store.held(name)
+                if last is not None and last[0] == on_disk and (
+                        held is None or last[1] == (id(held), held.version, held.rewrites)):
+                    left_out.pop(name, None)
+                    continue
                 handle = store.open(name)
                 key = (id(handle), handle.version, handle.rewrites)
-                if seen.get(name) != key:
-                    sync_from_handle(index, handle)
-                    seen[name] = key
-                    changes += 1
+                sync_from_handle(index, handle)
+                seen[name] = (on_disk, key)
+                changes += 1
             except (MemfsError, OSError) as exc:
                 if not whole_store:
                     raise

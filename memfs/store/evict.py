@@ -1,10 +1,20 @@
 """The event cap (SPEC §3.7): evict whole completed turns from the front of the log.
 
+The cap is amortized: the commit calls :func:`enforce_cap` once ``event_count > max_events``,
+and one eviction then removes enough leading closed turns to bring the count down to
+``evict_to × max_events`` (:attr:`SessionConfig.evict_floor`; default 0.9). The next
+``(1 − evict_to) × max_events`` appends run without a rewrite, and each rewrite writes one
+summary. ``evict_to = 1.0`` is VT Code's literal "just under the cap": a rewrite (and a
+summary) at almost every turn. When the closed turns are not enough (the open turn alone is
+that large), all of them go and the open turn stays: the cap is tried again after each append.
+
 The rewrite protocol, in order — each step leaves the store recoverable if the process dies
 right after it:
 
 1. flush + fdatasync; the evicted prefix is ``[0, cut)`` where ``cut`` ends a closed turn;
-2. recount the prefix with the rescan's acceptance rules;
+2. recount the prefix with the rescan's acceptance rules (the plan counted turns only: when
+   records outside turns before the cut make fewer turns enough, the cut moves back to the
+   fewest leading closed turns that reach the low-water mark — :func:`trim_cut`);
 3. the summary hook gets the decoded evicted events (default: ``derived/eviction-summary-*.json``);
    if it fails, stop with the log untouched;
 4. write the marker ``index/pending-cap-rewrite.json``;
@@ -23,6 +33,7 @@ from __future__ import annotations
 import errno
 import os
 import time
+from bisect import bisect_left
 from collections import Counter
 from pathlib import Path
 
@@ -59,6 +70,18 @@ def plan_cut(index, in_turn: bool, excess: int) -> tuple[int, int] | None:
     return (k, index.end[k - 1]) if k else None
 
 
+def trim_cut(index, k: int, offsets: list[int], excess: int) -> tuple[int, int, int]:
+    """The fewest of the ``k`` planned turns that drop at least ``excess`` events, now that
+    the recount (step 2) gave the start ``offsets`` of every event before the planned cut:
+    records outside turns count too, so fewer turns than :func:`plan_cut` planned may be
+    enough. Returns ``(turns, cut, events before the cut)``."""
+    for j in range(1, k):
+        n = bisect_left(offsets, index.end[j - 1])
+        if n >= excess:
+            return j, index.end[j - 1], n
+    return k, index.end[k - 1], len(offsets)
+
+
 def default_summary_hook(session_dir: Path, session_id: str, events: list[dict]) -> None:
     """Write ``derived/eviction-summary-<32 hex>.json`` for the evicted events."""
     facts: list[str] = []
@@ -82,10 +105,12 @@ def default_summary_hook(session_dir: Path, session_id: str, events: list[dict])
 
 
 def enforce_cap(s) -> None:
-    """Bring session ``s`` (a :class:`memfs.store.session.Session`, its mutex held) under its
-    cap, if closed turns allow."""
+    """Bring session ``s`` (a :class:`memfs.store.session.Session`, its mutex held) down to
+    its low-water mark (``evict_to × max_events``), if closed turns allow; the commit calls it
+    when ``event_count > max_events``."""
     state, log = s.state, s.log
-    plan = plan_cut(state.index, state.in_turn, state.event_count - s.config.max_events)
+    excess = state.event_count - s.config.evict_floor
+    plan = plan_cut(state.index, state.in_turn, excess)
     if plan is None:
         return
     k, cut = plan
@@ -94,11 +119,15 @@ def enforce_cap(s) -> None:
     file_len = log.flushed_len
     _after_step(1)
     # 2. recount the prefix as a rescan would
-    evicted = []
-    for _off, line in scan_lines(log.fd, 0, cut):
+    evicted, offsets = [], []
+    for off, line in scan_lines(log.fd, 0, cut):
         decoded = decode_stored(line)
         if decoded is not None:
             evicted.append(decoded[1])
+            offsets.append(off)
+    if k > 1 and len(evicted) > excess:  # records outside turns went too: maybe fewer turns do
+        k, cut, n = trim_cut(state.index, k, offsets, excess)
+        del evicted[n:]
     _after_step(2)
     # 3. the summary hook; its failure leaves the log untouched
     hook = s.config.summary_hook or default_summary_hook

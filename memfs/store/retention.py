@@ -56,7 +56,9 @@ from memfs.agents import HEAD_BYTES, Origin
 from memfs.errors import SessionBusy, SymlinkRefused
 from memfs.events import decode_stored
 from memfs.store import lock as liveness
-from memfs.store.meta import now_rfc3339, parse_rfc3339, read_manifest
+from memfs.store.machine import TurnState
+from memfs.store.meta import TurnIndex, format_rfc3339, now_rfc3339, parse_rfc3339, read_manifest
+from memfs.store.recovery import scan_into
 from memfs.store.paths import (EVENTS, MANIFEST, PIN, atomic_write, open_nofollow, pid_alive, read_file,
                                refuse_symlink, remove_file, remove_tree, sanitize, tree_bytes)
 from memfs.store.catalog import find_session, is_session_entry, root_entries, session_names
@@ -123,10 +125,12 @@ class SessionInfo:
     live: bool = False
     agent: str = "unknown"  # which agent wrote it (memfs.agents), from the log's head
     thread_id: str | None = None
+    in_turn: bool = False  # a turn is open
+    described_len: int = -1  # the log length the manifest describes (-1: unknown)
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        del d["updated_ts"]
+        del d["updated_ts"], d["described_len"]
         return d
 
 
@@ -151,8 +155,44 @@ def _manifest_info(session_dir: Path) -> tuple[SessionInfo, dict | None]:
     status = raw["status"] if type(raw.get("status")) is str else "unknown"
     info = SessionInfo(name, m.session_id, status, m.turn_count, m.event_count, m.created_at,
                        updated, ts if ts is not None else mtime, readable=True,
-                       imported="imported_from" in raw or _has_import(session_dir))
+                       imported="imported_from" in raw or _has_import(session_dir), in_turn=m.in_turn,
+                       described_len=m.persisted_file_len if parsed.complete else -1)
     return info, raw
+
+
+def follow_tail(session_dir: Path, info: SessionInfo) -> None:
+    """Bring ``info`` up to the log as it is now (SPEC §3.5, a follower's read): the lines past
+    the length the manifest describes — another process's appends it has not persisted yet —
+    are folded with the rescan's rules (:func:`memfs.store.recovery.scan_into`) into the
+    manifest's counts, so ``event_count``, ``turn_count``, ``in_turn`` and ``status`` are
+    current; ``updated_at`` becomes the log's mtime. Cost: the new bytes only. A log shorter
+    than described (rewritten meanwhile), an incomplete manifest or an unreadable log leave
+    ``info`` as the manifest says; an unterminated last line (being written) is left out."""
+    if not info.readable or info.described_len < 0:
+        return
+    path = session_dir / EVENTS
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except (OSError, SymlinkRefused):
+        return
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size <= info.described_len:
+            return
+        index = TurnIndex(info.turn_count + 1)  # the next turn to open is turn_count + 1
+        if info.in_turn:
+            index.open_turn(0, 0, "")  # stands for the open turn: the tail extends or closes it
+        state = TurnState(index, info.turn_count, info.event_count, info.status, info.in_turn)
+        end = scan_into(state, fd, info.described_len, st.st_size)
+    except OSError:
+        return
+    finally:
+        os.close(fd)
+    if end > info.described_len:
+        info.turn_count, info.event_count = state.turn_count, state.event_count
+        info.status, info.in_turn = state.status, state.in_turn
+        info.updated_ts = max(info.updated_ts, st.st_mtime)
+        info.updated_at = format_rfc3339(info.updated_ts)
 
 
 def _has_import(session_dir: Path) -> bool:
@@ -233,13 +273,16 @@ def list_sessions(root: str | os.PathLike) -> list[SessionInfo]:
 
     The sessions are what the mount lists (:func:`memfs.store.catalog.session_names`: real
     directories holding a log or a manifest); symlinked entries and stray files are not
-    sessions. Manifest reads are cached until the manifest changes.
+    sessions. Manifest reads are cached until the manifest changes; the counts and status
+    are live: the log's lines past what the manifest describes are followed
+    (:func:`follow_tail`), so a session another process is writing shows its real counts.
     """
     root = Path(root)
     sessions = []
     for name in session_names(root):
         path = root / name
         info = _cached_info(path)
+        follow_tail(path, info)
         info.pinned = is_pinned(path)
         info.live = liveness.is_live(path)
         info.agent, info.thread_id = _origin(path)

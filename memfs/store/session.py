@@ -29,6 +29,7 @@ Decisions recorded here:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -42,8 +43,8 @@ from memfs.errors import ReadOnlySession, SessionBusy, SessionClosed, TurnNotFou
 from memfs.events import Record, decode_stored, parse_line
 from memfs.store import lock as liveness
 from memfs.store import persister
-from memfs.store.config import (BUFFER_LIMIT, DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES,
-                                DEFAULT_METADATA_INTERVAL, SessionConfig, SummaryHook, check_line_size)
+from memfs.store.config import (BUFFER_LIMIT, DEFAULT_EVICT_TO, DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS,
+                                DEFAULT_MAX_LINE_BYTES, DEFAULT_METADATA_INTERVAL, SessionConfig, SummaryHook, check_line_size)
 from memfs.store.lines import scan_lines
 from memfs.store.meta import CACHE_MIN_ENTRIES, Manifest, format_rfc3339
 from memfs.store.metadata import MetadataWriter
@@ -51,7 +52,7 @@ from memfs.store.catalog import is_session_dir
 from memfs.store.paths import (CAP_MARKER, EVENTS, INDEX_DIR, MANIFEST, PIN, REJECTED, TURNS, TURNS_CACHE,
                                assert_private_file, ensure_private_dir, open_nofollow, refuse_symlink, remove_file,
                                remove_tree, sanitize)
-from memfs.store.recovery import OpenReport, recover, scan_into
+from memfs.store.recovery import OpenReport, Recovered, recover, repair_torn_tail, scan_into
 from memfs.store.turntimes import TurnTimes
 from memfs.store.rejected import record_rejected
 from memfs.store import writer
@@ -192,7 +193,7 @@ class Session:
                 assert_private_file(self.dir / name)
             fd = open_nofollow(self.dir / EVENTS, os.O_RDWR | os.O_APPEND | os.O_CREAT)
             try:
-                found = recover(self.dir, fd, self.session_id, writable=True)
+                found = self._rescanned_state(fd) or recover(self.dir, fd, self.session_id, writable=True)
             except BaseException:
                 os.close(fd)
                 raise
@@ -218,6 +219,23 @@ class Session:
         if found.marker:
             remove_file(self.dir / CAP_MARKER)
         self._schedule_release()
+
+    def _rescanned_state(self, fd: int) -> Recovered | None:
+        """What this process's own rescan found, when it still describes the log open as
+        ``fd`` (the same file, nothing appended since, no cap rewrite pending; a torn tail is
+        repaired first): a writer taking over a session whose metadata was stale need not read
+        the whole log a second time. None when the log must be recovered afresh."""
+        old = self.log
+        if self.report.fast_path or old.fd is None or os.path.lexists(self.dir / CAP_MARKER):
+            return None
+        st = os.fstat(fd)
+        if not os.path.samestat(os.fstat(old.fd), st) or st.st_size < old.flushed_len:
+            return None
+        report = dataclasses.replace(self.report, torn_tail_bytes=0)
+        if repair_torn_tail(self.dir, fd, st.st_size, report) != old.flushed_len:
+            return None  # lines arrived since the rescan: recover afresh
+        return Recovered(self.state, old.flushed_len, self.session_id, self.created_at, self.updated_at, report,
+                         False)
 
     def _schedule_release(self) -> None:
         if not self.release_scheduled:
@@ -794,7 +812,7 @@ def open_session(root: str | os.PathLike, session_id: str, *, max_events: int = 
                  durability: str = "buffered", read_only: bool = False,
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, summary_hook: SummaryHook | None = None,
                  metadata_interval: float = DEFAULT_METADATA_INTERVAL, idle_release: float = DEFAULT_IDLE_RELEASE,
-                 create: bool = True) -> SessionHandle:
+                 evict_to: float = DEFAULT_EVICT_TO, create: bool = True) -> SessionHandle:
     """Open (creating the folder if needed) the session ``session_id`` under the sessions root
     ``root``.
 
@@ -804,10 +822,12 @@ def open_session(root: str | os.PathLike, session_id: str, *, max_events: int = 
     released ``idle_release`` seconds after the last change (see :class:`Session`). A second
     open in the same process shares the first one's state; the strongest durability requested
     by a writable open wins. ``read_only`` handles cannot write. ``max_events`` 0 means no
-    cap. ``summary_hook(session_dir, session_id, evicted_events)`` replaces the default
+    cap; over it, an eviction goes down to ``evict_to × max_events`` events (0.5–1.0, SPEC
+    §3.7; ``ValueError`` outside). ``summary_hook(session_dir, session_id, evicted_events)`` replaces the default
     eviction summary writer.
     """
-    config = SessionConfig(durability, max_events, max_line_bytes, summary_hook, metadata_interval, idle_release)
+    config = SessionConfig(durability, max_events, max_line_bytes, summary_hook, metadata_interval, idle_release,
+                           evict_to)
     root = Path(root)
     session_dir = root / sanitize(session_id)
     made = False

@@ -33,6 +33,7 @@ import itertools
 import os
 import stat
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -326,7 +327,13 @@ assert tuple(_RENDERERS) == VIEW_NAMES
 
 # --- the registry ---------------------------------------------------------------------------
 
-_STATES: dict[str, ViewState] = {}
+# At most this many view states are kept, least recently used dropped first: a store-wide
+# mount of 100,000 sessions reads each one's views once (the search warm-up), and a state for
+# every one of them held ~10 KiB each for good. Dropping one loses nothing but work: a state
+# made again rebuilds its fold from byte 0, as a new opening of the session does anyway (the
+# store closes and reopens sessions beyond its max_open_sessions, default 256).
+MAX_STATES = 1024
+_STATES: OrderedDict[str, ViewState] = OrderedDict()
 _STATES_LOCK = threading.Lock()
 
 
@@ -337,6 +344,10 @@ def state_for(handle) -> ViewState:
         st = _STATES.get(key)
         if st is None:
             st = _STATES[key] = ViewState(Path(handle.path))
+            while len(_STATES) > MAX_STATES:
+                _STATES.popitem(last=False)
+        else:
+            _STATES.move_to_end(key)
         return st
 
 
