@@ -288,6 +288,9 @@ def cmd_show(args: argparse.Namespace) -> int:
             return 0
         manifest = handle.manifest
         turns = handle.turn_index
+        times = handle.turn_times()  # arrival times memfs recorded (index/turn-times.jsonl)
+        for t in turns:
+            t["started_at"], t["completed_at"] = times.get(t["turn_number"], (None, None))
         path = handle.path
         extra = {"name": handle.name, "path": str(path), "log_bytes": handle.file_len,
                  "rejected": count_rejected(path), "pin": retention.read_pin(path),
@@ -313,10 +316,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         _out(f"{key:<9} {value}")
     if turns:
         _out()
-        rows = [["TURN", "OUTCOME", "EVENTS", "OFFSETS", "STARTED"]]
+        rows = [["TURN", "OUTCOME", "EVENTS", "OFFSETS", "STARTED", "ENDED"]]
         for t in turns:
             rows.append([str(t["turn_number"]), t.get("outcome", "?"), str(t["event_count"]),
-                         f"{t['start_offset']}-{t['end_offset']}", t.get("ts", "")])
+                         f"{t['start_offset']}-{t['end_offset']}", t["started_at"] or "-", t["completed_at"] or "-"])
         _table(rows, right={0, 2})
     return 0
 

@@ -286,7 +286,8 @@ def test_summary_markdown_of_an_empty_session(session):
 
 
 def test_views_are_a_pure_function_of_the_log(tmp_path):
-    """A second session fed the same lines renders the same views (generated_at aside)."""
+    """A second session fed the same lines renders the same views (generated_at aside, and the
+    trajectory's times where the events carry no clock: memfs's recorded arrival times)."""
     lines = [STARTED, item("agent_message", text="x"), item("plan", text="1. a\n- [x] b"),
              {"type": "goal.created", "goal_id": "g", "objective": "ship", "created_at": "2026-01-01T00:00:00Z"},
              {"type": "turn.completed", "usage": usage(3, 0, 0, 4), "completed_at": "2026-01-02T00:00:00Z"},
@@ -299,6 +300,14 @@ def test_views_are_a_pure_function_of_the_log(tmp_path):
             for name in views.VIEW_NAMES:
                 data = views.render_view(h, name)
                 out[name] = data.replace(h.manifest["created_at"].encode(), b"<created>")
+            arrivals = h.turn_times()
+            turns = []
+            for t in views.trajectory(h):
+                for i, key in enumerate(("started_at", "completed_at")):
+                    if t[key] is not None and t[key] == arrivals[t["turn"]][i]:
+                        t[key] = "<arrival>"
+                turns.append(t)
+            out["trajectory.jsonl"] = turns
             mem = orjson.loads(out["memory.json"])
             del mem["generated_at"], mem["session_id"]
             out["memory.json"] = mem

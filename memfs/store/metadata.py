@@ -44,16 +44,18 @@ class Snapshot:
     taken: float  # monotonic time, to measure what the persist cost
     index: IndexSnapshot
     manifest: bytes
+    times: tuple | None = None  # lines for index/turn-times.jsonl (see memfs.store.turntimes)
 
 
 class MetadataWriter:
     """Writes one session's ``index/turns.json`` (+ ``turns.cache``) and ``manifest.json``."""
 
     __slots__ = ("dir", "lock", "seq", "written_seq", "persisted_version", "last_persist", "gap", "interval",
-                 "cache_on_disk")
+                 "cache_on_disk", "times")
 
-    def __init__(self, session_dir: Path, interval: float, cache_on_disk: bool):
+    def __init__(self, session_dir: Path, interval: float, cache_on_disk: bool, times=None):
         self.dir = session_dir
+        self.times = times  # the session's TurnTimes: writes the sidecar's lines
         # held from the log's fdatasync to the manifest's rename. Lock order: the session's
         # ``mutex``, then this, then the log's sync condition — never the reverse.
         self.lock = threading.Lock()
@@ -65,10 +67,13 @@ class MetadataWriter:
         self.gap = interval  # the coalescing interval in force
         self.cache_on_disk = cache_on_disk
 
-    def snapshot(self, version: int, sync_target: int, index, manifest_json: bytes, cache: bool) -> Snapshot:
-        """A snapshot of the state as it is now (caller holds the session's mutex)."""
+    def snapshot(self, version: int, sync_target: int, index, manifest_json: bytes, cache: bool,
+                 times: tuple | None = None) -> Snapshot:
+        """A snapshot of the state as it is now (caller holds the session's mutex); ``times``:
+        what :meth:`TurnTimes.snapshot <memfs.store.turntimes.TurnTimes.snapshot>` took."""
         self.seq += 1
-        return Snapshot(self.seq, version, sync_target, _monotonic(), index.snapshot(cache=cache), manifest_json)
+        return Snapshot(self.seq, version, sync_target, _monotonic(), index.snapshot(cache=cache), manifest_json,
+                        times)
 
     def due(self) -> float:
         """No coalesced persist before this monotonic time."""
@@ -82,6 +87,8 @@ class MetadataWriter:
                 return False
             sync_to(snap.sync_target)
             ensure_private_dir(self.dir / INDEX_DIR)
+            if snap.times is not None and self.times is not None:
+                self.times.write(snap.times)  # the turns' arrival times, before the index
             pieces = snap.index.json_pieces
             atomic_write(self.dir / TURNS, lambda fd: [write_all(fd, piece) for piece in pieces()])
             if snap.index.has_cache:

@@ -54,6 +54,7 @@ from memfs.store.paths import (CAP_MARKER, EVENTS, INDEX_DIR, MANIFEST, PIN, REJ
                                assert_private_file, ensure_private_dir, open_nofollow, refuse_symlink, remove_file,
                                remove_tree, sanitize)
 from memfs.store.recovery import OpenReport, Recovered, recover, repair_torn_tail, scan_into
+from memfs.store.turntimes import TurnTimes
 from memfs.store.rejected import record_rejected
 from memfs.store import writer
 from memfs.store.writer import LogFile, commit
@@ -83,7 +84,7 @@ class Session:
     __slots__ = ("dir", "config", "writable_config", "mutex", "refs", "key", "closed", "log", "meta", "state",
                  "report", "session_id", "created_at", "updated_at", "updated_for", "version", "appended",
                  "rewrites", "last_change", "persist_at", "last_refusal", "lock_file", "writers", "release_scheduled",
-                 "opening", "serial")
+                 "opening", "serial", "times")
 
     def __init__(self, session_dir: Path, session_id: str, config: SessionConfig, *, writable: bool):
         self.dir = session_dir
@@ -105,7 +106,8 @@ class Session:
         self.opening = object()  # identifies this open of the session: with ``rewrites``, what offsets mean
         self.serial = next(_SERIALS)  # the same, as a number (``generation``)
         self.log = LogFile(None, 0)
-        self.meta = MetadataWriter(self.dir, config.metadata_interval, False)
+        self.times = TurnTimes(self.dir)  # arrival times of turns (index/turn-times.jsonl)
+        self.meta = MetadataWriter(self.dir, config.metadata_interval, False, self.times)
         refuse_symlink(self.dir / INDEX_DIR)
         try:
             fd = open_nofollow(self.dir / EVENTS, os.O_RDONLY)
@@ -133,9 +135,16 @@ class Session:
     def follow(self) -> None:
         """A follower's catch-up with the log on disk (caller holds ``mutex``): fold the lines
         other processes appended since; re-read everything when the log was replaced (a cap
-        rewrite elsewhere) or shrank. One ``fstat`` when nothing changed."""
+        rewrite elsewhere) or shrank. One ``fstat`` when nothing changed (and, once somebody
+        read the turn times here, one more for ``index/turn-times.jsonl``: new times bump
+        ``version`` too, so views refresh)."""
         if self.lock_file is not None or self.closed:
             return
+        self._follow_log()
+        if self.times.refresh_if_loaded():
+            self.version += 1
+
+    def _follow_log(self) -> None:
         log_file = self.log
         if log_file.fd is None:
             try:
@@ -200,6 +209,7 @@ class Session:
             self.rewrites += 1  # (before the new length: see LogReader)
         self._adopt(found, fd)
         self.lock_file = lock_file
+        self.times.became_writer(self.state)
         if found.report.fast_path:
             self.meta.persisted_version = self.version  # the metadata on disk describes this state
         else:
@@ -267,6 +277,7 @@ class Session:
             self.persist()
         persister.cancel(self)
         lock_file, self.lock_file = self.lock_file, None
+        self.times.stopped_writing()
         liveness.release(lock_file)
 
     @property
@@ -321,6 +332,8 @@ class Session:
         ``metadata_interval`` 0: now, in this thread; otherwise on the persister thread once
         the coalescing interval after the last persist has passed."""
         self.persist_at = self.log.length + BUFFER_LIMIT
+        if self.state.turn_count > self.times.closed_through:  # a turn closed: note when (turntimes)
+            self.times.note_closed(self.state)
         if self.config.metadata_interval:
             persister.schedule(self, self.meta.due())
             return
@@ -349,7 +362,7 @@ class Session:
         self.persist_at = self.log.length + BUFFER_LIMIT
         index = self.state.index
         return self.meta.snapshot(self.version, self.log.position, index, self.manifest().to_json(),
-                                  cache=len(index) >= CACHE_MIN_ENTRIES)
+                                  cache=len(index) >= CACHE_MIN_ENTRIES, times=self.times.snapshot(self.state))
 
     def persist(self) -> None:
         """Persist now, in this thread (caller holds ``mutex``): flush, then write the metadata.
@@ -495,6 +508,31 @@ class SessionHandle:
     def turn_index_json(self) -> bytes:
         with self._s.mutex:
             return self._current().state.index.to_json()
+
+    def turn_times(self) -> dict[int, tuple[str | None, str | None]]:
+        """``{ordinal: (started_at, completed_at)}``: when memfs received each turn's
+        ``turn.started`` and its closing line (RFC 3339), for the turns a writer witnessed
+        (see :mod:`memfs.store.turntimes`; a turn without times is absent or has nulls). The
+        open turn has ``completed_at`` None. Includes evicted turns' times until the next cap
+        rewrite's persist drops them."""
+        return self.turn_times_delta(None)[2]
+
+    def turn_times_delta(self, token) -> tuple[tuple, bool, dict]:
+        """``(token, whole, times)`` — :meth:`turn_times` incrementally: pass the previous
+        call's ``token`` to get only the turns whose times changed since (``whole`` False),
+        or everything (``whole`` True: the first call, or the times were re-read). The open
+        turn's start, when known, is always included."""
+        with self._s.mutex:
+            s = self._current()
+            if s.lock_file is not None and s.state.turn_count > s.times.closed_through:
+                s.times.note_closed(s.state)  # a turn abandoned by the next turn.started (no boundary)
+            token, whole, times = s.times.delta(token)
+            opened = s.times.open_start(s.state) if s.lock_file is not None else None
+            if opened is not None:
+                known = times.get(opened[0])
+                if known is None or known[0] is None:
+                    times[opened[0]] = (opened[1], known[1] if known else None)
+            return token, whole, times
 
     def turn_range(self, n: int) -> tuple[int, int, str]:
         """``(start, end, outcome)`` of retained turn ``n``; :class:`TurnNotFound` otherwise."""

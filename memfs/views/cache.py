@@ -288,10 +288,10 @@ def _memory(st: ViewState, handle) -> bytes:
 def _trajectory(st: ViewState, handle) -> bytes:
     imported = st.imported
     if imported.trajectory is None:
-        return st.trajectory.render(st.fold.turns, st.fold.records)
+        return st.trajectory.render(st.fold.turns, st.fold.records, handle.turn_times_delta)
     if st.no_events():
         return imported.trajectory
-    return imported.trajectory_prefix + st.trajectory.render(st.fold.turns, st.fold.records)
+    return imported.trajectory_prefix + st.trajectory.render(st.fold.turns, st.fold.records, handle.turn_times_delta)
 
 
 def _summary(st: ViewState, handle) -> bytes:

@@ -21,9 +21,16 @@ Decisions recorded here where the spec is silent:
   (``<server>.<tool> failed: <message>``), in log order. A command the approval policy refused
   is in ``commands`` with ``"status": "declined"``; it is not an error.
 * ``started_at`` is the ``turn.started`` event's ``context.timestamp``, ``completed_at`` the
-  closing event's ``completed_at`` (null when absent).
+  closing event's ``completed_at`` — the agent's own clock, when it sends one (imports of
+  transcripts carry the original times). Otherwise they are the arrival times memfs recorded
+  itself (``index/turn-times.jsonl``, :mod:`memfs.store.turntimes`): when the writer received
+  the ``turn.started`` line and the line that closed the turn (for an abandoned turn, the next
+  ``turn.started``). A turn nobody timed — recovered by a rescan, written before memfs
+  recorded times, or by a writer that died before persisting them — has null.
 
-A closed turn's line never changes, so :class:`Trajectory` renders each one once.
+A closed turn's line changes only when its recorded times arrive (a follower sees the writer's
+sidecar a persist after the log), so :class:`Trajectory` renders each closed line once and
+again only for the turns whose times changed.
 """
 
 from __future__ import annotations
@@ -70,17 +77,22 @@ class TurnRecord:
         self.done_at_start = done_at_start  # progress: milestones done when it opened
 
 
-def turn_line(state: TurnState, i: int, rec: TurnRecord) -> bytes:
-    """The trajectory line (with ``\\n``) of index entry ``i``."""
+def turn_line(state: TurnState, i: int, rec: TurnRecord, times: tuple | None = None) -> bytes:
+    """The trajectory line (with ``\\n``) of index entry ``i``; ``times`` the recorded
+    ``(started_at, completed_at)`` of the turn, used where its events carry no clock."""
     index = state.index
+    started, completed = rec.started_at, rec.completed_at
+    if times is not None:
+        started = started if started is not None else times[0]
+        completed = completed if completed is not None else times[1]
     return orjson.dumps({
         "turn": rec.ordinal,
         "outcome": OUTCOME_NAMES[index.outcome[i]] or "unknown",
         "start_offset": index.start[i],
         "end_offset": index.end[i],
         "event_count": index.count[i],
-        "started_at": rec.started_at,
-        "completed_at": rec.completed_at,
+        "started_at": started,
+        "completed_at": completed,
         "usage": usage_dict(rec.usage),
         "item_types": rec.item_types,
         "commands": rec.commands,
@@ -90,21 +102,37 @@ def turn_line(state: TurnState, i: int, rec: TurnRecord) -> bytes:
 
 
 class Trajectory:
-    """The rendered ``trajectory.jsonl``: closed turns' lines cached, the open one redone."""
+    """The rendered ``trajectory.jsonl``: closed turns' lines cached (redone when their recorded
+    times change), the open one redone."""
 
-    __slots__ = ("_closed", "_n")
+    __slots__ = ("_lines", "_token", "_times")
 
     def __init__(self) -> None:
-        self._closed = bytearray()
-        self._n = 0
+        self._lines: list[bytes] = []
+        self._token = None
+        self._times: dict[int, tuple] = {}
 
-    def render(self, state: TurnState, records: list[TurnRecord]) -> bytes:
+    def render(self, state: TurnState, records: list[TurnRecord], times_delta=None) -> bytes:
+        """``times_delta``: :meth:`SessionHandle.turn_times_delta
+        <memfs.store.session.SessionHandle.turn_times_delta>` of the session (None: no times)."""
         index = state.index
+        base = index.base
+        lines, times = self._lines, self._times
+        if times_delta is not None:
+            self._token, whole, changed = times_delta(self._token)
+            if whole:
+                times.clear()
+                del lines[:]
+            times.update(changed)
+            if not whole:
+                for ordinal in changed:  # closed lines whose recorded times arrived late
+                    i = ordinal - base
+                    if 0 <= i < len(lines):
+                        lines[i] = turn_line(state, i, records[i], times.get(ordinal))
         n = len(records)
         closed = n - 1 if n and index.outcome[n - 1] == OPEN else n
-        for i in range(self._n, closed):
-            self._closed += turn_line(state, i, records[i])
-        self._n = max(self._n, closed)
+        for i in range(len(lines), closed):
+            lines.append(turn_line(state, i, records[i], times.get(base + i)))
         if closed < n:
-            return bytes(self._closed) + turn_line(state, n - 1, records[n - 1])
-        return bytes(self._closed)
+            return b"".join(lines) + turn_line(state, n - 1, records[n - 1], times.get(base + n - 1))
+        return b"".join(lines)
