@@ -286,7 +286,9 @@ def write_report(report: dict, path: Path) -> None:
                           ("bench_sessions.py", "Many sessions: a store-wide mount of 10,000 and 100,000 sessions "
                                                 "(descriptors and RSS of the daemon, `scripts/bench_sessions.py`)"),
                           ("bench_durability.py", "Durability: fsync mode beside native write+fdatasync"),
-                          ("bench_responsive.py", "Responsiveness: an idle session while others evict or rescan")):
+                          ("bench_responsive.py", "Responsiveness: an idle session while others evict or rescan"),
+                          ("bench_baseline.py", "Before and after: this tree beside a baseline checkout, interleaved "
+                                                "(`scripts/bench_baseline.py`)")):
         comp = r["components"].get(script, {})
         lines += ["", f"## {title}", ""]
         if "error" in comp:
@@ -341,6 +343,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="small workloads: a smoke run, not the report")
     ap.add_argument("--out", default=str(OUT), help="report directory (default bench/)")
     ap.add_argument("--skip", nargs="*", default=[], help="component scripts to skip, e.g. bench_search.py")
+    ap.add_argument("--baseline", metavar="DIR",
+                    help="also run scripts/bench_baseline.py against this checkout (before/after of a change)")
     args = ap.parse_args()
     q = args.quick
     work = Path(tempfile.mkdtemp(prefix="memfs-bench-"))
@@ -364,6 +368,8 @@ def main() -> int:
             "bench_durability.py": ["--rounds", "3", "--events", "100"] if q else [],
             "bench_responsive.py": ["--samples", "500", "--big-mb", "20"] if q else [],
         }
+        if args.baseline:
+            components["bench_baseline.py"] = ["--baseline", args.baseline, *(["--rounds", "2"] if q else [])]
         for script, extra in components.items():
             if script not in args.skip and (ROOT / "scripts" / script).exists():
                 report["components"][script] = run_component(script, extra, work)
