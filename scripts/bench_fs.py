@@ -42,6 +42,19 @@ from memfs.fs.registry import is_mounted  # noqa: E402
 from memfs.samples import sized_message  # noqa: E402
 
 
+def stat_and_read(path: Path) -> float:
+    """Seconds for the syscalls of ``stat FILE; cat FILE`` (stat, open, fstat, read to EOF,
+    close), without the cost of spawning a process."""
+    t = time.perf_counter()
+    os.stat(path)
+    fd = os.open(path, os.O_RDONLY)
+    os.fstat(fd)
+    while os.read(fd, 131072):
+        pass
+    os.close(fd)
+    return time.perf_counter() - t
+
+
 def placement() -> tuple[set[int] | None, set[int] | None]:
     """(the writer's CPUs, the servers' CPUs): one each when there are two or more, else None."""
     cpus = sorted(os.sched_getaffinity(0))
@@ -144,16 +157,7 @@ def main() -> int:
         subprocess.run(f"cat {bulk} >> {mnt}/sessions/c/events.jsonl", shell=True, check=True)
         results["memfs write bulk cat ev/s"] = args.bulk / (time.perf_counter() - t)
         manifest = mnt / "sessions" / "c" / "manifest.json"
-        samples = []
-        for _ in range(500):  # the syscalls of `stat manifest.json; cat manifest.json`
-            t = time.perf_counter()
-            os.stat(manifest)
-            fd = os.open(manifest, os.O_RDONLY)
-            os.fstat(fd)
-            while os.read(fd, 131072):
-                pass
-            os.close(fd)
-            samples.append(time.perf_counter() - t)
+        samples = [stat_and_read(manifest) for _ in range(500)]
         results["stat+read manifest.json median ms"] = statistics.median(samples) * 1000
     finally:
         for proc, mnt in servers.values():

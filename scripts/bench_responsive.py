@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import memfs  # noqa: E402
-from bench_fs import start_server, stop_server  # noqa: E402
+from bench_fs import start_server, stat_and_read, stop_server  # noqa: E402
 from memfs.samples import sized_message  # noqa: E402
 
 
@@ -43,16 +43,6 @@ def event(etype: str, **fields) -> bytes:
     return json.dumps({"schema_version": "0.18.0", "event": {"type": etype, **fields}},
                       separators=(",", ":")).encode() + b"\n"
 
-
-def probe_once(manifest: Path) -> float:
-    t = time.perf_counter()
-    os.stat(manifest)
-    fd = os.open(manifest, os.O_RDONLY)
-    os.fstat(fd)
-    while os.read(fd, 131072):
-        pass
-    os.close(fd)
-    return time.perf_counter() - t
 
 
 def summary(samples: list[float]) -> dict:
@@ -80,8 +70,8 @@ def quiet(work: Path, n: int) -> dict:
     try:
         manifest = mnt / "sessions" / "idle" / "manifest.json"
         for _ in range(50):
-            probe_once(manifest)
-        return summary([probe_once(manifest) for _ in range(n)])
+            stat_and_read(manifest)
+        return summary([stat_and_read(manifest) for _ in range(n)])
     finally:
         stop_server(proc, mnt)
 
@@ -115,8 +105,8 @@ def evicting(work: Path, n: int, max_events: int) -> dict:
         manifest = mnt / "sessions" / "idle" / "manifest.json"
         deadline = time.monotonic() + 10
         while sum(turns) * 10 < 4 * max_events * 2 and time.monotonic() < deadline:  # past the cap everywhere
-            probe_once(manifest)
-        samples = [probe_once(manifest) for _ in range(n)]
+            stat_and_read(manifest)
+        samples = [stat_and_read(manifest) for _ in range(n)]
         stop.set()
         for th in pool:
             th.join()
@@ -154,7 +144,7 @@ def stale_warmup(work: Path, n_max: int, big_mb: int, warm_seconds: float) -> di
         samples = []
         t0 = time.monotonic()
         while len(samples) < n_max and time.monotonic() - t0 < min(warm_seconds, 2 * rescan + 1):
-            samples.append(probe_once(manifest))
+            samples.append(stat_and_read(manifest))
         result = summary(samples)
         result["log_MB"] = size_mb
         result["rescan_s"] = rescan

@@ -100,3 +100,16 @@ def errno_of(action) -> int:
     except OSError as exc:
         return exc.errno
     return 0
+
+
+def wait_until(cond, what: str, timeout: float = 20.0):
+    """``cond()``'s first true value, polled until ``timeout`` seconds; the test fails then."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"gave up waiting: {what}"
+        time.sleep(0.02)

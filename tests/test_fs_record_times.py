@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
@@ -15,22 +14,13 @@ import orjson
 import memfs
 from memfs.store.meta import parse_rfc3339
 from mounting import event, mounted, needs_fuse, sh
+from store_helpers import wait_until
 
 pytestmark = needs_fuse
 
 FIXTURES = Path(__file__).parent / "fixtures"
 AGENT = Path(__file__).parent / "agents" / "replay.py"
-WAIT = 20.0
 
-
-def eventually(cond, what: str):
-    deadline = time.monotonic() + WAIT
-    while True:
-        value = cond()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"gave up waiting: {what}"
-        time.sleep(0.02)
 
 
 def ordered(start, end) -> bool:
@@ -71,7 +61,7 @@ def test_trajectory_and_show_have_the_times_of_turns_written_through_the_mount(t
             assert res.returncode == 0, res.stderr
             rows = json.loads(res.stdout)["turns"]
             return rows if [r["started_at"] for r in rows] == [t["started_at"] for t in turns] else None
-        rows = eventually(shown, "memfs show lists the mount's turn times")
+        rows = wait_until(shown, "memfs show lists the mount's turn times")
         assert [r["completed_at"] for r in rows] == [t["completed_at"] for t in turns]
         table = subprocess.run([sys.executable, "-m", "memfs", "show", "--store", str(store), "timed"],
                                capture_output=True, text=True, timeout=60)
@@ -103,7 +93,7 @@ def test_record_appends_while_a_store_wide_mount_serves_the_store(tmp_path):
                     return None
                 facts = read_json(sdir / "derived" / "memory.json")["grounded_facts"]
                 return "live" if counts[-1] > 0 and facts else None
-            assert eventually(seen_mid_run, "the mount shows the recorded events while record runs") == "live"
+            assert wait_until(seen_mid_run, "the mount shows the recorded events while record runs") == "live"
             assert memfs.is_live(store / "live-run")  # record holds the session for its run
             out, err = agent.communicate(timeout=60)
         finally:
@@ -118,7 +108,7 @@ def test_record_appends_while_a_store_wide_mount_serves_the_store(tmp_path):
             final = h.manifest
             events = [orjson.loads(line)["event"] for _, line in h.iter_lines()]
             times = h.turn_times()
-        mounted_manifest = eventually(
+        mounted_manifest = wait_until(
             lambda: (lambda mf: mf if mf["event_count"] == final["event_count"] else None)(
                 read_json(sdir / "manifest.json")), "the mount's manifest catches up")
         assert (mounted_manifest["turn_count"], mounted_manifest["in_turn"]) == (final["turn_count"], final["in_turn"])
@@ -129,13 +119,13 @@ def test_record_appends_while_a_store_wide_mount_serves_the_store(tmp_path):
         facts = [f["fact"] for f in read_json(sdir / "derived" / "memory.json")["grounded_facts"]]
         assert texts and all(any(text[:40] in fact for fact in facts) for text in texts)
         # the recorder's arrival times reach the mount's trajectory (the stream has no clock)
-        turns = eventually(lambda: (lambda ts: ts if all(t["completed_at"] for t in ts) else None)(
+        turns = wait_until(lambda: (lambda ts: ts if all(t["completed_at"] for t in ts) else None)(
             trajectory(sdir / "derived" / "trajectory.jsonl")), "the recorder's turn times in the mount")
         assert [t["turn"] for t in turns] == list(range(1, final["turn_count"] + 1))
         for t in turns:
             assert ordered(t["started_at"], t["completed_at"])
             assert (t["started_at"], t["completed_at"]) == times[t["turn"]]
-        eventually(lambda: not memfs.is_live(store / "live-run"), "record released the session")
+        wait_until(lambda: not memfs.is_live(store / "live-run"), "record released the session")
         # and the mount can write the session now that record is done
         sh(f"printf '%s\\n' '{event('turn.started')}' >> {sdir / 'events.jsonl'}", tmp_path)
         assert read_json(sdir / "manifest.json")["in_turn"] is True

@@ -35,6 +35,21 @@ def wait_for_progress(acks, least: int, timeout: float = 60) -> None:
         time.sleep(0.02)
 
 
+def kill_server(m, writers) -> None:
+    """kill -9 the server mid-stream; every writer stops at its first failed write (the
+    connection is gone) and exits cleanly; auto_unmount's helper removes the dead mount."""
+    m.proc.send_signal(signal.SIGKILL)
+    m.proc.wait(10)
+    for w in writers:
+        w.wait(30)
+    assert all(w.returncode == 0 for w in writers), [w.stderr.read() for w in writers]
+    cleaned = wait_unmounted(m.mnt, 10)
+    if not cleaned:
+        subprocess.run(["fusermount3", "-u", "-z", str(m.mnt)], check=False)
+    assert cleaned, "the dead mount was not cleaned up by auto_unmount"
+
+
+
 @pytest.mark.parametrize("durability", ["write", "fsync"])
 def test_kill_9_mid_stream_keeps_every_acknowledged_line_once(tmp_path, durability):
     store, mnt = tmp_path / "store", tmp_path / "mnt"
@@ -46,16 +61,7 @@ def test_kill_9_mid_stream_keeps_every_acknowledged_line_once(tmp_path, durabili
         os.mkdir(session)
         writers = [start_writer(session / "events.jsonl", f"w{i}", acks[i], per_turn=5) for i in range(WRITERS)]
         wait_for_progress(acks, LINES_BEFORE_KILL)
-        m.proc.send_signal(signal.SIGKILL)
-        m.proc.wait(10)
-        for w in writers:  # each stops at its first failed write (the connection is gone)
-            w.wait(30)
-        assert all(w.returncode == 0 for w in writers), [w.stderr.read() for w in writers]
-        # auto_unmount: fusermount3's helper removes the mount once the server's fd closes
-        cleaned = wait_unmounted(mnt, 10)
-        if not cleaned:
-            subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
-        assert cleaned, "the dead mount was not cleaned up by auto_unmount"
+        kill_server(m, writers)
     finally:
         for w in writers:
             if w.poll() is None:
@@ -114,15 +120,7 @@ def test_kill_9_fsync_writers_in_several_sessions_keep_every_acknowledged_line(t
         writers = [start_writer(m.mnt / "sessions" / f"s{i}" / "events.jsonl", f"w{i}", acks[i], per_turn=5)
                    for i in range(SESSIONS)]
         wait_for_progress(acks, 60)
-        m.proc.send_signal(signal.SIGKILL)
-        m.proc.wait(10)
-        for w in writers:
-            w.wait(30)
-        assert all(w.returncode == 0 for w in writers), [w.stderr.read() for w in writers]
-        cleaned = wait_unmounted(mnt, 10)
-        if not cleaned:
-            subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
-        assert cleaned, "the dead mount was not cleaned up by auto_unmount"
+        kill_server(m, writers)
     finally:
         for w in writers:
             if w.poll() is None:

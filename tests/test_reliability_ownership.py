@@ -11,18 +11,17 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from mounting import is_mounted, mounted, needs_fuse, start
+from store_helpers import wait_until
 from test_reliability_sandbox import check_confined, sandbox
 
 pytestmark = needs_fuse
 
 IDLE = "1"  # idle_release for these mounts, in seconds
-WAIT = 20.0  # seconds a condition may take before the test fails
 
 
 def memfs_cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
@@ -33,15 +32,6 @@ def line(text: str) -> bytes:
     return json.dumps({"type": "item.completed", "item": {"id": text, "type": "agent_message",
                                                            "text": text}}).encode() + b"\n"
 
-
-def eventually(cond, what: str):
-    deadline = time.monotonic() + WAIT
-    while True:
-        value = cond()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"gave up waiting: {what}"
-        time.sleep(0.05)
 
 
 def touch_everything(mnt: Path, name: str) -> None:
@@ -107,7 +97,7 @@ def test_a_writer_holds_the_lock_only_while_writing_and_a_refused_writer_is_told
             assert res.returncode == 1
             assert res.stderr.decode().strip() == f"memfs: session a is being written by process {m.proc.pid}"
         # ...and for idle_release seconds after its last change; then anyone may write
-        eventually(lambda: not live(store, "a"), "the mount releases a's lock once idle")
+        wait_until(lambda: not live(store, "a"), "the mount releases a's lock once idle")
         res = memfs_cli("append", "--store", str(store), "a", "-", stdin=line("after the release"))
         assert res.returncode == 0, res.stderr
         # the mount takes over again: its counts go on from what the CLI wrote
@@ -188,9 +178,9 @@ def test_two_store_wide_mounts_read_everything_and_write_in_turn(tmp_path):
         assert b"m1 writes a" in (m2.mnt / "sessions" / "a" / "events.jsonl").read_bytes()
         assert b"m2 writes b" in (m1.mnt / "sessions" / "b" / "events.jsonl").read_bytes()
         os.mkdir(m2.mnt / "sessions" / "c")  # created by one, served by both
-        eventually(lambda: (m1.mnt / "sessions" / "c").is_dir(), "m1 lists the session m2 created")
+        wait_until(lambda: (m1.mnt / "sessions" / "c").is_dir(), "m1 lists the session m2 created")
         # a is m1's until it is idle; then m2 may write it
-        eventually(lambda: not live(store, "a"), "m1 releases a once idle")
+        wait_until(lambda: not live(store, "a"), "m1 releases a once idle")
         with open(m2.mnt / "sessions" / "a" / "events.jsonl", "ab") as f:
             f.write(line("m2 writes a"))
         texts = [json.loads(x)["event"]["item"]["text"] for x in
