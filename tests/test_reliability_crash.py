@@ -34,6 +34,15 @@ def wait_for_progress(acks, least: int, timeout: float = 60) -> None:
         assert time.monotonic() < deadline, "writers made no progress"
         time.sleep(0.02)
 
+def stop_all(m, writers) -> None:
+    """Whatever happened: no writer left running, nothing left mounted."""
+    for w in writers:
+        if w.poll() is None:
+            w.kill()
+            w.wait(5)
+    cleanup(m)
+
+
 
 def kill_server(m, writers) -> None:
     """kill -9 the server mid-stream; every writer stops at its first failed write (the
@@ -63,11 +72,7 @@ def test_kill_9_mid_stream_keeps_every_acknowledged_line_once(tmp_path, durabili
         wait_for_progress(acks, LINES_BEFORE_KILL)
         kill_server(m, writers)
     finally:
-        for w in writers:
-            if w.poll() is None:
-                w.kill()
-                w.wait(5)
-        cleanup(m)
+        stop_all(m, writers)
 
     wrote = {f"w{i}": acked(acks[i]) for i in range(WRITERS)}
     assert all(len(v) >= LINES_BEFORE_KILL for v in wrote.values())
@@ -122,11 +127,7 @@ def test_kill_9_fsync_writers_in_several_sessions_keep_every_acknowledged_line(t
         wait_for_progress(acks, 60)
         kill_server(m, writers)
     finally:
-        for w in writers:
-            if w.poll() is None:
-                w.kill()
-                w.wait(5)
-        cleanup(m)
+        stop_all(m, writers)
 
     m = start(store, mnt, "--durability", "fsync")
     try:
