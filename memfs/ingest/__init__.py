@@ -123,10 +123,8 @@ class AutoTranslator:
 
     def _choose(self, raw: bytes) -> None:
         try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return
-        if type(obj) is not dict:
+            obj = parse_object(raw, "auto")
+        except Untranslatable:
             return
         kind = classify(obj)
         if kind is None:

@@ -44,7 +44,7 @@ import orjson
 
 from memfs.errors import CapRewriteError, MemfsError, ValidationError
 from memfs.events import parse_line
-from memfs.ingest import AutoTranslator, Untranslatable, classify, session_id_of
+from memfs.ingest import AutoTranslator, Untranslatable, classify, parse_object, session_id_of
 from memfs.store.config import DEFAULT_EVICT_TO
 from memfs.store.session import open_session
 from memfs.store.meta import now_rfc3339
@@ -125,10 +125,8 @@ def identify(path: Path, fmt: str) -> tuple[str | None, str | None]:
     complete = head[: head.rfind(b"\n") + 1] if len(head) == CHUNK else head
     for raw in complete.splitlines()[:HEAD_LINES]:
         try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            continue
-        if type(obj) is not dict:
+            obj = parse_object(raw, "auto")
+        except Untranslatable:
             continue
         kind = kind or classify(obj)
         sid = sid or session_id_of(obj)
