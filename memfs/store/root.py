@@ -19,8 +19,7 @@ from pathlib import Path
 from memfs.errors import AlreadyExists, InvalidName, NotEmpty, NotFound, SessionBusy
 from memfs.store.lock import is_live
 from memfs.store.catalog import is_session_dir, session_names
-from memfs.store.config import (DEFAULT_EVICT_TO, DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES,
-                                SessionConfig)
+from memfs.store.config import DEFAULT_EVICT_TO, DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES
 
 
 DEFAULT_MAX_OPEN_SESSIONS = 256  # sessions a store keeps open (one descriptor each), SPEC §3.5
@@ -39,12 +38,6 @@ class StoreSettings:
     idle_release: float = DEFAULT_IDLE_RELEASE
     max_open_sessions: int = DEFAULT_MAX_OPEN_SESSIONS
     evict_to: float = DEFAULT_EVICT_TO
-
-    @property
-    def session_config(self) -> SessionConfig:
-        """The config each session of the store is opened with."""
-        return SessionConfig(self.durability, self.max_events, self.max_line_bytes, idle_release=self.idle_release,
-                             evict_to=self.evict_to)
 
 
 class Store:
@@ -136,11 +129,6 @@ class Store:
             self._handles[name] = handle
         for held in victims:
             held.close()
-
-    def open_count(self) -> int:
-        """How many sessions this store holds open now."""
-        with self._lock:
-            return len(self._handles)
 
     def _open(self, name: str, create: bool) -> SessionHandle:
         s = self.settings
