@@ -440,7 +440,10 @@ def test_kill_9_at_each_step_of_an_amortized_eviction_loses_no_acknowledged_line
     with open_s(tmp_path, max_events=0) as h:
         h.lock()  # the writer's open: it completes or drops the marker
         assert not (sdir / "index" / "pending-cap-rewrite.json").exists()
-        assert h.open_report.recovered_marker == (step == 5)
+        # with a persister (interval > 0) step 6's persist runs there: a kill right after
+        # the step may come before it lands, and the open recovers by the marker
+        assert h.open_report.recovered_marker in ({True} if step == 5 else {True, False} if step == 6 and interval
+                                                  else {False})
         assert h.open_report.stale_marker == (step == 4)
         m = h.manifest
         assert (m["event_count"], m["turn_count"], m["in_turn"]) == (11 if rewritten else 21, 4, True)

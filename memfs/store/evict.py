@@ -19,7 +19,10 @@ right after it:
    if it fails, stop with the log untouched;
 4. write the marker ``index/pending-cap-rewrite.json``;
 5. atomically replace ``events.jsonl`` with ``[cut, end)``;
-6. shift offsets and counts, persist metadata, delete the marker.
+6. shift offsets and counts, persist metadata, delete the marker. The persist runs on the
+   metadata persister's thread when the session has one (the appender goes on meanwhile; the
+   metadata write that lands it deletes the marker — :meth:`MetadataWriter.write_marker
+   <memfs.store.metadata.MetadataWriter.write_marker>`), in the appender's thread otherwise.
 
 Decisions: the default summary keeps the *first* 32 distinct facts of the evicted events, in
 log order. Summary names carry the creation time in their first 16 hex digits, so sorting the
@@ -32,10 +35,13 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 import time
 from bisect import bisect_left
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 import orjson
 
@@ -45,7 +51,7 @@ from memfs.facts import event_facts
 from memfs.store.lines import CHUNK, scan_lines
 from memfs.store.meta import CapMarker, now_rfc3339
 from memfs.store.paths import (CAP_MARKER, DERIVED_DIR, EVENTS, atomic_write, ensure_private_dir, open_nofollow,
-                               remove_file, write_all)
+                               remove_file, replace_with, write_all, write_temp)
 
 SUMMARY_PREFIX = "eviction-summary-"
 SUMMARY_MAX_FACTS = 32
@@ -87,6 +93,8 @@ def default_summary_hook(session_dir: Path, session_id: str, events: list[dict])
     facts: list[str] = []
     seen: set[str] = set()
     for event in events:
+        if len(facts) == SUMMARY_MAX_FACTS:
+            break
         for _type, fact in event_facts(event):
             if fact not in seen and len(facts) < SUMMARY_MAX_FACTS:
                 seen.add(fact)
@@ -107,63 +115,113 @@ def default_summary_hook(session_dir: Path, session_id: str, events: list[dict])
 def enforce_cap(s) -> None:
     """Bring session ``s`` (a :class:`memfs.store.session.Session`, its mutex held) down to
     its low-water mark (``evict_to × max_events``), if closed turns allow; the commit calls it
-    when ``event_count > max_events``."""
+    when ``event_count > max_events``.
+
+    The steps' disk waits overlap where the order allows (the steps still *complete* in the
+    spec's order, and a crash after any of them leaves what it left before): step 1's
+    ``fdatasync`` and the copy of the remainder into a temp file run on worker threads while
+    this thread recounts the prefix; the marker's temp file is written beside the summary hook.
+    Temp files are invisible until renamed (and a dead process's are removed at the next open).
+    """
     state, log = s.state, s.log
     excess = state.event_count - s.config.evict_floor
     plan = plan_cut(state.index, state.in_turn, excess)
     if plan is None:
         return
     k, cut = plan
-    # 1. everything durable before anything is rewritten
-    log.durable()
-    file_len = log.flushed_len
-    _after_step(1)
-    # 2. recount the prefix as a rescan would
-    evicted, offsets = [], []
-    for off, line in scan_lines(log.fd, 0, cut):
-        decoded = decode_stored(line)
-        if decoded is not None:
-            evicted.append(decoded[1])
-            offsets.append(off)
-    if k > 1 and len(evicted) > excess:  # records outside turns went too: maybe fewer turns do
-        k, cut, n = trim_cut(state.index, k, offsets, excess)
-        del evicted[n:]
-    _after_step(2)
-    # 3. the summary hook; its failure leaves the log untouched
-    hook = s.config.summary_hook or default_summary_hook
+    log.write_pending()
+    file_len, old_fd = log.flushed_len, log.fd
+    base = state.index.base
+    # 1. everything durable before anything is rewritten; the remainder copied meanwhile
+    syncing = _beside(log.sync_to, log.position)
+    copying = _beside(write_temp, s.dir / EVENTS, _copier(old_fd, cut, file_len))
+    temps = [copying]
     try:
-        hook(s.dir, s.session_id, evicted)
-    except Exception as exc:
-        raise CapRewriteError(f"event cap not applied: summary hook failed: {exc}") from exc
-    _after_step(3)
-    # 4. the marker
-    new_base = state.index.base + k
-    atomic_write(s.dir / CAP_MARKER, CapMarker(file_len, file_len - cut, new_base).to_json())
-    _after_step(4)
-    # 5. the remainder replaces the log
-    old_fd = log.fd
+        # 2. recount the prefix as a rescan would
+        evicted, offsets = [], []
+        for off, line in scan_lines(old_fd, 0, cut):
+            decoded = decode_stored(line)
+            if decoded is not None:
+                evicted.append(decoded[1])
+                offsets.append(off)
+        if k > 1 and len(evicted) > excess:  # records outside turns went too: maybe fewer turns do
+            k, trimmed, n = trim_cut(state.index, k, offsets, excess)
+            del evicted[n:]
+            if trimmed != cut:  # the remainder starts earlier: copy it again
+                cut = trimmed
+                temps.append(copying := _beside(write_temp, s.dir / EVENTS, _copier(old_fd, cut, file_len)))
+        syncing.result()
+        _after_step(1)
+        _after_step(2)
+        # 3. the summary hook (its failure leaves the log untouched); the marker's temp meanwhile
+        marker = CapMarker(file_len, file_len - cut, base + k).to_json()
+        temps.append(marking := _beside(write_temp, s.dir / CAP_MARKER, marker))
+        hook = s.config.summary_hook or default_summary_hook
+        try:
+            hook(s.dir, s.session_id, evicted)
+        except Exception as exc:
+            raise CapRewriteError(f"event cap not applied: summary hook failed: {exc}") from exc
+        _after_step(3)
+        # 4. the marker (the previous rewrite's metadata first, if it is not on disk yet: the
+        # marker it replaces is what recovery would need until then)
+        if s.meta.marker_pending:
+            s.persist()
+        s.meta.write_marker(marking.result())
+        temps.remove(marking)
+        _after_step(4)
+        # 5. the remainder replaces the log
+        replace_with(copying.result(), s.dir / EVENTS)
+        temps.remove(copying)
+    finally:
+        _discard(temps)
+    s.replace_log(open_nofollow(s.dir / EVENTS, os.O_RDWR | os.O_APPEND), cut)
+    _after_step(5)
+    # 6. shift the state; persisting it deletes the marker (on the persister thread, if any)
+    state.index.drop_front(k, cut)
+    state.event_count -= len(evicted)
+    s.persist_rewrite()
+    _after_step(6)
 
-    def copy_remainder(dst: int) -> None:
-        pos = cut
-        while pos < file_len:
+
+def _copier(src: int, start: int, end: int) -> Callable[[int], None]:
+    """What :func:`write_temp` calls to copy ``[start, end)`` of ``src`` into the temp file."""
+
+    def copy(dst: int) -> None:
+        pos = start
+        while pos < end:
             try:
-                n = os.copy_file_range(old_fd, dst, file_len - pos, pos)
+                n = os.copy_file_range(src, dst, end - pos, pos)
             except OSError as exc:
                 if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
                     raise
-                data = os.pread(old_fd, min(file_len - pos, CHUNK), pos)  # no in-kernel copy here
+                data = os.pread(src, min(end - pos, CHUNK), pos)  # no in-kernel copy here
                 write_all(dst, data)
                 n = len(data)
             if n == 0:
                 raise OSError("log shrank during a cap rewrite")
             pos += n
 
-    atomic_write(s.dir / EVENTS, copy_remainder)
-    s.replace_log(open_nofollow(s.dir / EVENTS, os.O_RDWR | os.O_APPEND), cut)
-    _after_step(5)
-    # 6. shift the state and persist it
-    state.index.drop_front(k, cut)
-    state.event_count -= len(evicted)
-    s.persist()
-    remove_file(s.dir / CAP_MARKER)
-    _after_step(6)
+    return copy
+
+
+def _discard(temps: list[Future]) -> None:
+    """Wait for the temp files not used (a step failed, or the cut moved) and delete them."""
+    for future in temps:
+        try:
+            remove_file(future.result())
+        except Exception:  # its own failure left nothing
+            pass
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = 0
+_pool_lock = threading.Lock()
+
+
+def _beside(fn, *args) -> Future:
+    """Run ``fn(*args)`` on a worker thread of the cap's pool (disk waits that overlap)."""
+    global _pool, _pool_pid
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid():  # (a forked child has no workers)
+            _pool, _pool_pid = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memfs-cap"), os.getpid()
+        return _pool.submit(fn, *args)

@@ -27,7 +27,7 @@ from typing import Callable
 import threading
 
 from memfs.store.meta import IndexSnapshot, file_key
-from memfs.store.paths import INDEX_DIR, MANIFEST, TURNS, TURNS_CACHE, atomic_write, ensure_private_dir, remove_file, write_all
+from memfs.store.paths import CAP_MARKER, INDEX_DIR, MANIFEST, TURNS, TURNS_CACHE, atomic_write, ensure_private_dir, remove_file, replace_with, write_all
 
 PERSIST_SHARE = 10  # the coalescing interval is at least this many times the last persist's cost
 _RETIRED = float("inf")  # ``written_seq`` of a closed session: every snapshot is stale
@@ -51,7 +51,7 @@ class MetadataWriter:
     """Writes one session's ``index/turns.json`` (+ ``turns.cache``) and ``manifest.json``."""
 
     __slots__ = ("dir", "lock", "seq", "written_seq", "persisted_version", "last_persist", "gap", "interval",
-                 "cache_on_disk", "times")
+                 "cache_on_disk", "times", "marker_seq")
 
     def __init__(self, session_dir: Path, interval: float, cache_on_disk: bool, times=None):
         self.dir = session_dir
@@ -66,6 +66,9 @@ class MetadataWriter:
         self.interval = interval
         self.gap = interval  # the coalescing interval in force
         self.cache_on_disk = cache_on_disk
+        # a cap rewrite's marker on disk (SPEC §3.7 step 4) awaits the metadata of the state
+        # after its rewrite: the first snapshot taken after ``seq`` had this value. None: none.
+        self.marker_seq: int | None = None
 
     def snapshot(self, version: int, sync_target: int, index, manifest_json: bytes, cache: bool,
                  times: tuple | None = None) -> Snapshot:
@@ -100,12 +103,28 @@ class MetadataWriter:
                 remove_file(self.dir / TURNS_CACHE)
                 self.cache_on_disk = False
             atomic_write(self.dir / MANIFEST, snap.manifest)
+            if self.marker_seq is not None and snap.seq > self.marker_seq:  # step 6's end: metadata after the rewrite
+                remove_file(self.dir / CAP_MARKER)
+                self.marker_seq = None
             self.written_seq = snap.seq
             self.persisted_version = snap.version
             self.last_persist = now = _monotonic()
             if self.interval:
                 self.gap = max(self.interval, PERSIST_SHARE * (now - snap.taken))
         return True
+
+    def write_marker(self, tmp: Path) -> None:
+        """Step 4 of a cap rewrite (caller holds the session's mutex; any earlier marker was
+        cleared): the marker, prepared in temp file ``tmp`` (:func:`~memfs.store.paths.write_temp`),
+        takes its place. The first metadata write of a snapshot taken after this — describing
+        the state after the rewrite — deletes it (step 6)."""
+        with self.lock:
+            replace_with(tmp, self.dir / CAP_MARKER)
+            self.marker_seq = self.seq
+
+    @property
+    def marker_pending(self) -> bool:
+        return self.marker_seq is not None
 
     def retire(self) -> None:
         """No metadata write of this session after this one (a write in flight lands first)."""

@@ -10,9 +10,11 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import queue
 import re
 import shutil
 import stat
+import threading
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -151,7 +153,14 @@ def atomic_write(path: Path, data: bytes | Callable[[int], None]) -> None:
     loss). The target is never opened for writing in place.
 
     ``data`` is the new content, or a function that writes it to the temp file's fd (for
-    content too large to hold in memory)."""
+    content too large to hold in memory). The two halves are :func:`write_temp` and
+    :func:`replace_with`, for a caller that prepares several replacements at once."""
+    replace_with(write_temp(path, data), path)
+
+
+def write_temp(path: Path, data: bytes | Callable[[int], None]) -> Path:
+    """The first half of :func:`atomic_write`: the new content of ``path`` in a temp file
+    beside it, on disk (fsynced); returns the temp file's path. Nothing is left on failure."""
     refuse_symlink(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")  # see _TEMP_NAME
     fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
@@ -166,8 +175,47 @@ def atomic_write(path: Path, data: bytes | Callable[[int], None]) -> None:
         os.unlink(tmp)
         raise
     os.close(fd)
+    return tmp
+
+
+def replace_with(tmp: Path, path: Path) -> None:
+    """The second half of :func:`atomic_write`: rename ``tmp`` over ``path`` and make the
+    rename durable."""
     os.rename(tmp, path)
     fsync_dir(path.parent)
+
+
+_closing: "queue.SimpleQueue[int] | None" = None
+_closer_lock = threading.Lock()
+
+
+def close_later(fd: int) -> None:
+    """Close ``fd`` on a background thread: the last descriptor of a replaced log, whose
+    close frees the old file's blocks (about a millisecond per few MB here), so the writer
+    does not wait for it."""
+    global _closing
+    with _closer_lock:
+        if _closing is None:
+            _closing = queue.SimpleQueue()
+            threading.Thread(target=_close_loop, args=(_closing,), name="memfs-closer", daemon=True).start()
+        _closing.put(fd)
+
+
+def _close_loop(fds: "queue.SimpleQueue[int]") -> None:
+    while True:
+        fd = fds.get()
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _forget_closer() -> None:
+    global _closing
+    _closing = None  # a forked child has no closer thread: it starts its own
+
+
+os.register_at_fork(after_in_child=_forget_closer)
 
 
 def fsync_dir(path: Path) -> None:

@@ -346,8 +346,19 @@ class Session:
             persister.schedule(self, _monotonic() + persister.RETRY_SECONDS)
 
     def persist_due(self) -> float:
-        """For the persister: no coalesced persist before this monotonic time."""
-        return self.meta.due()
+        """For the persister: no coalesced persist before this monotonic time (none to wait
+        for while a cap rewrite's marker awaits its metadata)."""
+        return 0.0 if self.meta.marker_pending else self.meta.due()
+
+    def persist_rewrite(self) -> None:
+        """Step 6 of a cap rewrite (caller holds ``mutex``): its metadata, which deletes the
+        marker. With a persister (``metadata_interval`` > 0) the write runs there, at once, and
+        the appender goes on meanwhile: until it lands, an open finds the marker and rescans
+        with its ``retained_turn_base`` (SPEC §3.7), as after a crash in step 6."""
+        if self.config.metadata_interval:
+            persister.schedule(self, 0.0)
+        else:
+            self.persist()
 
     def manifest(self) -> Manifest:
         s = self.state

@@ -50,7 +50,7 @@ from memfs.store.config import BUFFER_LIMIT
 from memfs.store.evict import enforce_cap
 from memfs.store.machine import apply
 from memfs.store.meta import now_rfc3339
-from memfs.store.paths import write_all
+from memfs.store.paths import close_later, write_all
 
 _TURN_STARTED = Kind.TURN_STARTED
 _time = time.time
@@ -139,7 +139,7 @@ class LogFile:
             self.dropped += cut
             self.flushed_len -= cut
             self.synced = max(self.synced, self.position)
-        os.close(old)
+        close_later(old)  # the last descriptor of the replaced file: closing it frees its blocks
 
     def reopen(self, fd: int | None, length: int) -> None:
         """The log is (again) the file open as ``fd``, ``length`` bytes long — read afresh from
