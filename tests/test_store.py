@@ -23,7 +23,7 @@ from memfs.errors import LineTooLong, ReadOnlySession, SessionBusy, SessionClose
 from memfs.events import SCHEMA_VERSION
 from memfs.store.appender import LineAppender
 from refcounts import bytes_kept
-from store_helpers import (DONE, FAILED, START, THREAD_DONE, THREAD_START, disk_index, disk_manifest, env, log_lines,
+from store_helpers import (wait_until, DONE, FAILED, START, THREAD_DONE, THREAD_START, disk_index, disk_manifest, env, log_lines,
                            msg, open_s, run_python, turn)
 
 
@@ -666,7 +666,7 @@ def test_the_commit_keeps_no_references(full_disk):
     capped = open_s(root, "capped", durability="write", max_events=4, summary_hook=hook)
     buffered = open_s(root, "buffered", max_events=6, summary_hook=lambda *args: None)  # bounded
     failing = open_s(root, "failing", durability="write")
-    outcomes = {"cap_errors": 0, "refused": 0, "write_errors": 0}  # over both runs of churn
+    outcomes = {"cap_errors": 0, "refused": 0, "write_errors": 0}  # over the three runs of churn
 
     def put(h, lines):
         """Append; an eviction that fails after a line was committed (which stops a batch
@@ -703,10 +703,12 @@ def test_the_commit_keeps_no_references(full_disk):
         finally:
             filler.unlink()
         buffered.flush()  # nothing pending: what stays is what leaked
+        # a cap rewrite's metadata is written on the persister thread: wait until it has
+        wait_until(lambda: all(h.stats()["persist_idle"] for h in (capped, buffered, failing)), "persister idle")
 
     try:
-        grown = bytes_kept(churn, ignore=[pathlib.__file__])
-        assert outcomes["cap_errors"] > 50 and outcomes["refused"] > 300 and outcomes["write_errors"] == 1000
+        grown = bytes_kept(churn, ignore=[pathlib.__file__], rounds=2)  # background persists: the least of two
+        assert outcomes["cap_errors"] > 75 and outcomes["refused"] > 450 and outcomes["write_errors"] == 1500
         assert failing.stats()["appended"] == 0 and failing.manifest["event_count"] == 0
         assert capped.manifest["event_count"] <= 4 + 4
     finally:
