@@ -526,8 +526,8 @@ class SessionHandle:
         """``{ordinal: (started_at, completed_at)}``: when memfs received each turn's
         ``turn.started`` and its closing line (RFC 3339), for the turns a writer witnessed
         (see :mod:`memfs.store.turntimes`; a turn without times is absent or has nulls). The
-        open turn has ``completed_at`` None. Includes evicted turns' times until the next cap
-        rewrite's persist drops them."""
+        open turn has ``completed_at`` None. May include evicted turns' times, until a cap
+        rewrite's persist compacts the sidecar (see :mod:`memfs.store.turntimes`)."""
         return self.turn_times_delta(None)[2]
 
     def turn_times_delta(self, token) -> tuple[tuple, bool, dict]:
