@@ -8,9 +8,9 @@ Threads (the trio loop never waits for the network):
   calls :meth:`ClusterNode.append`: for each validated record, publish to ``memfs.<session>``
   with ``Nats-Expected-Last-Subject-Sequence`` = the stream sequence of the last line of that
   session this host applied (0: none) and ``Nats-Msg-Id`` = ``<host id>:<session>:<that
-  sequence>`` (deterministic: a retry of the same publish is stored once, and two hosts never
-  share an id); once JetStream acknowledged it, commit the line to the local store through the
-  store's one commit. A refusal for a wrong last sequence (err_code 10071) means another host
+  sequence>:<digest of the line>`` (:func:`msg_id`, deterministic: a retry of the same publish
+  is stored once, two hosts never share an id, nor two lines of one host); once JetStream
+  acknowledged it, commit the line to the local store through the store's one commit. A refusal for a wrong last sequence (err_code 10071) means another host
   appended first: catch up (fetch the session's messages after the last applied one and commit
   them), revalidate, publish again;
 * the *applier* thread commits what the follower (an ordered consumer on ``memfs.>``, from
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import hashlib
 import logging
 import os
 import queue
@@ -54,6 +55,14 @@ WRONG_LAST_SEQUENCE = 10071
 SIDECAR = "cluster.json"
 SIDECAR_WIDTH = 96  # the sidecar is rewritten in place at a fixed width (one small pwrite)
 MAX_FENCE_RETRIES = 100
+
+
+def msg_id(host_id: str, session: str, expected: int, line: bytes) -> str:
+    """The publish's ``Nats-Msg-Id``: host, session, fence and a digest of the line. A retry of
+    the same line on the same fence is stored once; another line on the same fence never
+    shares its id (an append that timed out may have been stored: the next line, published on
+    the same stale fence, must be refused by the fence, not deduplicated into it)."""
+    return f"{host_id}:{session}:{expected}:{hashlib.blake2b(line, digest_size=8).hexdigest()}"
 
 
 class ClusterError(OSError):
@@ -268,7 +277,7 @@ class ClusterNode:
         while True:
             expected = rep.seq
             headers = {"Nats-Expected-Last-Subject-Sequence": str(expected),
-                       "Nats-Msg-Id": f"{self.host_id}:{rep.name}:{expected}"}
+                       "Nats-Msg-Id": msg_id(self.host_id, rep.name, expected, line)}
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ClusterError(errno.ETIMEDOUT, f"cluster: no acknowledgement for session {rep.name} "
@@ -394,7 +403,11 @@ class ClusterSession:
         except ValidationError as exc:
             self.handle.reject(line, exc, pid=pid)
             raise
-        self.node.append(self.handle.name, [record])
+        self.append_records([record])
 
     def append_records(self, records) -> int:
-        return self.node.append(self.handle.name, list(records))
+        try:
+            return self.node.append(self.handle.name, list(records))
+        except OSError as exc:  # no quorum, a local-only session: the reason, on the session folder
+            self.handle.note_failure(f"memfs: {exc.strerror}")
+            raise

@@ -720,6 +720,11 @@ class SessionHandle:
         """The reason of the last line of this session refused in this process, if any."""
         return self._s.last_refusal
 
+    def note_failure(self, reason: str) -> None:
+        """Record the one-line reason of an append that failed outside the store (cluster
+        mode: no quorum in time), as :attr:`last_refusal` (``user.memfs.last_error``)."""
+        self._s.last_refusal = reason
+
     def append_records(self, records: Iterable[Record], *, sync: bool = True) -> int:
         """Append records that :meth:`validate` accepted, as one append call; return how many.
 
