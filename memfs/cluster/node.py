@@ -26,6 +26,23 @@ place after each applied line: ``{"stream": …, "seq": N}``), so a restarted ho
 there. A crash between the log's write and the sidecar's leaves the log one line ahead; the
 first message after the sidecar's sequence is then compared with the log's last line, and
 skipped when equal.
+
+Host-wide checkpoint: ``<store>/.memfs-cluster.json`` (``{"stream", "created", "seq"}``) is the
+stream sequence below which the follower applied everything (the applier handles messages in
+stream order, so its last finished sequence is that mark). The applier rewrites it atomically
+(temporary file, rename) when it falls idle, at most once a second, and :meth:`stop` writes it
+last; the follower of a restarted host starts at ``seq + 1``
+(``DeliverPolicy.BY_START_SEQUENCE``), so it reads only what it has not applied. A checkpoint
+of another stream, or of an earlier stream of the same name (``created`` differs), is ignored.
+It may lag what is applied (a crash between two rewrites): the messages after it are read
+again and skipped by each session's sidecar sequence, as before.
+
+Sessions written locally before cluster mode (a log, no sidecar): :meth:`ClusterNode.start`
+publishes their lines, fenced from expected sequence 0, before following, so every host gets
+them. When the stream already holds that subject (another host wrote a session of that name),
+the local one is left alone, and local only: it is logged, the follower does not apply the
+stream's lines to it, and appends to it fail with ``EEXIST`` (README, "Decisions the spec
+leaves open").
 """
 
 from __future__ import annotations
@@ -33,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import hashlib
+import json
 import logging
 import os
 import queue
@@ -55,6 +73,8 @@ WRONG_LAST_SEQUENCE = 10071
 SIDECAR = "cluster.json"
 SIDECAR_WIDTH = 96  # the sidecar is rewritten in place at a fixed width (one small pwrite)
 MAX_FENCE_RETRIES = 100
+CHECKPOINT = ".memfs-cluster.json"  # in the store's root: the host-wide checkpoint
+CHECKPOINT_EVERY = 1.0  # seconds: the applier rewrites the checkpoint at most this often
 
 
 def msg_id(host_id: str, session: str, expected: int, line: bytes) -> str:
@@ -104,6 +124,14 @@ class ClusterNode:
         self.pending = 0  # messages the stream holds beyond the last delivered one
         self.oldest_unapplied: float | None = None  # when the oldest queued message arrived
         self.disconnected_at: float | None = None
+        self.fenced = 0  # publishes refused for a wrong last sequence (another host first)
+        self.start_seq = 1  # where the follower started (the checkpoint + 1)
+        self.received = 0  # messages the follower delivered since the start
+        self.published_local: list[str] = []  # sessions written before cluster mode, published at start
+        self.local_only: set[str] = set()  # ... and those the stream already had: left local
+        self._stream_created = ""
+        self._checkpointed = 0
+        self._checkpoint_at = 0.0
 
     # --- life ------------------------------------------------------------------------------
 
@@ -113,6 +141,8 @@ class ClusterNode:
         self._thread.start()
         try:
             self._call(self._connect(), self.config.timeout * 2)
+            self._call(self._publish_local_sessions(), None)  # (each publish has its own timeout)
+            self._call(self._follow(), self.config.timeout * 2)
         except BaseException:
             self.stop()
             raise
@@ -151,15 +181,110 @@ class ClusterNode:
         self.js = self.nc.jetstream(timeout=self.config.timeout)
         cfg = self.config
         try:
-            await self.js.stream_info(cfg.stream)
+            info = await self.js.stream_info(cfg.stream)
         except NotFoundError:
-            await self.js.add_stream(api.StreamConfig(
+            info = await self.js.add_stream(api.StreamConfig(
                 name=cfg.stream, subjects=[SUBJECT_PREFIX + ">"], num_replicas=cfg.effective_replicas,
                 storage=api.StorageType.FILE, duplicate_window=120.0, max_age=cfg.max_age or None,
                 max_bytes=cfg.max_bytes or None, allow_direct=True))
             log.info("cluster: created stream %s (replicas %d)", cfg.stream, cfg.effective_replicas)
-        await self.js.subscribe(SUBJECT_PREFIX + ">", cb=self._delivered, ordered_consumer=True,
-                                deliver_policy=api.DeliverPolicy.ALL, idle_heartbeat=2.0, flow_control=True)
+        self._stream_created = info.created.isoformat() if info.created else ""
+
+    async def _follow(self) -> None:
+        """Start the follower at the checkpoint + 1."""
+        cfg = self.config
+        self.applied_seq = self._checkpointed = self._read_checkpoint()
+        self.start_seq = self.applied_seq + 1
+        config = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=self.start_seq)
+        await self.js.subscribe(SUBJECT_PREFIX + ">", cb=self._delivered, ordered_consumer=True, config=config,
+                                idle_heartbeat=2.0, flow_control=True)
+        log.info("cluster: following stream %s from sequence %d (checkpoint %d)", cfg.stream, self.start_seq,
+                 self.start_seq - 1)
+
+    # --- the host-wide checkpoint and sessions written before cluster mode ----------------
+
+    def _read_checkpoint(self) -> int:
+        try:
+            data = json.loads((self.store.root / CHECKPOINT).read_bytes())
+        except (FileNotFoundError, ValueError):
+            return 0
+        if (not isinstance(data, dict) or data.get("stream") != self.config.stream
+                or data.get("created") != self._stream_created or not isinstance(data.get("seq"), int)):
+            log.info("cluster: %s is of another stream: following from the first message", CHECKPOINT)
+            return 0
+        return max(0, data["seq"])
+
+    def _write_checkpoint(self) -> None:
+        """Rewrite the checkpoint atomically (the applier's thread, or :meth:`stop`)."""
+        seq = self.applied_seq
+        if seq == self._checkpointed or self.store.settings.read_only:
+            return
+        path = self.store.root / CHECKPOINT
+        tmp = path.with_name(CHECKPOINT + ".tmp")
+        data = json.dumps({"stream": self.config.stream, "created": self._stream_created, "seq": seq}).encode()
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, data + b"\n")
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.warning("cluster: cannot write %s: %s", path, exc)
+            return
+        self._checkpointed = seq
+        self._checkpoint_at = time.monotonic()
+
+    async def _publish_local_sessions(self) -> None:
+        """Publish the sessions of the local store that have lines but no sidecar (written
+        before cluster mode), fenced from 0; leave local those whose subject the stream has
+        with other lines. What the stream has of a session may be a prefix of the local lines
+        (an earlier start of this host stopped midway): publishing continues after it."""
+        if self.store.settings.read_only:
+            return
+        for name in self.store.names():
+            if self._sidecar(name).exists():
+                continue
+            try:
+                with open(self.store.root / name / EVENTS, "rb") as f:
+                    lines = [line for line in f.read().split(b"\n") if line.strip()]
+            except FileNotFoundError:
+                continue
+            if not lines:
+                continue  # an empty session appears elsewhere with its first line
+            subject = SUBJECT_PREFIX + name
+            seq, done = await self._published_prefix(subject, lines)
+            if done < 0:
+                self.local_only.add(name)
+                log.error("cluster: session %s was written here before cluster mode, and the stream already "
+                          "has another session of that name: left local, not replicated (rename it to publish it)",
+                          name)
+                continue
+            for line in lines[done:]:
+                headers = {"Nats-Expected-Last-Subject-Sequence": str(seq),
+                           "Nats-Msg-Id": msg_id(self.host_id, name, seq, line)}
+                seq = (await self.js.publish(subject, line, timeout=self.config.timeout, headers=headers)).seq
+            os.makedirs(self.store.root / name / INDEX_DIR, mode=0o700, exist_ok=True)
+            rep = self.replica(name)
+            with rep.lock:
+                rep.seq = seq
+                self._save(rep)
+            self.published_local.append(name)
+            log.info("cluster: session %s (written before cluster mode): %d lines published, %d were in the stream",
+                     name, len(lines) - done, done)
+
+    async def _published_prefix(self, subject: str, lines: list) -> tuple[int, int]:
+        """(last sequence, count) of the stream's messages on ``subject`` when they are the
+        first lines of ``lines`` ((0, 0): none); (0, -1) when they are not."""
+        seq = done = 0
+        while True:
+            try:
+                msg = await self.js.get_msg(self.config.stream, seq=seq + 1, subject=subject, next=True)
+            except NotFoundError:
+                return seq, done
+            if done >= len(lines) or msg.data != lines[done]:
+                return 0, -1
+            seq, done = msg.seq, done + 1
 
     def stop(self) -> None:
         """Stop following and close the connection (what is applied stays applied)."""
@@ -167,6 +292,9 @@ class ClusterNode:
         self._inbox.put(None)
         if self._applier.is_alive():
             self._applier.join(10)
+            self._write_checkpoint()
+            log.info("cluster: stopped at stream sequence %d; the follower received %d messages from sequence %d, "
+                     "%d publishes were fenced", self.applied_seq, self.received, self.start_seq, self.fenced)
         if self.nc is not None and self.loop.is_running():
             try:
                 self._call(self.nc.close(), 5)
@@ -256,6 +384,9 @@ class ClusterNode:
         the local store once JetStream acknowledged it; return how many. A failure raises
         ``OSError`` (``ETIMEDOUT`` when the cluster did not answer in time) whose ``accepted``
         counts the records that went in (run in a worker thread, never the trio loop)."""
+        if name in self.local_only:
+            raise ClusterError(errno.EEXIST, f"cluster: session {name} was written here before cluster mode and the "
+                               "stream has another session of that name: it stays local, appends are refused")
         rep = self.replica(name)
         done = 0
         with rep.lock:
@@ -288,6 +419,9 @@ class ClusterNode:
             except APIError as exc:
                 if exc.err_code == WRONG_LAST_SEQUENCE and fences < MAX_FENCE_RETRIES:
                     fences += 1
+                    self.fenced += 1
+                    log.info("cluster: session %s: fenced at sequence %d (another host appended first): catching up",
+                             rep.name, expected)
                     self._catch_up(rep)  # another host appended first
                     deadline = time.monotonic() + self.config.timeout
                     continue
@@ -344,6 +478,7 @@ class ClusterNode:
     async def _delivered(self, msg) -> None:
         md = msg.metadata
         self.delivered_seq = md.sequence.stream
+        self.received += 1
         self.pending = md.num_pending
         if self.oldest_unapplied is None:
             self.oldest_unapplied = md.timestamp.timestamp() if md.timestamp else time.time()
@@ -351,21 +486,29 @@ class ClusterNode:
 
     def _apply_loop(self) -> None:
         while True:
-            item = self._inbox.get()
+            try:
+                item = self._inbox.get(timeout=CHECKPOINT_EVERY)
+            except queue.Empty:  # idle: the checkpoint, off the replication's way
+                if time.monotonic() - self._checkpoint_at >= CHECKPOINT_EVERY:
+                    self._write_checkpoint()
+                continue
             if item is None or self._stopping:
                 return
             subject, seq, data, pending = item
             name = subject[len(SUBJECT_PREFIX):]
             try:
-                rep = self.replica(name)
-                with rep.lock:
-                    self._load(rep)
-                    self._commit_local(rep, seq, data, create=True)
+                if name not in self.local_only:  # (a local-only session: logged once, at start)
+                    rep = self.replica(name)
+                    with rep.lock:
+                        self._load(rep)
+                        self._commit_local(rep, seq, data, create=True)
             except Exception:
                 log.exception("cluster: session %s: applying stream message %d failed", name, seq)
             self.applied_seq = seq
             if self._inbox.empty() and pending == 0:
                 self.oldest_unapplied = None
+            if time.monotonic() - self._checkpoint_at >= CHECKPOINT_EVERY:
+                self._write_checkpoint()
 
     def wait_applied(self, seq: int, timeout: float) -> bool:
         """For tools and tests: wait until the follower applied stream sequence ``seq``."""
