@@ -17,6 +17,26 @@ Threads (the trio loop never waits for the network):
   the stream's first message) delivers: other hosts' lines, in stream order; a line this host
   already applied (its own, or caught up) is skipped by its sequence.
 
+*Batches* (a ``write()`` of many lines, ``append_many``) are published pipelined as JetStream
+**atomic batches** (nats-server ≥ 2.12, stream setting ``allow_atomic``): up to
+:data:`BATCH_MAX` messages sent back to back with ``Nats-Batch-Id`` / ``Nats-Batch-Sequence``
+(the last with ``Nats-Batch-Commit``), one acknowledgement for all. Why this and not a chain
+of per-message fences: JetStream numbers messages across every subject of the stream, so the
+sequence message *i* will get is unknown until message *i-1* is acknowledged — a chain of
+``Nats-Expected-Last-Subject-Sequence`` needs one round trip per line, and fencing only the
+first message of a plain pipeline would let another host's line land between ours (and ours
+still be stored after it: interleaving inside the window). An atomic batch is stored whole
+and contiguous or not at all: only its first message carries the fence (the session's last
+applied sequence), so the fence covers the whole batch; the ack gives the last sequence and
+the count, hence each line's sequence (``last - count + 1 + i``). A refused batch (wrong
+last sequence: another host appended first) stores nothing: catch up, revalidate the rest
+against the caught-up state, send it again. A batch whose ack was lost (timeout) is sent
+again with the same fence: if the first attempt was stored, the retry is refused, and the
+catch-up recognises the batch's own ``Nats-Batch-Id`` in the messages it applies — those
+lines count as accepted and are not sent a third time. A stream created without
+``allow_atomic`` (before this, by hand) is updated to allow it; when that is refused, batches
+fall back to one fenced publish per line.
+
 A per-session :class:`Replica` lock serializes the writer and the applier of one session on
 this host; the session's own mutex is never held across a network wait (the store takes it
 only inside each local commit).
@@ -32,12 +52,14 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import logging
 import os
 import queue
 import socket
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import nats
@@ -54,6 +76,8 @@ WRONG_LAST_SEQUENCE = 10071
 SIDECAR = "cluster.json"
 SIDECAR_WIDTH = 96  # the sidecar is rewritten in place at a fixed width (one small pwrite)
 MAX_FENCE_RETRIES = 100
+BATCH_MAX = 256  # messages per atomic batch (the server takes up to 1,000)
+BATCH_HEADERS = ("Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Batch-Commit")
 
 
 class ClusterError(OSError):
@@ -95,6 +119,7 @@ class ClusterNode:
         self.pending = 0  # messages the stream holds beyond the last delivered one
         self.oldest_unapplied: float | None = None  # when the oldest queued message arrived
         self.disconnected_at: float | None = None
+        self.atomic = False  # the stream takes atomic batches (set on connect)
 
     # --- life ------------------------------------------------------------------------------
 
@@ -142,13 +167,21 @@ class ClusterNode:
         self.js = self.nc.jetstream(timeout=self.config.timeout)
         cfg = self.config
         try:
-            await self.js.stream_info(cfg.stream)
+            info = await self.js.stream_info(cfg.stream)
         except NotFoundError:
-            await self.js.add_stream(api.StreamConfig(
+            info = await self.js.add_stream(api.StreamConfig(
                 name=cfg.stream, subjects=[SUBJECT_PREFIX + ">"], num_replicas=cfg.effective_replicas,
                 storage=api.StorageType.FILE, duplicate_window=120.0, max_age=cfg.max_age or None,
-                max_bytes=cfg.max_bytes or None, allow_direct=True))
+                max_bytes=cfg.max_bytes or None, allow_direct=True, allow_atomic=True))
             log.info("cluster: created stream %s (replicas %d)", cfg.stream, cfg.effective_replicas)
+        self.atomic = bool(info.config.allow_atomic)
+        if not self.atomic:  # a stream made before batches: allow them (an editable setting)
+            try:
+                info.config.allow_atomic = True
+                self.atomic = bool((await self.js.update_stream(info.config)).config.allow_atomic)
+            except APIError as exc:
+                log.warning("cluster: stream %s does not take atomic batches (%s): one publish per line",
+                            cfg.stream, exc)
         await self.js.subscribe(SUBJECT_PREFIX + ">", cb=self._delivered, ordered_consumer=True,
                                 deliver_policy=api.DeliverPolicy.ALL, idle_heartbeat=2.0, flow_control=True)
 
@@ -183,8 +216,6 @@ class ClusterNode:
         """Read the session's last applied sequence from its sidecar (caller holds rep.lock)."""
         if rep.seq is not None:
             return
-        import json
-
         try:
             with open(self._sidecar(rep.name), "rb") as f:
                 data = json.loads(f.read() or b"{}")
@@ -252,13 +283,95 @@ class ClusterNode:
         with rep.lock:
             self._load(rep)
             try:
-                for record in records:
-                    self._publish_one(rep, record)
-                    done += 1
+                if len(records) > 1 and self.atomic:
+                    while done < len(records):
+                        done += self._publish_batch(rep, records[done:done + BATCH_MAX])
+                else:
+                    for record in records:
+                        self._publish_one(rep, record)
+                        done += 1
+            except ValidationError:
+                if not done:
+                    raise
+                return done  # a line no longer valid after a catch-up: a short write, the retry reports it
             except OSError as exc:
                 exc.accepted = done
                 raise
         return done
+
+    def _publish_batch(self, rep: Replica, records: list) -> int:
+        """Publish ``records`` (at most :data:`BATCH_MAX`) as one fenced atomic batch and commit
+        them locally; return how many went in (fewer when a fence refusal's catch-up showed
+        that a previous attempt of this batch was stored, or a line no longer validates after
+        a catch-up: then it raises with ``accepted``)."""
+        subject = SUBJECT_PREFIX + rep.name
+        lines = [r[0] for r in records]
+        batch_id = uuid.uuid4().hex
+        deadline = time.monotonic() + self.config.timeout
+        fences = 0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ClusterError(errno.ETIMEDOUT, f"cluster: no acknowledgement for session {rep.name} "
+                                   f"within {self.config.timeout:g} s (no quorum, or no server reachable)")
+            try:
+                ack = self._call(self._send_batch(subject, lines, rep.seq, batch_id, min(left, 2.0)),
+                                 min(left, 2.0) + 0.5)
+            except (TimeoutError, asyncio.TimeoutError, nats.errors.Error) as exc:
+                log.debug("cluster: batch to %s: %r (sending it again, same fence)", subject, exc)
+                if self.nc.is_closed:
+                    raise ClusterError(errno.ENOTCONN, "cluster: connection closed") from exc
+                time.sleep(0.05)
+                continue
+            error = ack.get("error")
+            if error is None:
+                first = ack["seq"] - ack["count"] + 1
+                for i, line in enumerate(lines):
+                    self._commit_local(rep, first + i, line, create=True)
+                return len(lines)
+            if error.get("err_code") != WRONG_LAST_SEQUENCE:
+                log.debug("cluster: batch to %s refused: %s (retrying)", subject, error)
+                time.sleep(0.05)  # no stream leader yet: retry until the deadline
+                continue
+            if fences >= MAX_FENCE_RETRIES:
+                raise ClusterError(errno.EAGAIN, f"cluster: session {rep.name}: fenced {fences} times")
+            fences += 1
+            ours = self._catch_up(rep, batch_id)  # another host appended first (or we did, unacked)
+            if ours:
+                return ours  # a previous attempt was stored whole: caught up with the rest
+            handle = self._handle(rep.name, create=True)
+            for line in lines:  # revalidate against the caught-up state
+                handle.validate(line)
+            deadline = time.monotonic() + self.config.timeout
+            batch_id = uuid.uuid4().hex
+
+    async def _send_batch(self, subject: str, lines: list[bytes], expected: int, batch_id: str,
+                          timeout: float) -> dict:
+        """One atomic batch, pipelined: every message written to the connection without waiting,
+        one reply for the commit (the first message's reply only opens the batch). Returns the
+        ack's JSON (with ``error`` when refused)."""
+        nc = self.nc
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        try:
+            n = len(lines)
+            for i, line in enumerate(lines, 1):
+                headers = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(i)}
+                if i == 1:
+                    headers["Nats-Expected-Last-Subject-Sequence"] = str(expected)
+                if i == n:
+                    headers["Nats-Batch-Commit"] = "1"
+                await nc.publish(subject, line, reply=inbox if i in (1, n) else "", headers=headers)
+            end = time.monotonic() + timeout
+            while True:
+                msg = await sub.next_msg(timeout=max(0.01, end - time.monotonic()))
+                if not msg.data:
+                    continue  # the batch's opening ack
+                reply = json.loads(msg.data)
+                if "error" in reply or "batch" in reply:
+                    return reply
+        finally:
+            await sub.unsubscribe()
 
     def _publish_one(self, rep: Replica, record) -> None:
         subject = SUBJECT_PREFIX + rep.name
@@ -296,15 +409,20 @@ class ClusterNode:
             self._commit_local(rep, ack.seq, line, create=True)
             return
 
-    def _catch_up(self, rep: Replica) -> None:
-        """Apply the session's messages after the last applied one (caller holds rep.lock)."""
+    def _catch_up(self, rep: Replica, batch_id: str | None = None) -> int:
+        """Apply the session's messages after the last applied one (caller holds rep.lock);
+        return how many of them belong to the atomic batch ``batch_id`` (this host's own batch,
+        stored by an attempt whose ack was lost)."""
         subject = SUBJECT_PREFIX + rep.name
+        ours = 0
         while True:
             try:
                 msg = self._call(self.js.get_msg(self.config.stream, seq=rep.seq + 1, subject=subject, next=True),
                                  self.config.timeout)
             except NotFoundError:
-                return
+                return ours
+            if batch_id is not None and msg.headers and msg.headers.get("Nats-Batch-Id") == batch_id:
+                ours += 1
             self._commit_local(rep, msg.seq, msg.data, create=True)
 
     def _commit_local(self, rep: Replica, seq: int, line: bytes, create: bool) -> None:
