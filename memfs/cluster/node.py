@@ -452,11 +452,19 @@ class ClusterNode:
 
     async def _delivered(self, msg) -> None:
         md = msg.metadata
-        self.delivered_seq = md.sequence.stream
+        seq = md.sequence.stream
+        self.delivered_seq = seq
         self.pending = md.num_pending
+        if self._inbox.empty():  # this host's own line, committed by its writer: no hop to the applier
+            rep = self.replicas.get(msg.subject[len(SUBJECT_PREFIX):])
+            if rep is not None and rep.seq is not None and seq <= rep.seq:
+                self.applied_seq = seq
+                if md.num_pending == 0:
+                    self.oldest_unapplied = None
+                return
         if self.oldest_unapplied is None:
             self.oldest_unapplied = md.timestamp.timestamp() if md.timestamp else time.time()
-        self._inbox.put((msg.subject, md.sequence.stream, msg.data, md.num_pending))
+        self._inbox.put((msg.subject, seq, msg.data, md.num_pending))
 
     def _apply_loop(self) -> None:
         while True:
