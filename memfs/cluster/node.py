@@ -250,6 +250,10 @@ class ClusterNode:
         """What a writer of ``handle``'s session appends through (see :class:`ClusterSession`)."""
         return ClusterSession(self, handle)
 
+    def describe(self) -> str:
+        """``stream MEMFS on nats://a:4222,…``: what the mount's root shows in ``user.memfs.cluster``."""
+        return f"stream {self.config.stream} on {','.join(self.config.servers)}"
+
     def lag(self) -> float:
         """Seconds this host's replica is behind the stream: 0 when every delivered message is
         applied and the stream had nothing more; the age of the oldest unapplied one otherwise;

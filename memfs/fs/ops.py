@@ -570,6 +570,9 @@ class Operations(pyfuse3.Operations):
     # --- attributes and statistics -------------------------------------------------------------
 
     def _xattrs(self, node: Node) -> dict[bytes, bytes]:
+        if node.kind is K.ROOT and self.cluster is not None:  # the mount's own cluster state (memfs mounts)
+            return {b"user.memfs.cluster": self.cluster.describe().encode(),
+                    b"user.memfs.cluster_lag": f"{self.cluster.lag():.3f}".encode()}
         if node.kind is not K.SESSION:
             return {}
         session = self._session(node)
