@@ -10,7 +10,10 @@ each ratio is the median of the ratios of neighbours in time):
   descriptor of A's ``sessions/s0/events.jsonl`` (each returns after JetStream's ack and the
   local commit) beside raw ``nats-py``: ``js.publish`` of the same line with
   ``Nats-Expected-Last-Subject-Sequence``, one at a time, awaiting each ack, to a stream of
-  the same settings (replicas 3, file storage) on the same cluster; goal ≥ 0.8;
+  the same settings (replicas 3, file storage) on the same cluster; goal ≥ 0.8. A third
+  series is the same raw publisher whose connection also follows its stream (an ordered
+  consumer delivering every message, as each memfs host follows ``memfs.>``): the cost of
+  following, which the mount always pays;
 * 8 sessions in parallel: 8 threads each appending to its own session of A, beside 8
   ``nats-py`` tasks each publishing fenced to its own subject (one connection);
 * replication lag: an append acknowledged on A (its ``write()`` returned) until the line is in
@@ -57,7 +60,9 @@ STREAM = "BENCH"
 class Raw:
     """Raw ``nats-py`` on a loop of its own thread: fenced publishes, one at a time per subject."""
 
-    def __init__(self, urls: str):
+    def __init__(self, urls: str, follow: bool = False):
+        self.follow = follow
+        self.followed = 0
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -70,8 +75,19 @@ class Raw:
     async def _connect(self, urls):
         self.nc = await nats.connect(urls.split(","))
         self.js = self.nc.jetstream(timeout=10)
-        await self.js.add_stream(api.StreamConfig(name="RAW", subjects=["raw.>"], num_replicas=3,
-                                                  storage=api.StorageType.FILE, duplicate_window=120.0))
+        try:
+            await self.js.stream_info("RAW")
+        except nats.js.errors.NotFoundError:
+            await self.js.add_stream(api.StreamConfig(name="RAW", subjects=["raw.>"], num_replicas=3,
+                                                      storage=api.StorageType.FILE, duplicate_window=120.0))
+        if self.follow:  # as every memfs host does: an ordered consumer of the whole stream, here only counted
+
+            async def delivered(msg):
+                md = msg.metadata  # what memfs's follower reads of each message
+                self.followed = md.sequence.stream
+
+            await self.js.subscribe("raw.>", cb=delivered, ordered_consumer=True, deliver_policy=api.DeliverPolicy.NEW,
+                                    idle_heartbeat=2.0, flow_control=True)
 
     async def _fenced(self, subject: str, lines: list[bytes]) -> None:
         for line in lines:
@@ -162,10 +178,12 @@ def main() -> int:
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="memfs-bench-cluster-"))
-    cluster = raw = None
+    cluster = raw = follower = None
     procs: dict[str, tuple] = {}
     lines = [sized_message(i) for i in range(args.events)]
-    rates: dict[str, list[float]] = {k: [] for k in ("raw nats-py fenced, 1 subject", "memfs mount A, 1 session",
+    rates: dict[str, list[float]] = {k: [] for k in ("raw nats-py fenced, 1 subject",
+                                                      "raw nats-py fenced + following the stream, 1 subject",
+                                                      "memfs mount A, 1 session",
                                                       "raw nats-py fenced, 8 subjects", "memfs mount A, 8 sessions")}
     results: dict[str, float] = {}
     config = work / "cluster.toml"
@@ -189,14 +207,17 @@ def main() -> int:
         if not args.solo:
             store_b, b = mount("B")
         raw = Raw(cluster.urls)
+        follower = Raw(cluster.urls, follow=True)  # its own connection and loop thread
         sessions = []
         for i in range(SESSIONS):
             (a / "sessions" / f"s{i}").mkdir()
             sessions.append(a / "sessions" / f"s{i}" / "events.jsonl")
         mount_rate(sessions[:1], lines[:50])  # warm-up: connections, the sessions' writers
         raw.rate(["raw.warm"], lines[:50])
+        follower.rate(["raw.fwarm"], lines[:50])
         for _ in range(args.rounds):
             rates["raw nats-py fenced, 1 subject"].append(raw.rate(["raw.s0"], lines))
+            rates["raw nats-py fenced + following the stream, 1 subject"].append(follower.rate(["raw.f0"], lines))
             rates["memfs mount A, 1 session"].append(mount_rate(sessions[:1], lines))
             rates["raw nats-py fenced, 8 subjects"].append(raw.rate([f"raw.s{i}" for i in range(SESSIONS)], lines))
             rates["memfs mount A, 8 sessions"].append(mount_rate(sessions, lines))
@@ -207,6 +228,10 @@ def main() -> int:
             return statistics.median(p / q for p, q in zip(rates[x], rates[y]))
 
         results["mount 1 session / raw 1 subject"] = ratio("memfs mount A, 1 session", "raw nats-py fenced, 1 subject")
+        results["mount 1 session / raw + following"] = ratio("memfs mount A, 1 session",
+                                                             "raw nats-py fenced + following the stream, 1 subject")
+        results["raw + following / raw"] = ratio("raw nats-py fenced + following the stream, 1 subject",
+                                                 "raw nats-py fenced, 1 subject")
         results["mount 8 sessions / raw 8 subjects"] = ratio("memfs mount A, 8 sessions", "raw nats-py fenced, 8 subjects")
 
         if args.solo:
@@ -256,8 +281,9 @@ def main() -> int:
     finally:
         for host in list(procs):
             unmount(host)
-        if raw is not None:
-            raw.close()
+        for r in (raw, follower):
+            if r is not None:
+                r.close()
         if cluster is not None:
             cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
