@@ -203,11 +203,13 @@ def main() -> int:
     try:
         cluster = NatsCluster.started(work / "nats")
         config.write_text(f'[cluster]\nstream = "{STREAM}"\nreplicas = 3\ntimeout = 10\n')
+        # the raw publishers first: creating their stream waits until JetStream takes streams
+        # (right after the cluster came up a mount's first stream request can wait past its timeout)
+        raw = Raw(cluster.urls)
+        follower = Raw(cluster.urls, follow=True)  # its own connection and loop thread
         store_a, a = mount("A")
         if not args.solo:
             store_b, b = mount("B")
-        raw = Raw(cluster.urls)
-        follower = Raw(cluster.urls, follow=True)  # its own connection and loop thread
         sessions = []
         for i in range(SESSIONS):
             (a / "sessions" / f"s{i}").mkdir()
