@@ -10,7 +10,12 @@ interleaved round by round, so the machine's drift (up to 2x within seconds here
   ``append_many`` (turns of 100), best of the rounds, each in a fresh process;
 * mount: one 300-byte ``write()`` per event on ``O_APPEND`` through a ``write``-mode memfs
   mount of each tree, and through ``scripts/nullfs.py``, all mounted at once, the servers on
-  one CPU and the writer on the other, the median of the per-round ratios to nullfs.
+  one CPU and the writer on the other, the median of the per-round ratios to nullfs;
+* ``fsync`` mode through a mount of each tree: one writer, and 8 writers into 8 sessions
+  (``scripts/bench_durability.py``'s workload), medians of the per-round rates;
+* the event cap: ``memfs append`` of ``--cap-turns`` turns of 11 events at the default cap
+  (10,000, ``evict_to`` 0.9) and uncapped, with each tree's CLI, the median of the per-round
+  capped / uncapped ratios (``scripts/bench_store.py``'s workload).
 
 Usage: ``.venv/bin/python scripts/bench_baseline.py --baseline DIR [--rounds R] [--json FILE]``
 """
@@ -67,16 +72,91 @@ def library_rate(tree: Path, mode: str, kind: str, n: int) -> float:
     return float(out)
 
 
+CAPPED = r"""
+import sys, pathlib
+sys.path.insert(0, sys.argv[1])
+import bench_store
+work, source, max_events = pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3]), int(sys.argv[4])
+print(bench_store.capped_run(work, source, max_events, 0.9)["ev_s"])
+"""
+
+
+def capped_ratios(trees: dict[str, Path], turns: int, rounds: int) -> dict[str, float]:
+    """Per tree: the median over ``rounds`` of capped ÷ uncapped ``memfs append`` rates (the
+    workload of this tree's bench_store.py, run by each tree's memfs)."""
+    from bench_store import capped_input
+
+    work = Path(tempfile.mkdtemp(prefix="memfs-bench-cap-"))
+    try:
+        source = capped_input(work, turns, 11)
+        ratios: dict[str, list[float]] = {name: [] for name in trees}
+        for _ in range(rounds):
+            for name, tree in trees.items():
+                env = {**os.environ, "PYTHONPATH": str(tree)}
+                rate = {}
+                for max_events in (0, 10_000):
+                    out = subprocess.run([sys.executable, "-c", CAPPED, str(ROOT / "scripts"), str(work), str(source),
+                                          str(max_events)], env=env, check=True, capture_output=True, text=True)
+                    rate[max_events] = float(out.stdout.split()[-1])
+                ratios[name].append(rate[10_000] / rate[0])
+        return {name: statistics.median(r) for name, r in ratios.items()}
+    finally:
+        subprocess.run(["rm", "-rf", str(work)], check=False)
+
+
+def fsync_rates(trees: dict[str, Path], rounds: int, events: int) -> dict[str, dict[str, float]]:
+    """Per tree: medians of ``fsync``-mode mount rates, one writer and 8 writers × 8 sessions."""
+    from bench_durability import THREADS, run_threads
+
+    work = Path(tempfile.mkdtemp(prefix="memfs-bench-fsync-"))
+    servers = {}
+    sessions: dict[str, list[Path]] = {}
+    try:
+        for name, tree in trees.items():
+            store, mnt = work / f"store-{name}", work / f"mnt-{name}"
+            mnt.mkdir()
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            servers[name] = (start_server([sys.executable, "-m", "memfs", "mount", str(store), str(mnt),
+                                           "--durability", "fsync", "--max-events", "0", "--log-level", "WARNING"],
+                                          mnt, work / f"{name}.log", env=env), mnt)
+            sessions[name] = []
+            for i in range(THREADS):
+                (mnt / "sessions" / f"s{i}").mkdir()
+                sessions[name].append(mnt / "sessions" / f"s{i}" / "events.jsonl")
+            run_threads(sessions[name], 50, False)  # warm-up
+        got: dict[str, dict[str, list[float]]] = {name: {"1 writer": [], "8x8": []} for name in trees}
+        for _ in range(rounds):
+            for name in trees:
+                got[name]["1 writer"].append(run_threads(sessions[name][:1], events, False))
+                got[name]["8x8"].append(run_threads(sessions[name], events, False))
+        return {name: {k: statistics.median(v) for k, v in rates.items()} for name, rates in got.items()}
+    finally:
+        for proc, mnt in servers.values():
+            stop_server(proc, mnt)
+        subprocess.run(["rm", "-rf", str(work)], check=False)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", required=True, type=Path, help="a checkout to compare against")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--events", type=int, default=50_000, help="library appends per run")
     ap.add_argument("--writes", type=int, default=2_000, help="mount writes per target and round")
+    ap.add_argument("--cap-turns", type=int, default=20_000, help="turns of 11 events for the capped append")
+    ap.add_argument("--fsync-events", type=int, default=400, help="fsync-mode writes per writer and round")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     trees = {"baseline": args.baseline.resolve(), "this": ROOT}
     results: dict[str, float] = {}
+
+    fsync = fsync_rates(trees, args.rounds, args.fsync_events)
+    for kind in ("1 writer", "8x8"):
+        for name in trees:
+            results[f"mount fsync, {kind} ({name}) ev/s"] = fsync[name][kind]
+        results[f"mount fsync, {kind}: this / baseline"] = fsync["this"][kind] / fsync["baseline"][kind]
+    capped = capped_ratios(trees, args.cap_turns, max(1, args.rounds // 2))
+    for name in trees:
+        results[f"memfs append at the default cap / uncapped ({name})"] = capped[name]
 
     best: dict[tuple, float] = {}
     for _ in range(args.rounds):

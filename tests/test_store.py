@@ -620,7 +620,7 @@ def test_append_takes_its_arguments_as_a_method_does(tmp_path):
         with pytest.raises(TypeError):
             h.append(msg("a"), pidd=1)
         assert "Validate and append one event line" in memfs.SessionHandle.append.__doc__
-        assert list(inspect.signature(memfs.SessionHandle.append).parameters) == ["self", "line", "pid"]
+        assert list(inspect.signature(memfs.SessionHandle.append).parameters) == ["self", "line", "pid", "sync"]
         assert "def append(self" in inspect.getsource(memfs.SessionHandle)  # a real method, for tools
     assert log_lines(tmp_path / "s") == [msg("by keyword")]
 

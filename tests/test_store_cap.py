@@ -247,6 +247,36 @@ def test_eviction_copies_without_copy_file_range(tmp_path, monkeypatch):
     assert log_lines(tmp_path / "s") == lines[4:]
 
 
+def test_a_failed_copy_of_the_remainder_stops_before_the_marker_and_leaves_no_temp(tmp_path, monkeypatch):
+    """The remainder is copied into a temp file beside the recount and the hook: a copy that
+    fails (a full disk) fails the cap before the marker, the log untouched and no temp file
+    left; the next append's rewrite goes through."""
+    import errno
+
+    failing = [True]
+    real = os.copy_file_range
+
+    def copy_file_range(*args):
+        if failing[0]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(*args)
+
+    monkeypatch.setattr(os, "copy_file_range", copy_file_range)
+    lines = [*turn("t1"), *turn("t2"), START]
+    sdir = tmp_path / "s"
+    with open_s(tmp_path, max_events=5) as h:
+        with pytest.raises(CapRewriteError) as err:
+            h.append_many(lines)
+        assert err.value.accepted == 6 and "No space left" in str(err.value)  # the 6th is over the cap
+        assert log_lines(sdir) == lines[:6]
+        assert not (sdir / "index" / "pending-cap-rewrite.json").exists()
+        assert not [p for p in sdir.rglob("*") if p.name.endswith(".tmp")]
+        failing[0] = False
+        h.append_many(lines[6:])  # the cap is tried again: turn 1 goes
+        assert h.manifest["retained_turn_base"] == 2 and h.stats()["rewrites"] == 1
+    assert log_lines(sdir) == lines[4:]
+
+
 def test_status_set_by_an_evicted_event_survives_a_rescan(tmp_path):
     sdir = tmp_path / "s"
     with open_s(tmp_path, max_events=1) as h:

@@ -27,6 +27,7 @@ from memfs import views
 from memfs.errors import MemfsError
 from memfs.fs import registry
 from memfs.fs.ops import MountOptions, Operations
+from memfs.fs.syncer import Durability
 from memfs.search import store_searcher
 from memfs.store.paths import pid_alive, sanitize
 from memfs.store.rejected import set_max_rejected_bytes
@@ -93,8 +94,14 @@ async def _serve(store: Store, ops: Operations) -> None:
 
         nursery.start_soon(stop_on_signal)
         nursery.start_soon(warm_search_index)
-        await pyfuse3.main()
-        nursery.cancel_scope.cancel()
+        ops.durability = Durability()
+        nursery.start_soon(ops.durability.run)
+        try:
+            await pyfuse3.main()
+        finally:
+            nursery.cancel_scope.cancel()
+    ops.durability.close()  # (a session's last release already made it durable)
+    ops.durability = None
 
 
 def run(config) -> int:

@@ -101,6 +101,7 @@ class Operations(pyfuse3.Operations):
         self._next_fh = 1
         self.started = time.time_ns()
         self.cluster = None  # a memfs.cluster.node.ClusterNode in cluster mode (SPEC §9), set before mounting
+        self.durability = None  # a memfs.fs.syncer.Durability while mounted: fsync mode's waits
         self._mtimes: dict[Node, tuple[tuple[int, int], int]] = {}  # generated file → (content key, mtime)
 
     # --- helpers -----------------------------------------------------------------------------
@@ -471,7 +472,10 @@ class Operations(pyfuse3.Operations):
                 target = session
                 if self.cluster is not None:  # publish with the fence first, then the local commit
                     target = self.cluster.session(session)
-                handle.appender = LineAppender(target, max_line_bytes=self.store.settings.max_line_bytes, pid=pid)
+                # fsync mode: the loop commits, the syncer syncs (memfs.fs.syncer)
+                deferred = self.durability is not None and self.cluster is None and session.durability == "fsync"
+                handle.appender = LineAppender(target, max_line_bytes=self.store.settings.max_line_bytes, pid=pid,
+                                               sync=not deferred)
                 handle.append_mode = bool(flags & os.O_APPEND)
                 handle.next_off = session.file_len
         except BaseException:
@@ -499,9 +503,21 @@ class Operations(pyfuse3.Operations):
         # the store says when an append may wait for the disk (fsync, a cap rewrite, taking
         # the lock, a busy session): then a worker thread waits, never the event loop (SPEC §6);
         # in cluster mode every append waits for JetStream's ack, also on a worker thread
+        if not appender.sync:
+            return self._write_synced(handle, off, buf)
         if self.cluster is not None or handle.session.may_block_append(len(buf), buf.count(b"\n") + 1):
             return off_loop(self._write, handle, off, buf)
         return self._write(handle, off, buf)
+
+    async def _write_synced(self, handle: OpenFile, off: int, buf: bytes) -> int:
+        """An ``fsync``-mode ``write()``: commit without the sync (on a worker thread only when
+        the commit itself may block), then wait for the syncer (:mod:`memfs.fs.syncer`)."""
+        if handle.session.may_block_append(len(buf), buf.count(b"\n") + 1, sync=False):
+            n = await off_loop(self._write, handle, off, buf)
+        else:
+            n = self._write(handle, off, buf)
+        await self.durability.durable(handle.session)
+        return n
 
     def _write(self, handle: OpenFile, off: int, buf: bytes) -> int:
         appender = handle.appender
@@ -518,10 +534,13 @@ class Operations(pyfuse3.Operations):
         handle = self.files.get(fh)
         if handle is None or handle.appender is None or not handle.appender.partial:
             return
-        if self.cluster is not None or handle.session.may_block_append(len(handle.appender.partial)):
-            await off_loop(handle.appender.close)
+        appender = handle.appender
+        if self.cluster is not None or handle.session.may_block_append(len(appender.partial), sync=appender.sync):
+            await off_loop(appender.close)
         else:
-            handle.appender.close()
+            appender.close()
+        if not appender.sync:
+            await self.durability.durable(handle.session)
 
     @guarded
     async def fsync(self, fh, datasync):

@@ -37,12 +37,13 @@ log = logging.getLogger("memfs.store")
 class LineAppender:
     """Splits written bytes into lines and appends them to ``handle``."""
 
-    __slots__ = ("handle", "max_line_bytes", "pid", "partial")
+    __slots__ = ("handle", "max_line_bytes", "pid", "partial", "sync")
 
-    def __init__(self, handle: SessionHandle, *, max_line_bytes: int, pid: int | None = None):
+    def __init__(self, handle: SessionHandle, *, max_line_bytes: int, pid: int | None = None, sync: bool = True):
         self.handle = handle
         self.max_line_bytes = max_line_bytes
         self.pid = pid
+        self.sync = sync  # False: in ``fsync`` mode, the caller waits for durability (SessionHandle.begin_sync)
         self.partial = bytearray()  # an unterminated line: earlier writes' bytes
 
     def write(self, data: bytes) -> int:
@@ -57,7 +58,10 @@ class LineAppender:
         """
         if not self.partial and data and data.find(b"\n") == len(data) - 1:
             try:
-                self.handle.append(data[:-1], self.pid)
+                if self.sync:  # (not passed when true: a cluster session's append takes no ``sync``)
+                    self.handle.append(data[:-1], self.pid)
+                else:
+                    self.handle.append(data[:-1], self.pid, sync=False)
             except (OSError, CapRewriteError) as exc:
                 if not getattr(exc, "accepted", 0):
                     raise
@@ -114,7 +118,10 @@ class LineAppender:
     def _commit(self, records: list[Record], ends: list[int]) -> int:
         """Append ``records``; return the bytes of the buffer that are now committed."""
         try:
-            self.handle.append_records(records)
+            if self.sync:
+                self.handle.append_records(records)
+            else:
+                self.handle.append_records(records, sync=False)
         except (OSError, CapRewriteError) as exc:
             accepted = getattr(exc, "accepted", 0)
             if not accepted:

@@ -162,6 +162,7 @@ def enforce_cap(s) -> None:
         except Exception as exc:
             raise CapRewriteError(f"event cap not applied: summary hook failed: {exc}") from exc
         _after_step(3)
+        remainder = copying.result()  # (a failed copy stops here, before the marker)
         # 4. the marker (the previous rewrite's metadata first, if it is not on disk yet: the
         # marker it replaces is what recovery would need until then)
         if s.meta.marker_pending:
@@ -170,7 +171,7 @@ def enforce_cap(s) -> None:
         temps.remove(marking)
         _after_step(4)
         # 5. the remainder replaces the log
-        replace_with(copying.result(), s.dir / EVENTS)
+        replace_with(remainder, s.dir / EVENTS)
         temps.remove(copying)
     finally:
         _discard(temps)

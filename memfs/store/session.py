@@ -308,13 +308,15 @@ class Session:
         record_rejected(self.dir, raw, reason, err.errno_name, pid)
         self.last_refusal = reason
 
-    def commit(self, records: Iterable[Record]) -> int:
-        """Append records (see :func:`memfs.store.writer.commit`), as the writer; return how many."""
+    def commit(self, records: Iterable[Record], sync: bool = True) -> int:
+        """Append records (see :func:`memfs.store.writer.commit`), as the writer; return how many.
+        ``sync`` False: return without the ``fdatasync`` of ``fsync`` mode (the caller makes
+        the lines durable itself, see :meth:`SessionHandle.begin_sync`)."""
         with self.mutex:
             if self.lock_file is None:
                 self.acquire()
             accepted, sync_target = commit(self, records)
-        if sync_target:
+        if sync_target and sync:
             self.log.sync_to(sync_target)
         return accepted
 
@@ -524,8 +526,8 @@ class SessionHandle:
         """``{ordinal: (started_at, completed_at)}``: when memfs received each turn's
         ``turn.started`` and its closing line (RFC 3339), for the turns a writer witnessed
         (see :mod:`memfs.store.turntimes`; a turn without times is absent or has nulls). The
-        open turn has ``completed_at`` None. Includes evicted turns' times until the next cap
-        rewrite's persist drops them."""
+        open turn has ``completed_at`` None. May include evicted turns' times, until a cap
+        rewrite's persist compacts the sidecar (see :mod:`memfs.store.turntimes`)."""
         return self.turn_times_delta(None)[2]
 
     def turn_times_delta(self, token) -> tuple[tuple, bool, dict]:
@@ -636,7 +638,7 @@ class SessionHandle:
             raise ReadOnlySession("session is open read-only")
         return self._s
 
-    def append(self, line: bytes | str | dict, pid: int | None = None) -> None:
+    def append(self, line: bytes | str | dict, pid: int | None = None, *, sync: bool = True) -> None:
         """Validate and append one event line (SPEC §2–§3).
 
         ``line`` is the raw JSON bytes or text (an envelope or a bare event; a trailing newline
@@ -645,7 +647,9 @@ class SessionHandle:
         ``events.jsonl``. If the event cap cannot be enforced, :class:`CapRewriteError`
         (``accepted`` 1) is raised *after* the event was accepted. A failed write raises
         ``OSError`` (``accepted`` 0: the line was taken back). ``pid`` is the writer's,
-        recorded with a refused line (default: this process).
+        recorded with a refused line (default: this process). ``sync`` False: in ``fsync``
+        mode, return before the line is durable — the caller then waits for it through
+        :meth:`begin_sync` (the filesystem does, with the ``fdatasync`` off its event loop).
         """
         if self._closed or self._read_only:
             self._writable()  # raises the reason
@@ -659,10 +663,10 @@ class SessionHandle:
             sync_target = commit(s, (record,))[1]
         finally:
             mutex.release()
-        if sync_target:
+        if sync_target and sync:
             s.log.sync_to(sync_target)
 
-    def may_block_append(self, nbytes: int, nlines: int = 1) -> bool:
+    def may_block_append(self, nbytes: int, nlines: int = 1, *, sync: bool = True) -> bool:
         """Whether appending ``nbytes`` in at most ``nlines`` lines may wait for the disk — a
         cheap, lock-free and conservative answer for an event loop that must never wait
         (SPEC §6): the caller runs such an append on a worker thread, any other inline.
@@ -675,14 +679,16 @@ class SessionHandle:
         append is refused at once) and for the common ``write``-mode append: one ``write()``
         to the page cache. Read without the session's mutex: a concurrent append of another
         thread can only make the answer stale by the lines it adds, so callers that may
-        append to one session from several threads at once count those lines in ``nlines``."""
+        append to one session from several threads at once count those lines in ``nlines``.
+        ``sync`` False: for an append with ``sync=False`` (``fsync`` mode's wait is the
+        caller's own)."""
         s = self._s
         if self._closed or self._read_only or s.closed:
             return False
         if s.lock_file is None or not self.free():
             return True
         config = s.config
-        if config.syncs or not config.metadata_interval:
+        if (config.syncs and sync) or not config.metadata_interval:
             return True
         if config.max_events and s.state.event_count + nlines > config.max_events:
             return True
@@ -714,14 +720,35 @@ class SessionHandle:
         """The reason of the last line of this session refused in this process, if any."""
         return self._s.last_refusal
 
-    def append_records(self, records: Iterable[Record]) -> int:
+    def append_records(self, records: Iterable[Record], *, sync: bool = True) -> int:
         """Append records that :meth:`validate` accepted, as one append call; return how many.
 
         A failed write raises ``OSError`` whose ``accepted`` counts the records that reached
         the file (the rest are taken back); a :class:`CapRewriteError` likewise carries
         ``accepted`` (those records are committed, the cap is retried after the next append).
+        ``sync`` as for :meth:`append`.
         """
-        return self._writable().commit(records)
+        return self._writable().commit(records, sync)
+
+    # --- durability run by the caller (sync=False appends) ---------------------------------
+
+    @property
+    def sync_position(self) -> int:
+        """The sync position of the bytes written so far: what :meth:`begin_sync` takes as
+        its ``target`` right after an append (lock-free)."""
+        return self._s.log.position
+
+    def begin_sync(self, target: int) -> tuple[int, int] | None:
+        """For a caller that runs ``fdatasync`` itself (off an event loop): None when the log
+        is durable up to sync position ``target``; else ``(fd, goal)`` — sync ``fd`` (dup it
+        first: a cap rewrite may replace it), then call :meth:`end_sync` with ``goal``. The
+        group commit (several waiters sharing one sync) is the caller's; the log only keeps
+        the position known to be durable, shared with :meth:`append`'s own syncs."""
+        return self._s.log.begin_sync(target)
+
+    def end_sync(self, goal: int) -> None:
+        """An ``fdatasync`` from :meth:`begin_sync` returned: the log is durable up to ``goal``."""
+        self._s.log.end_sync(goal)
 
     def flush(self) -> None:
         """Write buffered bytes, make them durable and persist metadata (nothing to do unless

@@ -29,9 +29,13 @@ Decisions recorded here:
   persist that sees it open (so a writer that dies mid-turn, or hands over, leaves it for the
   next one); until then it is known in memory. The sidecar is not fsynced of its own: a crash
   may lose its last lines (those turns then show null), never the log's bytes.
-* **Ordinals are stable across cap rewrites** (SPEC §3.7): a cap rewrite's persist rewrites the
-  sidecar (atomically) with the retained turns' lines only, so it stays about as long as the
-  index; evicted turns' times go with their turns.
+* **Ordinals are stable across cap rewrites** (SPEC §3.7), and the sidecar is compacted with
+  them, amortized: the persist after a cap rewrite rewrites it (atomically) with the retained
+  turns' lines only once the turns evicted since its last compaction are at least as many as
+  the retained ones (and at least :data:`COMPACT_MIN`); until then evicted turns' lines stay
+  (readers get times for ordinals no longer retained, and ignore them), so the sidecar holds
+  at most about twice the index's turns and a rewrite at the default ``evict_to`` (a tenth of
+  the turns) costs an append, not a rewrite of the whole sidecar.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from memfs.store.meta import ABANDONED, OPEN, UNKNOWN
 from memfs.store.paths import TURN_TIMES, atomic_write, open_nofollow, write_all
 
 _NEVER = 1 << 62  # ``first_live`` of a process that is not the writer: no entry is its own
+COMPACT_MIN = 64  # evicted turns before a cap rewrite's persist compacts the sidecar
 
 
 def _now() -> str:
@@ -70,6 +75,8 @@ class TurnTimes:
 
     __slots__ = ("path", "known", "changes", "generation", "loaded", "disk_key", "disk_offset", "queue",
                  "serial", "flushed", "first_live", "closed_through", "open_noted", "base_seen")
+    # ``base_seen``: the lowest ordinal the sidecar may hold lines of (the index base when it
+    # was last compacted or this process became the writer; 1 when unknown)
 
     def __init__(self, session_dir: Path):
         self.path = session_dir / TURN_TIMES
@@ -85,7 +92,7 @@ class TurnTimes:
         self.first_live = _NEVER  # ordinals from here on were opened by this process's commit
         self.closed_through = 0  # the newest ordinal whose close was noted (or predates the writer)
         self.open_noted = 0  # the newest open turn whose start line was queued
-        self.base_seen = 1  # the index base the sidecar was last made to match (cap rewrites raise it)
+        self.base_seen = 1  # see __slots__
 
     # --- reading the sidecar ---------------------------------------------------------------
 
@@ -174,7 +181,6 @@ class TurnTimes:
         self.first_live = index.last_ordinal + 1
         self.closed_through = state.turn_count
         self.open_noted = index.last_ordinal if state.in_turn else 0
-        self.base_seen = index.base
         if self.loaded:
             self.refresh()
 
@@ -233,8 +239,8 @@ class TurnTimes:
         if self.queue and self.queue[0][0] <= flushed:
             self.queue = [entry for entry in self.queue if entry[0] > flushed]
         base = state.index.base
-        if base > self.base_seen:  # a cap rewrite evicted turns: write the retained turns' times afresh
-            self.base_seen = base
+        if base - self.base_seen >= max(COMPACT_MIN, len(state.index)):  # evicted as many as are retained
+            self.base_seen = base  # compact: write the retained turns' times afresh
             if not self.loaded:
                 self.refresh()
             self.known = {o: t for o, t in self.known.items() if o >= base}  # a new, small dict

@@ -124,6 +124,21 @@ class LogFile:
                     cv.notify_all()
                 self.synced = max(self.synced, goal)
 
+    def begin_sync(self, target: int) -> tuple[int, int] | None:
+        """None when durable up to sync position ``target``; else ``(fd, goal)`` for a caller
+        that syncs ``fd`` itself and then calls :meth:`end_sync` (see
+        :meth:`SessionHandle.begin_sync <memfs.store.session.SessionHandle.begin_sync>`)."""
+        with self._cv:
+            if self.synced >= target or self.fd is None:
+                return None
+            return self.fd, self.position
+
+    def end_sync(self, goal: int) -> None:
+        with self._cv:
+            if goal > self.synced:
+                self.synced = goal
+                self._cv.notify_all()
+
     def durable(self) -> None:
         """Write the pending bytes and return once the whole log is on disk."""
         self.write_pending()

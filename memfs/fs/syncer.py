@@ -1,0 +1,172 @@
+"""``fsync``-mode appends through the mount: the commit on the event loop, the ``fdatasync``
+on a syncer thread, group-committed per session (SPEC §3.2, §6).
+
+Before this, each ``write()`` of an ``fsync`` session ran its whole append (validation,
+commit, ``fdatasync``) on a worker thread: per event, two thread hops that both compete with
+the event loop for the interpreter lock. Now the append is committed on the loop with
+``sync=False`` — in ``fsync`` mode a commit is one ``write()`` to the page cache, as in
+``write`` mode; what may block (taking the lock, a cap rewrite, an inline persist) still hops,
+see :meth:`SessionHandle.may_block_append <memfs.store.session.SessionHandle.may_block_append>`
+— and the reply waits for :meth:`Durability.durable`:
+
+* the first waiter of a session with no sync in flight asks the log for a job
+  (:meth:`SessionHandle.begin_sync <memfs.store.session.SessionHandle.begin_sync>`: its
+  descriptor and the position a sync now covers) and submits it to the :class:`Syncer`;
+* every waiter whose bytes that sync covers waits for it; a waiter that arrived after it began
+  waits for it to end, then the first of them to run starts the next one (group commit:
+  appends arriving during a sync share the next one);
+* the syncer runs ``fdatasync`` on a duplicate of the descriptor (a cap rewrite may replace
+  the log meanwhile) on one of its threads — one session's slow sync never delays another's —
+  and signals completions on an eventfd that :meth:`Durability.run` waits on.
+
+The compiled syncer (``memfs/fs/_syncer.c``) never takes the interpreter lock; this module's
+:class:`PySyncer` is its twin and specification (``MEMFS_IMPL=py`` selects it). A failed
+``fdatasync`` fails the ``write()`` with its errno; the lines are in the log, as when
+:meth:`SessionHandle.append <memfs.store.session.SessionHandle.append>`'s own sync fails.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import threading
+
+import trio
+
+SYNC_THREADS = 8  # fdatasyncs in flight at once (of different sessions: one per session at a time)
+
+
+class PySyncer:
+    """``fdatasync`` on threads, completions counted on an eventfd: the specification of
+    ``memfs.fs._syncer.Syncer``. ``submit(fd, tag)`` syncs a duplicate of ``fd``;
+    ``done()`` drains the eventfd and returns the ``(tag, errno)`` completions waiting (errno
+    0: synced); ``close()`` runs what is queued and stops."""
+
+    def __init__(self, threads: int = SYNC_THREADS):
+        self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._done: list[tuple[int, int]] = []
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._work, name="memfs-sync", daemon=True) for _ in range(threads)]
+        for thread in self._threads:
+            thread.start()
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fd, tag = job
+            try:
+                os.fdatasync(fd)
+                err = 0
+            except OSError as exc:
+                err = exc.errno or 5
+            finally:
+                os.close(fd)
+            with self._lock:
+                self._done.append((tag, err))
+            os.eventfd_write(self._efd, 1)
+
+    def submit(self, fd: int, tag: int) -> None:
+        self._jobs.put((os.dup(fd), tag))
+
+    def fileno(self) -> int:
+        return self._efd
+
+    def done(self) -> list[tuple[int, int]]:
+        try:
+            os.eventfd_read(self._efd)
+        except BlockingIOError:
+            pass
+        with self._lock:
+            done, self._done = self._done, []
+        return done
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._jobs.put(None)
+        for thread in self._threads:
+            thread.join()
+        os.close(self._efd)
+
+
+def _choose():
+    choice = os.environ.get("MEMFS_IMPL", "")
+    if choice == "py":
+        return PySyncer, "py"
+    try:
+        from memfs.fs._syncer import Syncer as compiled
+    except ImportError:
+        if choice == "c":
+            raise
+        return PySyncer, "py"
+    return compiled, "c"
+
+
+Syncer, IMPL = _choose()
+
+
+class _Job:
+    __slots__ = ("goal", "done", "error")
+
+    def __init__(self, goal: int):
+        self.goal = goal
+        self.done = trio.Event()
+        self.error = 0
+
+
+class Durability:
+    """A mount's ``fsync``-mode waits (used on its event loop only; see the module docstring)."""
+
+    def __init__(self, threads: int = SYNC_THREADS):
+        self.syncer = Syncer(threads)
+        self._tags = itertools.count(1)
+        self._jobs: dict[object, _Job] = {}  # session opening -> the sync in flight
+        self._by_tag: dict[int, tuple[object, _Job, object]] = {}
+        self.syncs = 0  # fdatasyncs run (for stats)
+
+    async def run(self) -> None:
+        """Deliver completions; runs for the mount's life (cancelled at unmount)."""
+        fd = self.syncer.fileno()
+        while True:
+            await trio.lowlevel.wait_readable(fd)
+            for tag, err in self.syncer.done():
+                key, job, handle = self._by_tag.pop(tag)
+                if self._jobs.get(key) is job:
+                    del self._jobs[key]
+                if err:
+                    job.error = err
+                else:
+                    handle.end_sync(job.goal)
+                job.done.set()
+
+    async def durable(self, handle) -> None:
+        """Return once ``handle``'s session is durable up to what was written when called."""
+        target = handle.sync_position
+        key = handle.opening
+        while True:
+            job = self._jobs.get(key)
+            if job is None:
+                request = handle.begin_sync(target)
+                if request is None:
+                    return
+                fd, goal = request
+                job = self._jobs[key] = _Job(goal)
+                tag = next(self._tags)
+                self._by_tag[tag] = (key, job, handle)
+                try:
+                    self.syncer.submit(fd, tag)
+                except BaseException:
+                    del self._jobs[key], self._by_tag[tag]
+                    raise
+                self.syncs += 1
+            await job.done.wait()
+            if job.error:
+                raise OSError(job.error, f"fdatasync: {os.strerror(job.error)}")
+            if job.goal >= target:
+                return
+
+    def close(self) -> None:
+        self.syncer.close()

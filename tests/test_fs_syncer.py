@@ -1,0 +1,86 @@
+"""The syncer of fsync-mode mounts (memfs/fs/syncer.py): both twins, the compiled one
+(memfs/fs/_syncer.c) and PySyncer, its specification — fdatasync of a duplicate of the
+descriptor on a thread, completions on an eventfd, the errno of a failed sync."""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+
+import pytest
+
+from memfs.fs.syncer import PySyncer
+
+TWINS = [PySyncer]
+try:
+    from memfs.fs._syncer import Syncer as CSyncer
+
+    TWINS.append(CSyncer)
+except ImportError:  # a checkout without the compiled part: the twin test below says so
+    CSyncer = None
+
+
+def test_the_compiled_twin_is_built():
+    assert CSyncer is not None, "memfs.fs._syncer is not built (pip install -e . builds it)"
+
+
+def completions(syncer, n: int, timeout: float = 10.0) -> list[tuple[int, int]]:
+    """Wait on the eventfd, as the mount does, until ``n`` completions arrived."""
+    got: list[tuple[int, int]] = []
+    poller = select.poll()
+    poller.register(syncer.fileno(), select.POLLIN)
+    while len(got) < n:
+        assert poller.poll(timeout * 1000), f"only {len(got)} of {n} completions within {timeout} s"
+        got += syncer.done()
+    return got
+
+
+@pytest.mark.parametrize("twin", TWINS, ids=lambda t: t.__module__)
+def test_syncs_complete_with_their_tags_and_the_descriptor_may_close_meanwhile(tmp_path, twin):
+    syncer = twin(4)
+    try:
+        fds = []
+        for i in range(20):
+            fd = os.open(tmp_path / f"f{i % 5}", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            os.write(fd, b"line\n")
+            syncer.submit(fd, 100 + i)
+            os.close(fd)  # the syncer synced a duplicate
+            fds.append(fd)
+        got = completions(syncer, 20)
+        assert sorted(got) == [(100 + i, 0) for i in range(20)]
+        assert syncer.done() == []  # drained
+    finally:
+        syncer.close()
+
+
+@pytest.mark.parametrize("twin", TWINS, ids=lambda t: t.__module__)
+def test_a_failed_sync_reports_its_errno(twin):
+    syncer = twin(1)
+    r, w = os.pipe()
+    try:
+        syncer.submit(w, 7)  # fdatasync of a pipe: EINVAL
+        assert completions(syncer, 1) == [(7, errno.EINVAL)]
+        with pytest.raises(OSError) as err:
+            syncer.submit(12345, 8)  # no such descriptor: refused at once (dup)
+        assert err.value.errno == errno.EBADF
+    finally:
+        os.close(r)
+        os.close(w)
+        syncer.close()
+
+
+@pytest.mark.parametrize("twin", TWINS, ids=lambda t: t.__module__)
+def test_close_runs_what_is_queued(tmp_path, twin):
+    syncer = twin(2)
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for i in range(10):
+            syncer.submit(fd, i)
+    finally:
+        os.close(fd)
+        syncer.close()  # joins the threads after the queue ran: nothing is left behind
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        twin(2).close()
+    assert len(os.listdir("/proc/self/fd")) == before  # eventfds and duplicates closed
