@@ -18,7 +18,11 @@ against the physical limits and peers:
 * ``fsync`` mode beside native ``write``+``fdatasync``, 1 thread and 8 threads × 8 files
   (``scripts/bench_durability.py``), and the p99 of ``stat`` + read of an idle session's
   ``manifest.json`` while other sessions evict or the warm-up rescans a stale log
-  (``scripts/bench_responsive.py``).
+  (``scripts/bench_responsive.py``);
+* cluster mode on a real three-node JetStream cluster: fenced single appends through a mount
+  beside raw ``nats-py``, 8 sessions, replication lag, catch-up after 100,000 appends
+  (``scripts/bench_cluster.py``; ``--only cluster`` runs this section alone and splices it
+  into the existing report).
 
 The component scripts run as subprocesses with ``--json``; this script adds the rest and
 writes the report. It is not part of the test suite; nothing here is asserted.
@@ -378,7 +382,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(OUT), help="report directory (default bench/)")
     ap.add_argument("--skip", nargs="*", default=[], help="component scripts to skip, e.g. bench_search.py")
     ap.add_argument("--only", nargs="+", metavar="SCRIPT", default=[],
-                    help="run only these component scripts (e.g. bench_cluster.py) and replace their sections "
+                    help="run only these component scripts (e.g. bench_cluster.py, or cluster) and replace their sections "
                          "and goal rows in the existing report (the rest of it is kept as it was)")
     ap.add_argument("--baseline", metavar="DIR",
                     help="also run scripts/bench_baseline.py against this checkout (before/after of a change)")
@@ -409,7 +413,7 @@ def main() -> int:
         if args.baseline:
             components["bench_baseline.py"] = ["--baseline", args.baseline, *(["--rounds", "2"] if q else [])]
         if args.only:
-            for script in args.only:
+            for script in (s if s.endswith(".py") else f"bench_{s}.py" for s in args.only):  # cluster = bench_cluster.py
                 report["components"][script] = run_component(script, components.get(script, []), work)
             splice_report(report, out / "REPORT.md")
             print(f"updated {out / 'REPORT.md'}")
