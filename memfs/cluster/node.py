@@ -31,9 +31,10 @@ applied sequence), so the fence covers the whole batch; the ack gives the last s
 the count, hence each line's sequence (``last - count + 1 + i``). A refused batch (wrong
 last sequence: another host appended first) stores nothing: catch up, revalidate the rest
 against the caught-up state, send it again. A batch whose ack was lost (timeout) is sent
-again with the same fence: if the first attempt was stored, the retry is refused, and the
-catch-up recognises the batch's own ``Nats-Batch-Id`` in the messages it applies — those
-lines count as accepted and are not sent a third time. A stream created without
+again with the same fence (under a new batch id: an unfinished batch is never reopened): if
+the first attempt was stored, the retry is refused, and the catch-up recognises one of the
+attempts' ``Nats-Batch-Id`` in the messages it applies — those lines count as accepted and
+are not sent again. A stream created without
 ``allow_atomic`` (before this, by hand) is updated to allow it; when that is refused, batches
 fall back to one fenced publish per line.
 
@@ -77,7 +78,6 @@ SIDECAR = "cluster.json"
 SIDECAR_WIDTH = 96  # the sidecar is rewritten in place at a fixed width (one small pwrite)
 MAX_FENCE_RETRIES = 100
 BATCH_MAX = 256  # messages per atomic batch (the server takes up to 1,000)
-BATCH_HEADERS = ("Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Batch-Commit")
 
 
 class ClusterError(OSError):
@@ -310,10 +310,12 @@ class ClusterNode:
         a catch-up: then it raises with ``accepted``)."""
         subject = SUBJECT_PREFIX + rep.name
         lines = [r[0] for r in records]
-        batch_id = uuid.uuid4().hex
+        tried: set[str] = set()  # every attempt's batch id (a new one each: an unfinished batch is never reopened)
         deadline = time.monotonic() + self.config.timeout
         fences = 0
         while True:
+            batch_id = uuid.uuid4().hex
+            tried.add(batch_id)
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ClusterError(errno.ETIMEDOUT, f"cluster: no acknowledgement for session {rep.name} "
@@ -340,14 +342,13 @@ class ClusterNode:
             if fences >= MAX_FENCE_RETRIES:
                 raise ClusterError(errno.EAGAIN, f"cluster: session {rep.name}: fenced {fences} times")
             fences += 1
-            ours = self._catch_up(rep, batch_id)  # another host appended first (or we did, unacked)
+            ours = self._catch_up(rep, tried)  # another host appended first (or we did, unacked)
             if ours:
                 return ours  # a previous attempt was stored whole: caught up with the rest
             handle = self._handle(rep.name, create=True)
             for line in lines:  # revalidate against the caught-up state
                 handle.validate(line)
             deadline = time.monotonic() + self.config.timeout
-            batch_id = uuid.uuid4().hex
 
     async def _send_batch(self, subject: str, lines: list[bytes], expected: int, batch_id: str,
                           timeout: float) -> dict:
@@ -413,10 +414,10 @@ class ClusterNode:
             self._commit_local(rep, ack.seq, line, create=True)
             return
 
-    def _catch_up(self, rep: Replica, batch_id: str | None = None) -> int:
+    def _catch_up(self, rep: Replica, batch_ids: set[str] = frozenset()) -> int:
         """Apply the session's messages after the last applied one (caller holds rep.lock);
-        return how many of them belong to the atomic batch ``batch_id`` (this host's own batch,
-        stored by an attempt whose ack was lost)."""
+        return how many of them belong to the atomic batches ``batch_ids`` (this host's own
+        batch, stored by an attempt whose ack was lost)."""
         subject = SUBJECT_PREFIX + rep.name
         ours = 0
         while True:
@@ -425,7 +426,7 @@ class ClusterNode:
                                  self.config.timeout)
             except NotFoundError:
                 return ours
-            if batch_id is not None and msg.headers and msg.headers.get("Nats-Batch-Id") == batch_id:
+            if batch_ids and msg.headers and msg.headers.get("Nats-Batch-Id") in batch_ids:
                 ours += 1
             self._commit_local(rep, msg.seq, msg.data, create=True)
 
