@@ -134,3 +134,48 @@ def test_the_cap_evicts_at_the_same_point_on_every_replica(capped_hosts):
     # was evicted plus what is left is every line appended
     total = 1 + 2 * per_host * 3
     assert sum(s["evicted_event_count"] for s in summaries(a)) + len(lines_of(a_log)) == total
+
+
+def test_sessions_written_before_cluster_mode_are_published_and_a_clash_is_left_alone(tmp_path, nats_cluster,
+                                                                                     request):
+    """A local session from before cluster mode is published at mount (fenced from sequence 0)
+    and replicated to B; a session of the same name in both stores with different histories
+    stays as it is on the host that mounts second, which refuses writes to it (EEXIST)."""
+    import errno
+
+    import memfs
+
+    stream = stream_name(request)
+    config = tmp_path / "c.toml"
+    config.write_text(f'[cluster]\nstream = "{stream}"\ntimeout = 5\n')
+    old = [event("thread.started", thread_id="old"), event("turn.started"),
+           event("item.completed", item={"id": "m1", "type": "agent_message", "text": "written before the cluster"}),
+           event("turn.completed", usage={"input_tokens": 1, "output_tokens": 1})]
+    for store, tag in ((tmp_path / "sa", "A"), (tmp_path / "sb", "B")):
+        with memfs.open_session(store, "clash") as h:
+            h.append(event("thread.started", thread_id=f"clash-{tag}"))
+    with memfs.open_session(tmp_path / "sa", "old") as h:
+        h.append_many(old)
+    args = ("--cluster", nats_cluster.urls, "--config", str(config))
+    with ExitStack() as stack:
+        stack.callback(delete_stream, nats_cluster.urls, stream)
+        a = stack.enter_context(mounted(tmp_path / "sa", tmp_path / "A", *args))
+        wait_for(lambda: os.path.exists(tmp_path / "sa" / "old" / "index" / "cluster.json")
+                 and os.path.exists(tmp_path / "sa" / "clash" / "index" / "cluster.json"), what="A to publish")
+        b = stack.enter_context(mounted(tmp_path / "sb", tmp_path / "B", *args))
+        wait_for(lambda: lines_of(b.mnt / "sessions" / "old" / "events.jsonl") == old, what="B to replicate old")
+        assert (b.store / "old" / "events.jsonl").read_bytes() == (a.store / "old" / "events.jsonl").read_bytes()
+        with open(b.mnt / "sessions" / "old" / "events.jsonl", "a") as f:  # B continues it, A gets it
+            f.write(event("turn.started") + "\n")
+        wait_for(lambda: len(lines_of(a.mnt / "sessions" / "old" / "events.jsonl")) == 5, what="A to apply B's line")
+        # the clash: B keeps its own session, does not take A's lines, and refuses writes to it
+        fd = os.open(b.mnt / "sessions" / "clash" / "events.jsonl", os.O_WRONLY | os.O_APPEND)
+        try:
+            with pytest.raises(OSError) as err:
+                os.write(fd, (event("turn.started") + "\n").encode())
+            assert err.value.errno == errno.EEXIST
+        finally:
+            os.close(fd)
+        assert "differs from the stream" in os.getxattr(b.mnt / "sessions" / "clash", "user.memfs.last_error").decode()
+        assert lines_of(b.mnt / "sessions" / "clash" / "events.jsonl") == [event("thread.started", thread_id="clash-B")]
+        assert lines_of(a.mnt / "sessions" / "clash" / "events.jsonl") == [event("thread.started", thread_id="clash-A")]

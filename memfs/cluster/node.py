@@ -88,13 +88,15 @@ class Replica:
     """This host's view of one session's stream: the last applied sequence, and the lock
     that orders the writer and the applier on it."""
 
-    __slots__ = ("name", "lock", "seq", "verify_tail")
+    __slots__ = ("name", "lock", "seq", "verify_tail", "unpublished", "diverged")
 
     def __init__(self, name: str):
         self.name = name
         self.lock = threading.Lock()
         self.seq: int | None = None  # None: not read from the sidecar yet
         self.verify_tail = False
+        self.unpublished = False  # the local log has lines and no sidecar: written before cluster mode
+        self.diverged = False  # local lines and the stream's differ: this host leaves the session alone
 
 
 class ClusterNode:
@@ -133,6 +135,7 @@ class ClusterNode:
             self.stop()
             raise
         self._applier.start()
+        threading.Thread(target=self.publish_local_sessions, name="memfs-cluster-publish", daemon=True).start()
         return self
 
     def _run_loop(self) -> None:
@@ -226,6 +229,118 @@ class ClusterNode:
             rep.verify_tail = True
         else:
             rep.seq = 0
+            try:
+                rep.unpublished = os.stat(self.store.root / rep.name / EVENTS).st_size > 0
+            except FileNotFoundError:
+                pass
+
+    def _ready(self, rep: Replica) -> None:
+        """:meth:`_load`, then publish the local lines of a session written before cluster
+        mode (caller holds rep.lock; may wait for the cluster: never on the trio loop)."""
+        self._load(rep)
+        if rep.unpublished:
+            self._publish_local(rep)
+
+    # --- sessions written before cluster mode ----------------------------------------------
+
+    def publish_local_sessions(self) -> int:
+        """Publish every local session written before this store was in cluster mode (a
+        non-empty log and no sidecar for this stream); return how many. Runs on its own thread
+        after :meth:`start`; a writer or the applier reaching such a session first publishes
+        it the same way (:meth:`_load`)."""
+        published = 0
+        for name in self.store.names():
+            if self._stopping:
+                break
+            if os.path.exists(self._sidecar(name)):
+                continue
+            rep = self.replica(name)
+            try:
+                with rep.lock:
+                    self._load(rep)
+                    if rep.unpublished:
+                        self._publish_local(rep)
+                        published += not rep.diverged
+            except Exception:
+                log.exception("cluster: session %s: publishing its local lines failed (retried at its next write)",
+                              name)
+        return published
+
+    def _publish_local(self, rep: Replica) -> None:
+        """Publish the local lines of a session the stream may not have (caller holds rep.lock;
+        see :meth:`publish_local_sessions`). When the stream has no line of it, every local
+        line goes, in order, fenced from sequence 0 (atomic batches when the stream takes them),
+        and the sidecar records the last sequence. When the stream already has lines of it —
+        the same name written on another host — the two histories differ: this host keeps its
+        local session as it is, applies none of the stream's lines to it and refuses writes to
+        it (``EEXIST``, saying why), and says so in its log; moving the local folder away and
+        remounting makes it a replica of the stream's session."""
+        subject = SUBJECT_PREFIX + rep.name
+        try:
+            self._call(self.js.get_last_msg(self.config.stream, subject), self.config.timeout)
+        except NotFoundError:
+            pass
+        else:
+            rep.unpublished, rep.diverged = False, True
+            log.error("cluster: session %s exists in this store (written before cluster mode) and in stream %s "
+                      "with another history: left as it is here, not replicated; move %s away and remount to "
+                      "follow the stream's", rep.name, self.config.stream, self.store.root / rep.name)
+            return
+        from memfs.store.lines import scan_lines
+
+        fd = open_nofollow(self.store.root / rep.name / EVENTS, os.O_RDONLY)
+        try:
+            end = os.fstat(fd).st_size
+            chunk: list[bytes] = []
+            for _off, line in scan_lines(fd, 0, end):
+                chunk.append(bytes(line))
+                if len(chunk) == BATCH_MAX:
+                    self._publish_lines(rep, chunk)
+                    chunk = []
+            if chunk:
+                self._publish_lines(rep, chunk)
+        finally:
+            os.close(fd)
+        rep.unpublished = False
+        log.info("cluster: session %s: published its local lines (through stream sequence %d)", rep.name, rep.seq)
+
+    def _publish_lines(self, rep: Replica, lines: list[bytes]) -> None:
+        """Publish lines the local log already holds, fenced, without committing them again."""
+        subject = SUBJECT_PREFIX + rep.name
+        deadline = time.monotonic() + self.config.timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ClusterError(errno.ETIMEDOUT, f"cluster: session {rep.name}: no acknowledgement within "
+                                   f"{self.config.timeout:g} s publishing its local lines")
+            try:
+                if self.atomic:
+                    ack = self._call(self._send_batch(subject, lines, rep.seq, uuid.uuid4().hex, min(left, 2.0)),
+                                     min(left, 2.0) + 0.5)
+                    error = ack.get("error")
+                    if error is None:
+                        rep.seq = ack["seq"]
+                        break
+                    code = error.get("err_code")
+                else:
+                    for i, line in enumerate(lines):
+                        headers = {"Nats-Expected-Last-Subject-Sequence": str(rep.seq)}
+                        got = self._call(self.js.publish(subject, line, timeout=min(left, 1.0), headers=headers),
+                                         min(left, 1.0) + 0.5)
+                        rep.seq = got.seq
+                    break
+            except APIError as exc:
+                code = exc.err_code
+            except (TimeoutError, asyncio.TimeoutError, nats.errors.Error) as exc:
+                log.debug("cluster: publishing local lines of %s: %r (retrying)", rep.name, exc)
+                time.sleep(0.05)
+                continue
+            if code == WRONG_LAST_SEQUENCE:  # another host wrote this session meanwhile
+                rep.unpublished, rep.diverged = False, True
+                raise ClusterError(errno.EEXIST, f"cluster: session {rep.name} was written on another host while "
+                                   "this one published its local lines: left as it is here, not replicated")
+            time.sleep(0.05)  # no stream leader yet: retry until the deadline
+        self._save(rep)
 
     def _save(self, rep: Replica) -> None:
         text = ('{"stream":"%s","seq":%d}' % (self.config.stream, rep.seq)).encode()
@@ -285,7 +400,11 @@ class ClusterNode:
         rep = self.replica(name)
         done = 0
         with rep.lock:
-            self._load(rep)
+            self._ready(rep)
+            if rep.diverged:
+                raise ClusterError(errno.EEXIST, f"cluster: session {name} here was written before cluster mode and "
+                                   "differs from the stream's: not replicated, read-only here (move it away and "
+                                   "remount to follow the stream's)")
             try:
                 if len(records) > 1 and self.atomic:
                     while done < len(records):
@@ -432,7 +551,7 @@ class ClusterNode:
 
     def _commit_local(self, rep: Replica, seq: int, line: bytes, create: bool) -> None:
         """Commit one line of the stream to the local replica (caller holds rep.lock)."""
-        if seq <= rep.seq:
+        if seq <= rep.seq or rep.diverged:
             return
         handle = self._handle(rep.name, create)
         if rep.verify_tail:
@@ -481,7 +600,7 @@ class ClusterNode:
             try:
                 rep = self.replica(name)
                 with rep.lock:
-                    self._load(rep)
+                    self._ready(rep)
                     self._commit_local(rep, seq, data, create=True)
             except Exception:
                 log.exception("cluster: session %s: applying stream message %d failed", name, seq)
@@ -525,7 +644,11 @@ class ClusterSession:
         except ValidationError as exc:
             self.handle.reject(line, exc, pid=pid)
             raise
-        self.node.append(self.handle.name, [record])
+        self.append_records([record])
 
     def append_records(self, records) -> int:
-        return self.node.append(self.handle.name, list(records))
+        try:
+            return self.node.append(self.handle.name, list(records))
+        except ClusterError as exc:
+            self.handle.note_failure(exc.strerror or str(exc))  # the writer's reason (user.memfs.last_error)
+            raise

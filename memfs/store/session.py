@@ -717,8 +717,15 @@ class SessionHandle:
 
     @property
     def last_refusal(self) -> str | None:
-        """The reason of the last line of this session refused in this process, if any."""
+        """The reason of the last line of this session refused in this process, if any (or
+        of the last append that failed, see :meth:`note_failure`)."""
         return self._s.last_refusal
+
+    def note_failure(self, reason: str) -> None:
+        """An append of this session failed above the store (cluster mode: no quorum, a
+        session not replicated): ``reason`` becomes :attr:`last_refusal`, the writer's one-line
+        reason (``user.memfs.last_error``)."""
+        self._s.last_refusal = reason
 
     def append_records(self, records: Iterable[Record], *, sync: bool = True) -> int:
         """Append records that :meth:`validate` accepted, as one append call; return how many.
