@@ -179,3 +179,40 @@ def test_sessions_written_before_cluster_mode_are_published_and_a_clash_is_left_
         assert "differs from the stream" in os.getxattr(b.mnt / "sessions" / "clash", "user.memfs.last_error").decode()
         assert lines_of(b.mnt / "sessions" / "clash" / "events.jsonl") == [event("thread.started", thread_id="clash-B")]
         assert lines_of(a.mnt / "sessions" / "clash" / "events.jsonl") == [event("thread.started", thread_id="clash-A")]
+
+
+def test_a_restarted_host_resumes_after_its_checkpoint(tmp_path, nats_cluster, request):
+    """A host keeps a checkpoint of the stream it applied (``.memfs-cluster.json`` in its
+    store): remounted, its follower starts after it and delivers only what came since."""
+    stream = stream_name(request)
+    config = tmp_path / "c.toml"
+    config.write_text(f'[cluster]\nstream = "{stream}"\ntimeout = 5\n')
+    args = ("--cluster", nats_cluster.urls, "--config", str(config))
+
+    def attr(m, name):
+        return int(os.getxattr(m.mnt, f"user.memfs.{name}"))
+
+    with ExitStack() as stack:
+        stack.callback(delete_stream, nats_cluster.urls, stream)
+        b = stack.enter_context(mounted(tmp_path / "sb", tmp_path / "B", *args))
+        os.mkdir(b.mnt / "sessions" / "s")
+        first = [event("thread.started", thread_id="t")] + [event("turn.started") if i % 2 == 0 else
+                                                             event("turn.completed", usage={}) for i in range(20)]
+        with open(b.mnt / "sessions" / "s" / "events.jsonl", "a") as f:
+            f.write("".join(line + "\n" for line in first))
+        with mounted(tmp_path / "sa", tmp_path / "A", *args) as a:
+            assert attr(a, "cluster_resumed_after") == 0
+            wait_for(lambda: lines_of(a.mnt / "sessions" / "s" / "events.jsonl") == first, what="A to replicate")
+            wait_for(lambda: attr(a, "cluster_delivered") >= 1, what="A's follower")
+        checkpoint = json.loads((tmp_path / "sa" / ".memfs-cluster.json").read_text())
+        assert checkpoint["stream"] == stream and checkpoint["seq"] >= 1
+        more = [event("turn.started"), event("turn.completed", usage={})]
+        with open(b.mnt / "sessions" / "s" / "events.jsonl", "a") as f:  # while A is down
+            f.write("".join(line + "\n" for line in more))
+        with mounted(tmp_path / "sa", tmp_path / "A", *args) as a:
+            assert attr(a, "cluster_resumed_after") == checkpoint["seq"]
+            wait_for(lambda: lines_of(a.mnt / "sessions" / "s" / "events.jsonl") == first + more,
+                     what="A to catch up")
+            assert attr(a, "cluster_delivered") == len(more)  # only what came since: no replay
+        assert (tmp_path / "sa" / "s" / "events.jsonl").read_bytes() == (b.store / "s" / "events.jsonl").read_bytes()
+        assert "s" in memfs_cli("sessions", "--store", tmp_path / "sa", env=os.environ).stdout  # not a session

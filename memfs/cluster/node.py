@@ -74,6 +74,8 @@ from memfs.store.paths import INDEX_DIR, EVENTS, open_nofollow
 log = logging.getLogger("memfs.cluster")
 
 WRONG_LAST_SEQUENCE = 10071
+CHECKPOINT = ".memfs-cluster.json"  # in the store's root: not a session (a file)
+CHECKPOINT_EVERY = 1.0  # seconds between checkpoint writes while lines are applied
 SIDECAR = "cluster.json"
 SIDECAR_WIDTH = 96  # the sidecar is rewritten in place at a fixed width (one small pwrite)
 MAX_FENCE_RETRIES = 100
@@ -122,6 +124,13 @@ class ClusterNode:
         self.oldest_unapplied: float | None = None  # when the oldest queued message arrived
         self.disconnected_at: float | None = None
         self.atomic = False  # the stream takes atomic batches (set on connect)
+        # the host-wide checkpoint: every stream message up to ``checkpointed`` is applied here
+        self.resumed_after = 0  # the checkpoint the follower started after (0: from the start)
+        self.delivered_count = 0  # messages the follower delivered since start
+        self.checkpointed = 0
+        self._checkpoint_limit: int | None = None  # a message that failed to apply: never checkpoint past it
+        self._checkpoint_at = 0.0
+        self._stream_created = ""
 
     # --- life ------------------------------------------------------------------------------
 
@@ -168,6 +177,18 @@ class ClusterNode:
                                      reconnect_time_wait=0.25, disconnected_cb=disconnected,
                                      reconnected_cb=reconnected, error_cb=error)
         self.js = self.nc.jetstream(timeout=self.config.timeout)
+        deadline = time.monotonic() + self.config.timeout * 2
+        while True:  # a cluster just started may answer 400/503 until its JetStream leaders are elected
+            try:
+                return await self._join()
+            except APIError as exc:
+                if isinstance(exc, NotFoundError) or time.monotonic() > deadline:
+                    raise
+                log.debug("cluster: joining: %r (retrying)", exc)
+                await asyncio.sleep(0.2)
+
+    async def _join(self) -> None:
+        """Make sure the stream exists (and takes atomic batches), then start following it."""
         cfg = self.config
         try:
             info = await self.js.stream_info(cfg.stream)
@@ -185,8 +206,53 @@ class ClusterNode:
             except APIError as exc:
                 log.warning("cluster: stream %s does not take atomic batches (%s): one publish per line",
                             cfg.stream, exc)
-        await self.js.subscribe(SUBJECT_PREFIX + ">", cb=self._delivered, ordered_consumer=True,
-                                deliver_policy=api.DeliverPolicy.ALL, idle_heartbeat=2.0, flow_control=True)
+        self._stream_created = str(info.created)
+        start = self._read_checkpoint(info.state.last_seq)
+        self.resumed_after = self.applied_seq = self.delivered_seq = self.checkpointed = start
+        if start:
+            log.info("cluster: following stream %s after the checkpoint, sequence %d", cfg.stream, start)
+            await self.js.subscribe(SUBJECT_PREFIX + ">", cb=self._delivered, ordered_consumer=True,
+                                    deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+                                    config=api.ConsumerConfig(opt_start_seq=start + 1), idle_heartbeat=2.0,
+                                    flow_control=True)
+        else:
+            await self.js.subscribe(SUBJECT_PREFIX + ">", cb=self._delivered, ordered_consumer=True,
+                                    deliver_policy=api.DeliverPolicy.ALL, idle_heartbeat=2.0, flow_control=True)
+
+    # --- the host-wide checkpoint ----------------------------------------------------------
+
+    def _read_checkpoint(self, last_seq: int) -> int:
+        """The sequence this store applied everything up to, for this stream — 0 when there is
+        no checkpoint, it names another stream, or the stream was made anew since (its creation
+        time differs, or it holds fewer messages than the checkpoint)."""
+        try:
+            data = json.loads((self.store.root / CHECKPOINT).read_bytes())
+        except (FileNotFoundError, ValueError):
+            return 0
+        seq = data.get("seq") if isinstance(data, dict) else None
+        if (data.get("stream") != self.config.stream or data.get("created") != self._stream_created
+                or not isinstance(seq, int) or not 0 <= seq <= last_seq):
+            return 0
+        return seq
+
+    def _write_checkpoint(self, force: bool = False) -> None:
+        """Record ``applied_seq`` (applier thread, or stop): at most every
+        :data:`CHECKPOINT_EVERY` seconds unless ``force``; atomically, never on the trio loop."""
+        seq = self.applied_seq
+        if self._checkpoint_limit is not None:
+            seq = min(seq, self._checkpoint_limit)
+        now = time.monotonic()
+        if seq <= self.checkpointed or (not force and now - self._checkpoint_at < CHECKPOINT_EVERY):
+            return
+        from memfs.store.paths import atomic_write
+
+        data = json.dumps({"stream": self.config.stream, "created": self._stream_created, "seq": seq})
+        try:
+            atomic_write(self.store.root / CHECKPOINT, data.encode())
+        except OSError as exc:  # the next one may succeed; a restart then replays a little more
+            log.warning("cluster: checkpoint not written: %s", exc)
+            return
+        self.checkpointed, self._checkpoint_at = seq, now
 
     def stop(self) -> None:
         """Stop following and close the connection (what is applied stays applied)."""
@@ -194,6 +260,8 @@ class ClusterNode:
         self._inbox.put(None)
         if self._applier.is_alive():
             self._applier.join(10)
+        if self._stream_created:
+            self._write_checkpoint(force=True)
         if self.nc is not None and self.loop.is_running():
             try:
                 self._call(self.nc.close(), 5)
@@ -578,6 +646,7 @@ class ClusterNode:
         md = msg.metadata
         seq = md.sequence.stream
         self.delivered_seq = seq
+        self.delivered_count += 1
         self.pending = md.num_pending
         if self._inbox.empty():  # this host's own line, committed by its writer: no hop to the applier
             rep = self.replicas.get(msg.subject[len(SUBJECT_PREFIX):])
@@ -592,7 +661,11 @@ class ClusterNode:
 
     def _apply_loop(self) -> None:
         while True:
-            item = self._inbox.get()
+            try:
+                item = self._inbox.get(timeout=CHECKPOINT_EVERY)
+            except queue.Empty:  # idle (or only this host's own lines, which skip this thread)
+                self._write_checkpoint()
+                continue
             if item is None or self._stopping:
                 return
             subject, seq, data, pending = item
@@ -604,9 +677,12 @@ class ClusterNode:
                     self._commit_local(rep, seq, data, create=True)
             except Exception:
                 log.exception("cluster: session %s: applying stream message %d failed", name, seq)
+                if self._checkpoint_limit is None:  # a restart delivers it again
+                    self._checkpoint_limit = seq - 1
             self.applied_seq = seq
             if self._inbox.empty() and pending == 0:
                 self.oldest_unapplied = None
+            self._write_checkpoint()
 
     def wait_applied(self, seq: int, timeout: float) -> bool:
         """For tools and tests: wait until the follower applied stream sequence ``seq``."""
