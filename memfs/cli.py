@@ -238,10 +238,12 @@ def cmd_mounts(args: argparse.Namespace) -> int:
     if not mounts:
         _out("no memfs mounts")
         return 0
-    rows = [["MOUNTPOINT", "STORE", "PID", "LOG"]]
+    rows = [["MOUNTPOINT", "STORE", "PID", "CLUSTER", "LAG", "LOG"]]
     for m in mounts:
         store = m["store"] + (f" (session {m['session']})" if m.get("session") else "")
-        rows.append([m["mountpoint"], store, str(m.get("pid") or "?"), m.get("log") or "-"])
+        lag = m.get("cluster_lag")
+        rows.append([m["mountpoint"], store, str(m.get("pid") or "?"), m.get("cluster") or "-",
+                     "-" if not m.get("cluster") else "?" if lag is None else f"{lag:.3f}s", m.get("log") or "-"])
     _table(rows)
     return 0
 

@@ -18,7 +18,11 @@ against the physical limits and peers:
 * ``fsync`` mode beside native ``write``+``fdatasync``, 1 thread and 8 threads × 8 files
   (``scripts/bench_durability.py``), and the p99 of ``stat`` + read of an idle session's
   ``manifest.json`` while other sessions evict or the warm-up rescans a stale log
-  (``scripts/bench_responsive.py``).
+  (``scripts/bench_responsive.py``);
+* cluster mode on a real three-node JetStream cluster: fenced single appends through a mount
+  beside raw ``nats-py``, 8 sessions, replication lag, catch-up after 100,000 appends
+  (``scripts/bench_cluster.py``; ``--only cluster`` runs this section alone and splices it
+  into the existing report).
 
 The component scripts run as subprocesses with ``--json``; this script adds the rest and
 writes the report. It is not part of the test suite; nothing here is asserted.
@@ -49,6 +53,7 @@ from bench_fs import start_server, stop_server  # noqa: E402
 from memfs.samples import sized_message  # noqa: E402
 
 OUT = ROOT / "bench"
+CLUSTER_TITLE = "Cluster: fenced appends, lag and catch-up on a 3-node JetStream cluster (`scripts/bench_cluster.py`)"
 
 
 def run_component(script: str, args: list[str], work: Path) -> dict:
@@ -287,6 +292,7 @@ def write_report(report: dict, path: Path) -> None:
                                                 "(descriptors and RSS of the daemon, `scripts/bench_sessions.py`)"),
                           ("bench_durability.py", "Durability: fsync mode beside native write+fdatasync"),
                           ("bench_responsive.py", "Responsiveness: an idle session while others evict or rescan"),
+                          ("bench_cluster.py", CLUSTER_TITLE),
                           ("bench_baseline.py", "Before and after: this tree beside a baseline checkout, interleaved "
                                                 "(`scripts/bench_baseline.py`)")):
         comp = r["components"].get(script, {})
@@ -308,6 +314,38 @@ def write_report(report: dict, path: Path) -> None:
     if r.get("chart"):
         lines += ["", "![appends, open cost, view latency](chart.png)"]
     path.write_text("\n".join(lines) + "\n")
+
+
+def splice_report(r: dict, path: Path) -> None:
+    """``--only``: put the sections and goal rows of the components just run into the existing
+    report in place of theirs (a missing section goes before "## Goals")."""
+    text = path.read_text() if path.exists() else "# memfs benchmark report\n\n## Goals\n\n| goal | measured | met |\n|---|---|---|\n"
+    titles = {"bench_cluster.py": CLUSTER_TITLE}
+    for script, comp in r["components"].items():
+        title = titles.get(script, script)
+        body = (f"`{script}` failed: {' / '.join(comp['error'])}" if "error" in comp else
+                "```\n" + comp.get("stdout", "").rstrip() + "\n```")
+        section = f"## {title}\n\n_{script} run alone on {r['when']} (`bench.py --only`)._\n\n{body}\n\n"
+        head = f"## {title}\n"
+        if head in text:
+            start = text.index(head)
+            end = text.find("\n## ", start + len(head))
+            text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
+        else:
+            at = text.find("## Goals")
+            text = text[:at] + section + text[at:] if at >= 0 else text + "\n" + section
+        for goal, value in comp.get("goals", {}).items():
+            measured, met = (value.get("measured", ""), bool(value.get("met"))) if isinstance(value, dict) else ("", bool(value))
+            row = f"| {goal} | {measured} | {'yes' if met else '**no**'} |"
+            lines = text.split("\n")
+            hit = [i for i, line in enumerate(lines) if line.startswith(f"| {goal} |")]
+            if hit:
+                lines[hit[0]] = row
+            else:
+                last = max((i for i, line in enumerate(lines) if line.startswith("| ")), default=len(lines) - 1)
+                lines.insert(last + 1, row)
+            text = "\n".join(lines)
+    path.write_text(text)
 
 
 def collect_goals(r: dict) -> dict:
@@ -332,7 +370,7 @@ def collect_goals(r: dict) -> dict:
             goals["cat memory.json after an append, 100,000 events < 10 ms"] = (f"{row['median_ms']:.1f} ms",
                                                                                   row["median_ms"] < 10)
     for script in ("bench_views.py", "bench_search.py", "bench_sessions.py", "bench_durability.py",
-                   "bench_responsive.py"):
+                   "bench_responsive.py", "bench_cluster.py"):
         for goal, value in r["components"].get(script, {}).get("goals", {}).items():
             goals[goal] = (value.get("measured", ""), bool(value.get("met"))) if isinstance(value, dict) else ("", bool(value))
     return goals
@@ -343,6 +381,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="small workloads: a smoke run, not the report")
     ap.add_argument("--out", default=str(OUT), help="report directory (default bench/)")
     ap.add_argument("--skip", nargs="*", default=[], help="component scripts to skip, e.g. bench_search.py")
+    ap.add_argument("--only", nargs="+", metavar="SCRIPT", default=[],
+                    help="run only these component scripts (e.g. bench_cluster.py, or cluster) and replace their sections "
+                         "and goal rows in the existing report (the rest of it is kept as it was)")
     ap.add_argument("--baseline", metavar="DIR",
                     help="also run scripts/bench_baseline.py against this checkout (before/after of a change)")
     args = ap.parse_args()
@@ -367,9 +408,16 @@ def main() -> int:
             "bench_sessions.py": ["--sessions", "2000", "--appends", "200"] if q else [],
             "bench_durability.py": ["--rounds", "3", "--events", "100"] if q else [],
             "bench_responsive.py": ["--samples", "500", "--big-mb", "20"] if q else [],
+            "bench_cluster.py": ["--rounds", "2", "--events", "200", "--lag", "50", "--catchup", "5000"] if q else [],
         }
         if args.baseline:
             components["bench_baseline.py"] = ["--baseline", args.baseline, *(["--rounds", "2"] if q else [])]
+        if args.only:
+            for script in (s if s.endswith(".py") else f"bench_{s}.py" for s in args.only):  # cluster = bench_cluster.py
+                report["components"][script] = run_component(script, components.get(script, []), work)
+            splice_report(report, out / "REPORT.md")
+            print(f"updated {out / 'REPORT.md'}")
+            return 0
         for script, extra in components.items():
             if script not in args.skip and (ROOT / "scripts" / script).exists():
                 report["components"][script] = run_component(script, extra, work)

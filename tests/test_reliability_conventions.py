@@ -193,10 +193,10 @@ def test_mount_options_source_mounts_list_and_umount_messages(tmp_path):
         assert errno_of(lambda: open(mnt / "sessions" / "s" / "events.jsonl", "a")) == errno.EROFS
         listed = json.loads(_memfs("mounts", "--json", env=env).stdout)
         assert {"mountpoint": str(mnt), "store": str(store), "pid": m.proc.pid, "log": None, "session": None,
-                "read_only": True} in listed
+                "read_only": True, "cluster": None, "cluster_lag": None} in listed
         human = _memfs("mounts", env=env).stdout.splitlines()
-        assert human[0].split() == ["MOUNTPOINT", "STORE", "PID", "LOG"]
-        assert [str(mnt), str(store), str(m.proc.pid), "-"] in [row.split() for row in human]
+        assert human[0].split() == ["MOUNTPOINT", "STORE", "PID", "CLUSTER", "LAG", "LOG"]
+        assert [str(mnt), str(store), str(m.proc.pid), "-", "-", "-"] in [row.split() for row in human]
         # stacking another memfs on it is refused
         again = _memfs("mount", tmp_path / "other", mnt, env=env)
         assert again.returncode == 1 and again.stderr.strip().count("\n") == 0

@@ -17,6 +17,27 @@ Threads (the trio loop never waits for the network):
   the stream's first message) delivers: other hosts' lines, in stream order; a line this host
   already applied (its own, or caught up) is skipped by its sequence.
 
+*Batches* (a ``write()`` of many lines, ``append_many``) are published pipelined as JetStream
+**atomic batches** (nats-server ≥ 2.12, stream setting ``allow_atomic``): up to
+:data:`BATCH_MAX` messages sent back to back with ``Nats-Batch-Id`` / ``Nats-Batch-Sequence``
+(the last with ``Nats-Batch-Commit``), one acknowledgement for all. Why this and not a chain
+of per-message fences: JetStream numbers messages across every subject of the stream, so the
+sequence message *i* will get is unknown until message *i-1* is acknowledged — a chain of
+``Nats-Expected-Last-Subject-Sequence`` needs one round trip per line, and fencing only the
+first message of a plain pipeline would let another host's line land between ours (and ours
+still be stored after it: interleaving inside the window). An atomic batch is stored whole
+and contiguous or not at all: only its first message carries the fence (the session's last
+applied sequence), so the fence covers the whole batch; the ack gives the last sequence and
+the count, hence each line's sequence (``last - count + 1 + i``). A refused batch (wrong
+last sequence: another host appended first) stores nothing: catch up, revalidate the rest
+against the caught-up state, send it again. A batch whose ack was lost (timeout) is sent
+again with the same fence (under a new batch id: an unfinished batch is never reopened): if
+the first attempt was stored, the retry is refused, and the catch-up recognises one of the
+attempts' ``Nats-Batch-Id`` in the messages it applies — those lines count as accepted and
+are not sent again. A stream created without
+``allow_atomic`` (before this, by hand) is updated to allow it; when that is refused, batches
+fall back to one fenced publish per line.
+
 A per-session :class:`Replica` lock serializes the writer and the applier of one session on
 this host; the session's own mutex is never held across a network wait (the store takes it
 only inside each local commit).
@@ -26,23 +47,6 @@ place after each applied line: ``{"stream": …, "seq": N}``), so a restarted ho
 there. A crash between the log's write and the sidecar's leaves the log one line ahead; the
 first message after the sidecar's sequence is then compared with the log's last line, and
 skipped when equal.
-
-Host-wide checkpoint: ``<store>/.memfs-cluster.json`` (``{"stream", "created", "seq"}``) is the
-stream sequence below which the follower applied everything (the applier handles messages in
-stream order, so its last finished sequence is that mark). The applier rewrites it atomically
-(temporary file, rename) when it falls idle, at most once a second, and :meth:`stop` writes it
-last; the follower of a restarted host starts at ``seq + 1``
-(``DeliverPolicy.BY_START_SEQUENCE``), so it reads only what it has not applied. A checkpoint
-of another stream, or of an earlier stream of the same name (``created`` differs), is ignored.
-It may lag what is applied (a crash between two rewrites): the messages after it are read
-again and skipped by each session's sidecar sequence, as before.
-
-Sessions written locally before cluster mode (a log, no sidecar): :meth:`ClusterNode.start`
-publishes their lines, fenced from expected sequence 0, before following, so every host gets
-them. When the stream already holds that subject (another host wrote a session of that name),
-the local one is left alone, and local only: it is logged, the follower does not apply the
-stream's lines to it, and appends to it fail with ``EEXIST`` (README, "Decisions the spec
-leaves open").
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ import queue
 import socket
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import nats
@@ -70,18 +75,20 @@ from memfs.store.paths import INDEX_DIR, EVENTS, open_nofollow
 log = logging.getLogger("memfs.cluster")
 
 WRONG_LAST_SEQUENCE = 10071
+CHECKPOINT = ".memfs-cluster.json"  # in the store's root: not a session (a file)
+CHECKPOINT_EVERY = 1.0  # seconds between checkpoint writes while lines are applied
 SIDECAR = "cluster.json"
 SIDECAR_WIDTH = 96  # the sidecar is rewritten in place at a fixed width (one small pwrite)
 MAX_FENCE_RETRIES = 100
-CHECKPOINT = ".memfs-cluster.json"  # in the store's root: the host-wide checkpoint
-CHECKPOINT_EVERY = 1.0  # seconds: the applier rewrites the checkpoint at most this often
+BATCH_MAX = 256  # messages per atomic batch (the server takes up to 1,000)
 
 
 def msg_id(host_id: str, session: str, expected: int, line: bytes) -> str:
-    """The publish's ``Nats-Msg-Id``: host, session, fence and a digest of the line. A retry of
-    the same line on the same fence is stored once; another line on the same fence never
-    shares its id (an append that timed out may have been stored: the next line, published on
-    the same stale fence, must be refused by the fence, not deduplicated into it)."""
+    """A single publish's ``Nats-Msg-Id``: host, session, fence and a digest of the line. A
+    retry of the same line on the same fence is stored once; another line on the same fence
+    never shares its id (an append that timed out may have been stored: the host's next line,
+    published on the same stale fence, must be refused by the fence and caught up, not
+    deduplicated into it — the replicas diverged so before)."""
     return f"{host_id}:{session}:{expected}:{hashlib.blake2b(line, digest_size=8).hexdigest()}"
 
 
@@ -93,13 +100,15 @@ class Replica:
     """This host's view of one session's stream: the last applied sequence, and the lock
     that orders the writer and the applier on it."""
 
-    __slots__ = ("name", "lock", "seq", "verify_tail")
+    __slots__ = ("name", "lock", "seq", "verify_tail", "unpublished", "diverged")
 
     def __init__(self, name: str):
         self.name = name
         self.lock = threading.Lock()
         self.seq: int | None = None  # None: not read from the sidecar yet
         self.verify_tail = False
+        self.unpublished = False  # the local log has lines and no sidecar: written before cluster mode
+        self.diverged = False  # local lines and the stream's differ: this host leaves the session alone
 
 
 class ClusterNode:
@@ -124,14 +133,14 @@ class ClusterNode:
         self.pending = 0  # messages the stream holds beyond the last delivered one
         self.oldest_unapplied: float | None = None  # when the oldest queued message arrived
         self.disconnected_at: float | None = None
-        self.fenced = 0  # publishes refused for a wrong last sequence (another host first)
-        self.start_seq = 1  # where the follower started (the checkpoint + 1)
-        self.received = 0  # messages the follower delivered since the start
-        self.published_local: list[str] = []  # sessions written before cluster mode, published at start
-        self.local_only: set[str] = set()  # ... and those the stream already had: left local
-        self._stream_created = ""
-        self._checkpointed = 0
+        self.atomic = False  # the stream takes atomic batches (set on connect)
+        # the host-wide checkpoint: every stream message up to ``checkpointed`` is applied here
+        self.resumed_after = 0  # the checkpoint the follower started after (0: from the start)
+        self.delivered_count = 0  # messages the follower delivered since start
+        self.checkpointed = 0
+        self._checkpoint_limit: int | None = None  # a message that failed to apply: never checkpoint past it
         self._checkpoint_at = 0.0
+        self._stream_created = ""
 
     # --- life ------------------------------------------------------------------------------
 
@@ -141,12 +150,11 @@ class ClusterNode:
         self._thread.start()
         try:
             self._call(self._connect(), self.config.timeout * 2)
-            self._call(self._publish_local_sessions(), None)  # (each publish has its own timeout)
-            self._call(self._follow(), self.config.timeout * 2)
         except BaseException:
             self.stop()
             raise
         self._applier.start()
+        threading.Thread(target=self.publish_local_sessions, name="memfs-cluster-publish", daemon=True).start()
         return self
 
     def _run_loop(self) -> None:
@@ -179,6 +187,18 @@ class ClusterNode:
                                      reconnect_time_wait=0.25, disconnected_cb=disconnected,
                                      reconnected_cb=reconnected, error_cb=error)
         self.js = self.nc.jetstream(timeout=self.config.timeout)
+        deadline = time.monotonic() + self.config.timeout * 2
+        while True:  # a cluster just started may answer 400/503 until its JetStream leaders are elected
+            try:
+                return await self._join()
+            except APIError as exc:
+                if isinstance(exc, NotFoundError) or time.monotonic() > deadline:
+                    raise
+                log.debug("cluster: joining: %r (retrying)", exc)
+                await asyncio.sleep(0.2)
+
+    async def _join(self) -> None:
+        """Make sure the stream exists (and takes atomic batches), then start following it."""
         cfg = self.config
         try:
             info = await self.js.stream_info(cfg.stream)
@@ -186,105 +206,63 @@ class ClusterNode:
             info = await self.js.add_stream(api.StreamConfig(
                 name=cfg.stream, subjects=[SUBJECT_PREFIX + ">"], num_replicas=cfg.effective_replicas,
                 storage=api.StorageType.FILE, duplicate_window=120.0, max_age=cfg.max_age or None,
-                max_bytes=cfg.max_bytes or None, allow_direct=True))
+                max_bytes=cfg.max_bytes or None, allow_direct=True, allow_atomic=True))
             log.info("cluster: created stream %s (replicas %d)", cfg.stream, cfg.effective_replicas)
-        self._stream_created = info.created.isoformat() if info.created else ""
+        self.atomic = bool(info.config.allow_atomic)
+        if not self.atomic:  # a stream made before batches: allow them (an editable setting)
+            try:
+                info.config.allow_atomic = True
+                self.atomic = bool((await self.js.update_stream(info.config)).config.allow_atomic)
+            except APIError as exc:
+                log.warning("cluster: stream %s does not take atomic batches (%s): one publish per line",
+                            cfg.stream, exc)
+        self._stream_created = str(info.created)
+        start = self._read_checkpoint(info.state.last_seq)
+        self.resumed_after = self.applied_seq = self.delivered_seq = self.checkpointed = start
+        if start:
+            log.info("cluster: following stream %s after the checkpoint, sequence %d", cfg.stream, start)
+            await self.js.subscribe(SUBJECT_PREFIX + ">", cb=self._delivered, ordered_consumer=True,
+                                    deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+                                    config=api.ConsumerConfig(opt_start_seq=start + 1), idle_heartbeat=2.0,
+                                    flow_control=True)
+        else:
+            await self.js.subscribe(SUBJECT_PREFIX + ">", cb=self._delivered, ordered_consumer=True,
+                                    deliver_policy=api.DeliverPolicy.ALL, idle_heartbeat=2.0, flow_control=True)
 
-    async def _follow(self) -> None:
-        """Start the follower at the checkpoint + 1."""
-        cfg = self.config
-        self.applied_seq = self._checkpointed = self._read_checkpoint()
-        self.start_seq = self.applied_seq + 1
-        config = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=self.start_seq)
-        await self.js.subscribe(SUBJECT_PREFIX + ">", cb=self._delivered, ordered_consumer=True, config=config,
-                                idle_heartbeat=2.0, flow_control=True)
-        log.info("cluster: following stream %s from sequence %d (checkpoint %d)", cfg.stream, self.start_seq,
-                 self.start_seq - 1)
+    # --- the host-wide checkpoint ----------------------------------------------------------
 
-    # --- the host-wide checkpoint and sessions written before cluster mode ----------------
-
-    def _read_checkpoint(self) -> int:
+    def _read_checkpoint(self, last_seq: int) -> int:
+        """The sequence this store applied everything up to, for this stream — 0 when there is
+        no checkpoint, it names another stream, or the stream was made anew since (its creation
+        time differs, or it holds fewer messages than the checkpoint)."""
         try:
             data = json.loads((self.store.root / CHECKPOINT).read_bytes())
         except (FileNotFoundError, ValueError):
             return 0
-        if (not isinstance(data, dict) or data.get("stream") != self.config.stream
-                or data.get("created") != self._stream_created or not isinstance(data.get("seq"), int)):
-            log.info("cluster: %s is of another stream: following from the first message", CHECKPOINT)
+        seq = data.get("seq") if isinstance(data, dict) else None
+        if (data.get("stream") != self.config.stream or data.get("created") != self._stream_created
+                or not isinstance(seq, int) or not 0 <= seq <= last_seq):
             return 0
-        return max(0, data["seq"])
+        return seq
 
-    def _write_checkpoint(self) -> None:
-        """Rewrite the checkpoint atomically (the applier's thread, or :meth:`stop`)."""
+    def _write_checkpoint(self, force: bool = False) -> None:
+        """Record ``applied_seq`` (applier thread, or stop): at most every
+        :data:`CHECKPOINT_EVERY` seconds unless ``force``; atomically, never on the trio loop."""
         seq = self.applied_seq
-        if seq == self._checkpointed or self.store.settings.read_only:
+        if self._checkpoint_limit is not None:
+            seq = min(seq, self._checkpoint_limit)
+        now = time.monotonic()
+        if seq <= self.checkpointed or (not force and now - self._checkpoint_at < CHECKPOINT_EVERY):
             return
-        path = self.store.root / CHECKPOINT
-        tmp = path.with_name(CHECKPOINT + ".tmp")
-        data = json.dumps({"stream": self.config.stream, "created": self._stream_created, "seq": seq}).encode()
+        from memfs.store.paths import atomic_write
+
+        data = json.dumps({"stream": self.config.stream, "created": self._stream_created, "seq": seq})
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, data + b"\n")
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        except OSError as exc:
-            log.warning("cluster: cannot write %s: %s", path, exc)
+            atomic_write(self.store.root / CHECKPOINT, data.encode())
+        except OSError as exc:  # the next one may succeed; a restart then replays a little more
+            log.warning("cluster: checkpoint not written: %s", exc)
             return
-        self._checkpointed = seq
-        self._checkpoint_at = time.monotonic()
-
-    async def _publish_local_sessions(self) -> None:
-        """Publish the sessions of the local store that have lines but no sidecar (written
-        before cluster mode), fenced from 0; leave local those whose subject the stream has
-        with other lines. What the stream has of a session may be a prefix of the local lines
-        (an earlier start of this host stopped midway): publishing continues after it."""
-        if self.store.settings.read_only:
-            return
-        for name in self.store.names():
-            if self._sidecar(name).exists():
-                continue
-            try:
-                with open(self.store.root / name / EVENTS, "rb") as f:
-                    lines = [line for line in f.read().split(b"\n") if line.strip()]
-            except FileNotFoundError:
-                continue
-            if not lines:
-                continue  # an empty session appears elsewhere with its first line
-            subject = SUBJECT_PREFIX + name
-            seq, done = await self._published_prefix(subject, lines)
-            if done < 0:
-                self.local_only.add(name)
-                log.error("cluster: session %s was written here before cluster mode, and the stream already "
-                          "has another session of that name: left local, not replicated (rename it to publish it)",
-                          name)
-                continue
-            for line in lines[done:]:
-                headers = {"Nats-Expected-Last-Subject-Sequence": str(seq),
-                           "Nats-Msg-Id": msg_id(self.host_id, name, seq, line)}
-                seq = (await self.js.publish(subject, line, timeout=self.config.timeout, headers=headers)).seq
-            os.makedirs(self.store.root / name / INDEX_DIR, mode=0o700, exist_ok=True)
-            rep = self.replica(name)
-            with rep.lock:
-                rep.seq = seq
-                self._save(rep)
-            self.published_local.append(name)
-            log.info("cluster: session %s (written before cluster mode): %d lines published, %d were in the stream",
-                     name, len(lines) - done, done)
-
-    async def _published_prefix(self, subject: str, lines: list) -> tuple[int, int]:
-        """(last sequence, count) of the stream's messages on ``subject`` when they are the
-        first lines of ``lines`` ((0, 0): none); (0, -1) when they are not."""
-        seq = done = 0
-        while True:
-            try:
-                msg = await self.js.get_msg(self.config.stream, seq=seq + 1, subject=subject, next=True)
-            except NotFoundError:
-                return seq, done
-            if done >= len(lines) or msg.data != lines[done]:
-                return 0, -1
-            seq, done = msg.seq, done + 1
+        self.checkpointed, self._checkpoint_at = seq, now
 
     def stop(self) -> None:
         """Stop following and close the connection (what is applied stays applied)."""
@@ -292,9 +270,8 @@ class ClusterNode:
         self._inbox.put(None)
         if self._applier.is_alive():
             self._applier.join(10)
-            self._write_checkpoint()
-            log.info("cluster: stopped at stream sequence %d; the follower received %d messages from sequence %d, "
-                     "%d publishes were fenced", self.applied_seq, self.received, self.start_seq, self.fenced)
+        if self._stream_created:
+            self._write_checkpoint(force=True)
         if self.nc is not None and self.loop.is_running():
             try:
                 self._call(self.nc.close(), 5)
@@ -320,8 +297,6 @@ class ClusterNode:
         """Read the session's last applied sequence from its sidecar (caller holds rep.lock)."""
         if rep.seq is not None:
             return
-        import json
-
         try:
             with open(self._sidecar(rep.name), "rb") as f:
                 data = json.loads(f.read() or b"{}")
@@ -332,6 +307,118 @@ class ClusterNode:
             rep.verify_tail = True
         else:
             rep.seq = 0
+            try:
+                rep.unpublished = os.stat(self.store.root / rep.name / EVENTS).st_size > 0
+            except FileNotFoundError:
+                pass
+
+    def _ready(self, rep: Replica) -> None:
+        """:meth:`_load`, then publish the local lines of a session written before cluster
+        mode (caller holds rep.lock; may wait for the cluster: never on the trio loop)."""
+        self._load(rep)
+        if rep.unpublished:
+            self._publish_local(rep)
+
+    # --- sessions written before cluster mode ----------------------------------------------
+
+    def publish_local_sessions(self) -> int:
+        """Publish every local session written before this store was in cluster mode (a
+        non-empty log and no sidecar for this stream); return how many. Runs on its own thread
+        after :meth:`start`; a writer or the applier reaching such a session first publishes
+        it the same way (:meth:`_load`)."""
+        published = 0
+        for name in self.store.names():
+            if self._stopping:
+                break
+            if os.path.exists(self._sidecar(name)):
+                continue
+            rep = self.replica(name)
+            try:
+                with rep.lock:
+                    self._load(rep)
+                    if rep.unpublished:
+                        self._publish_local(rep)
+                        published += not rep.diverged
+            except Exception:
+                log.exception("cluster: session %s: publishing its local lines failed (retried at its next write)",
+                              name)
+        return published
+
+    def _publish_local(self, rep: Replica) -> None:
+        """Publish the local lines of a session the stream may not have (caller holds rep.lock;
+        see :meth:`publish_local_sessions`). When the stream has no line of it, every local
+        line goes, in order, fenced from sequence 0 (atomic batches when the stream takes them),
+        and the sidecar records the last sequence. When the stream already has lines of it —
+        the same name written on another host — the two histories differ: this host keeps its
+        local session as it is, applies none of the stream's lines to it and refuses writes to
+        it (``EEXIST``, saying why), and says so in its log; moving the local folder away and
+        remounting makes it a replica of the stream's session."""
+        subject = SUBJECT_PREFIX + rep.name
+        try:
+            self._call(self.js.get_last_msg(self.config.stream, subject), self.config.timeout)
+        except NotFoundError:
+            pass
+        else:
+            rep.unpublished, rep.diverged = False, True
+            log.error("cluster: session %s exists in this store (written before cluster mode) and in stream %s "
+                      "with another history: left as it is here, not replicated; move %s away and remount to "
+                      "follow the stream's", rep.name, self.config.stream, self.store.root / rep.name)
+            return
+        from memfs.store.lines import scan_lines
+
+        fd = open_nofollow(self.store.root / rep.name / EVENTS, os.O_RDONLY)
+        try:
+            end = os.fstat(fd).st_size
+            chunk: list[bytes] = []
+            for _off, line in scan_lines(fd, 0, end):
+                chunk.append(bytes(line))
+                if len(chunk) == BATCH_MAX:
+                    self._publish_lines(rep, chunk)
+                    chunk = []
+            if chunk:
+                self._publish_lines(rep, chunk)
+        finally:
+            os.close(fd)
+        rep.unpublished = False
+        log.info("cluster: session %s: published its local lines (through stream sequence %d)", rep.name, rep.seq)
+
+    def _publish_lines(self, rep: Replica, lines: list[bytes]) -> None:
+        """Publish lines the local log already holds, fenced, without committing them again."""
+        subject = SUBJECT_PREFIX + rep.name
+        deadline = time.monotonic() + self.config.timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ClusterError(errno.ETIMEDOUT, f"cluster: session {rep.name}: no acknowledgement within "
+                                   f"{self.config.timeout:g} s publishing its local lines")
+            try:
+                if self.atomic:
+                    ack = self._call(self._send_batch(subject, lines, rep.seq, uuid.uuid4().hex, min(left, 2.0)),
+                                     min(left, 2.0) + 0.5)
+                    error = ack.get("error")
+                    if error is None:
+                        rep.seq = ack["seq"]
+                        break
+                    code = error.get("err_code")
+                else:
+                    for i, line in enumerate(lines):
+                        headers = {"Nats-Expected-Last-Subject-Sequence": str(rep.seq)}
+                        got = self._call(self.js.publish(subject, line, timeout=min(left, 1.0), headers=headers),
+                                         min(left, 1.0) + 0.5)
+                        rep.seq = got.seq
+                    break
+            except APIError as exc:
+                code = exc.err_code
+            except (TimeoutError, asyncio.TimeoutError, nats.errors.Error) as exc:
+                log.debug("cluster: publishing local lines of %s: %r (retrying)", rep.name, exc)
+                time.sleep(0.05)
+                continue
+            if code == WRONG_LAST_SEQUENCE:  # another host wrote this session meanwhile
+                rep.unpublished, rep.diverged = False, True
+                raise ClusterError(errno.EEXIST, f"cluster: session {rep.name} was written on another host while "
+                                   "this one published its local lines: left as it is here, not replicated")
+            time.sleep(0.05)  # no stream leader yet: retry until the deadline
+        self._save(rep)
 
     def _save(self, rep: Replica) -> None:
         text = ('{"stream":"%s","seq":%d}' % (self.config.stream, rep.seq)).encode()
@@ -355,6 +442,10 @@ class ClusterNode:
     def session(self, handle) -> ClusterSession:
         """What a writer of ``handle``'s session appends through (see :class:`ClusterSession`)."""
         return ClusterSession(self, handle)
+
+    def describe(self) -> str:
+        """``stream MEMFS on nats://a:4222,…``: what the mount's root shows in ``user.memfs.cluster``."""
+        return f"stream {self.config.stream} on {','.join(self.config.servers)}"
 
     def lag(self) -> float:
         """Seconds this host's replica is behind the stream: 0 when every delivered message is
@@ -384,21 +475,107 @@ class ClusterNode:
         the local store once JetStream acknowledged it; return how many. A failure raises
         ``OSError`` (``ETIMEDOUT`` when the cluster did not answer in time) whose ``accepted``
         counts the records that went in (run in a worker thread, never the trio loop)."""
-        if name in self.local_only:
-            raise ClusterError(errno.EEXIST, f"cluster: session {name} was written here before cluster mode and the "
-                               "stream has another session of that name: it stays local, appends are refused")
         rep = self.replica(name)
         done = 0
         with rep.lock:
-            self._load(rep)
+            self._ready(rep)
+            if rep.diverged:
+                raise ClusterError(errno.EEXIST, f"cluster: session {name} here was written before cluster mode and "
+                                   "differs from the stream's: not replicated, read-only here (move it away and "
+                                   "remount to follow the stream's)")
             try:
-                for record in records:
-                    self._publish_one(rep, record)
-                    done += 1
+                if len(records) > 1 and self.atomic:
+                    while done < len(records):
+                        done += self._publish_batch(rep, records[done:done + BATCH_MAX])
+                else:
+                    for record in records:
+                        self._publish_one(rep, record)
+                        done += 1
+            except ValidationError:
+                if not done:
+                    raise
+                return done  # a line no longer valid after a catch-up: a short write, the retry reports it
             except OSError as exc:
                 exc.accepted = done
                 raise
         return done
+
+    def _publish_batch(self, rep: Replica, records: list) -> int:
+        """Publish ``records`` (at most :data:`BATCH_MAX`) as one fenced atomic batch and commit
+        them locally; return how many went in (fewer when a fence refusal's catch-up showed
+        that a previous attempt of this batch was stored, or a line no longer validates after
+        a catch-up: then it raises with ``accepted``)."""
+        subject = SUBJECT_PREFIX + rep.name
+        lines = [r[0] for r in records]
+        tried: set[str] = set()  # every attempt's batch id (a new one each: an unfinished batch is never reopened)
+        deadline = time.monotonic() + self.config.timeout
+        fences = 0
+        while True:
+            batch_id = uuid.uuid4().hex
+            tried.add(batch_id)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ClusterError(errno.ETIMEDOUT, f"cluster: no acknowledgement for session {rep.name} "
+                                   f"within {self.config.timeout:g} s (no quorum, or no server reachable)")
+            try:
+                ack = self._call(self._send_batch(subject, lines, rep.seq, batch_id, min(left, 2.0)),
+                                 min(left, 2.0) + 0.5)
+            except (TimeoutError, asyncio.TimeoutError, nats.errors.Error) as exc:
+                log.debug("cluster: batch to %s: %r (sending it again, same fence)", subject, exc)
+                if self.nc.is_closed:
+                    raise ClusterError(errno.ENOTCONN, "cluster: connection closed") from exc
+                time.sleep(0.05)
+                continue
+            error = ack.get("error")
+            if error is None:
+                first = ack["seq"] - ack["count"] + 1
+                for i, line in enumerate(lines):
+                    self._commit_local(rep, first + i, line, create=True)
+                return len(lines)
+            if error.get("err_code") != WRONG_LAST_SEQUENCE:
+                log.debug("cluster: batch to %s refused: %s (retrying)", subject, error)
+                time.sleep(0.05)  # no stream leader yet: retry until the deadline
+                continue
+            if fences >= MAX_FENCE_RETRIES:
+                raise ClusterError(errno.EAGAIN, f"cluster: session {rep.name}: fenced {fences} times")
+            fences += 1
+            log.info("cluster: session %s: batch fenced at sequence %d (another host appended first): catching up",
+                     rep.name, rep.seq)
+            ours = self._catch_up(rep, tried)  # another host appended first (or we did, unacked)
+            if ours:
+                return ours  # a previous attempt was stored whole: caught up with the rest
+            handle = self._handle(rep.name, create=True)
+            for line in lines:  # revalidate against the caught-up state
+                handle.validate(line)
+            deadline = time.monotonic() + self.config.timeout
+
+    async def _send_batch(self, subject: str, lines: list[bytes], expected: int, batch_id: str,
+                          timeout: float) -> dict:
+        """One atomic batch, pipelined: every message written to the connection without waiting,
+        one reply for the commit (the first message's reply only opens the batch). Returns the
+        ack's JSON (with ``error`` when refused)."""
+        nc = self.nc
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        try:
+            n = len(lines)
+            for i, line in enumerate(lines, 1):
+                headers = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(i)}
+                if i == 1:
+                    headers["Nats-Expected-Last-Subject-Sequence"] = str(expected)
+                if i == n:
+                    headers["Nats-Batch-Commit"] = "1"
+                await nc.publish(subject, line, reply=inbox if i in (1, n) else "", headers=headers)
+            end = time.monotonic() + timeout
+            while True:
+                msg = await sub.next_msg(timeout=max(0.01, end - time.monotonic()))
+                if not msg.data:
+                    continue  # the batch's opening ack
+                reply = json.loads(msg.data)
+                if "error" in reply or "batch" in reply:
+                    return reply
+        finally:
+            await sub.unsubscribe()
 
     def _publish_one(self, rep: Replica, record) -> None:
         subject = SUBJECT_PREFIX + rep.name
@@ -419,7 +596,6 @@ class ClusterNode:
             except APIError as exc:
                 if exc.err_code == WRONG_LAST_SEQUENCE and fences < MAX_FENCE_RETRIES:
                     fences += 1
-                    self.fenced += 1
                     log.info("cluster: session %s: fenced at sequence %d (another host appended first): catching up",
                              rep.name, expected)
                     self._catch_up(rep)  # another host appended first
@@ -439,20 +615,25 @@ class ClusterNode:
             self._commit_local(rep, ack.seq, line, create=True)
             return
 
-    def _catch_up(self, rep: Replica) -> None:
-        """Apply the session's messages after the last applied one (caller holds rep.lock)."""
+    def _catch_up(self, rep: Replica, batch_ids: set[str] = frozenset()) -> int:
+        """Apply the session's messages after the last applied one (caller holds rep.lock);
+        return how many of them belong to the atomic batches ``batch_ids`` (this host's own
+        batch, stored by an attempt whose ack was lost)."""
         subject = SUBJECT_PREFIX + rep.name
+        ours = 0
         while True:
             try:
                 msg = self._call(self.js.get_msg(self.config.stream, seq=rep.seq + 1, subject=subject, next=True),
                                  self.config.timeout)
             except NotFoundError:
-                return
+                return ours
+            if batch_ids and msg.headers and msg.headers.get("Nats-Batch-Id") in batch_ids:
+                ours += 1
             self._commit_local(rep, msg.seq, msg.data, create=True)
 
     def _commit_local(self, rep: Replica, seq: int, line: bytes, create: bool) -> None:
         """Commit one line of the stream to the local replica (caller holds rep.lock)."""
-        if seq <= rep.seq:
+        if seq <= rep.seq or rep.diverged:
             return
         handle = self._handle(rep.name, create)
         if rep.verify_tail:
@@ -477,38 +658,45 @@ class ClusterNode:
 
     async def _delivered(self, msg) -> None:
         md = msg.metadata
-        self.delivered_seq = md.sequence.stream
-        self.received += 1
+        seq = md.sequence.stream
+        self.delivered_seq = seq
+        self.delivered_count += 1
         self.pending = md.num_pending
+        if self._inbox.empty():  # this host's own line, committed by its writer: no hop to the applier
+            rep = self.replicas.get(msg.subject[len(SUBJECT_PREFIX):])
+            if rep is not None and rep.seq is not None and seq <= rep.seq:
+                self.applied_seq = seq
+                if md.num_pending == 0:
+                    self.oldest_unapplied = None
+                return
         if self.oldest_unapplied is None:
             self.oldest_unapplied = md.timestamp.timestamp() if md.timestamp else time.time()
-        self._inbox.put((msg.subject, md.sequence.stream, msg.data, md.num_pending))
+        self._inbox.put((msg.subject, seq, msg.data, md.num_pending))
 
     def _apply_loop(self) -> None:
         while True:
             try:
                 item = self._inbox.get(timeout=CHECKPOINT_EVERY)
-            except queue.Empty:  # idle: the checkpoint, off the replication's way
-                if time.monotonic() - self._checkpoint_at >= CHECKPOINT_EVERY:
-                    self._write_checkpoint()
+            except queue.Empty:  # idle (or only this host's own lines, which skip this thread)
+                self._write_checkpoint()
                 continue
             if item is None or self._stopping:
                 return
             subject, seq, data, pending = item
             name = subject[len(SUBJECT_PREFIX):]
             try:
-                if name not in self.local_only:  # (a local-only session: logged once, at start)
-                    rep = self.replica(name)
-                    with rep.lock:
-                        self._load(rep)
-                        self._commit_local(rep, seq, data, create=True)
+                rep = self.replica(name)
+                with rep.lock:
+                    self._ready(rep)
+                    self._commit_local(rep, seq, data, create=True)
             except Exception:
                 log.exception("cluster: session %s: applying stream message %d failed", name, seq)
+                if self._checkpoint_limit is None:  # a restart delivers it again
+                    self._checkpoint_limit = seq - 1
             self.applied_seq = seq
             if self._inbox.empty() and pending == 0:
                 self.oldest_unapplied = None
-            if time.monotonic() - self._checkpoint_at >= CHECKPOINT_EVERY:
-                self._write_checkpoint()
+            self._write_checkpoint()
 
     def wait_applied(self, seq: int, timeout: float) -> bool:
         """For tools and tests: wait until the follower applied stream sequence ``seq``."""
@@ -551,6 +739,6 @@ class ClusterSession:
     def append_records(self, records) -> int:
         try:
             return self.node.append(self.handle.name, list(records))
-        except OSError as exc:  # no quorum, a local-only session: the reason, on the session folder
-            self.handle.note_failure(f"memfs: {exc.strerror}")
+        except ClusterError as exc:
+            self.handle.note_failure(exc.strerror or str(exc))  # the writer's reason (user.memfs.last_error)
             raise

@@ -151,7 +151,8 @@ def run(config) -> int:
     log.info("serving %s at %s%s", what, mountpoint, " (read-only)" if config.read_only else "")
     record = registry.register(str(mountpoint), {
         "mountpoint": str(mountpoint), "store": os.path.abspath(store.root), "pid": os.getpid(),
-        "log": str(log_file) if log_file else None, "session": config.session, "read_only": config.read_only})
+        "log": str(log_file) if log_file else None, "session": config.session, "read_only": config.read_only,
+        "cluster": config.cluster.stream if config.cluster.enabled else None})
     _keep_shutdown_whole()
     try:
         trio.run(_serve, store, ops)

@@ -589,6 +589,12 @@ class Operations(pyfuse3.Operations):
     # --- attributes and statistics -------------------------------------------------------------
 
     def _xattrs(self, node: Node) -> dict[bytes, bytes]:
+        if node.kind is K.ROOT and self.cluster is not None:  # the mount's own cluster state (memfs mounts)
+            return {b"user.memfs.cluster": self.cluster.describe().encode(),
+                    b"user.memfs.cluster_lag": f"{self.cluster.lag():.3f}".encode(),
+                    # the follower: the checkpoint it resumed after, and what it delivered since
+                    b"user.memfs.cluster_resumed_after": str(self.cluster.resumed_after).encode(),
+                    b"user.memfs.cluster_delivered": str(self.cluster.delivered_count).encode()}
         if node.kind is not K.SESSION:
             return {}
         session = self._session(node)

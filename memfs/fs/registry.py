@@ -126,8 +126,10 @@ def unregister(path: Path) -> None:
 
 
 def memfs_mounts() -> list[dict]:
-    """Every memfs mount: ``{"mountpoint", "store", "pid", "log", "session", "read_only"}``
-    (pid and log None when no record of its server is found)."""
+    """Every memfs mount: ``{"mountpoint", "store", "pid", "log", "session", "read_only",
+    "cluster", "cluster_lag"}`` (pid and log None when no record of its server is found;
+    ``cluster`` the stream name of a cluster-mode mount, else None; ``cluster_lag`` its
+    replica's lag in seconds, read from the mount root's ``user.memfs.cluster_lag``)."""
     records = {}
     directory = registry_dir()
     try:
@@ -151,7 +153,8 @@ def memfs_mounts() -> list[dict]:
             record = {}
         mounts.append({"mountpoint": m["mountpoint"], "store": m["store"] or record.get("store", ""),
                        "pid": record.get("pid"), "log": record.get("log"), "session": record.get("session"),
-                       "read_only": record.get("read_only")})
+                       "read_only": record.get("read_only"), "cluster": record.get("cluster"),
+                       "cluster_lag": cluster_lag(m["mountpoint"]) if record.get("cluster") else None})
     for path, record in records.values():  # their mount is gone: a killed server's leftovers
         if not _alive(record.get("pid", -1)):
             try:
@@ -159,6 +162,15 @@ def memfs_mounts() -> list[dict]:
             except OSError:
                 pass
     return mounts
+
+
+def cluster_lag(mountpoint: str) -> float | None:
+    """The lag a cluster-mode mount reports on its root (SPEC §9), None when it cannot say
+    (only asked of mounts whose live server registered cluster mode)."""
+    try:
+        return float(os.getxattr(mountpoint, "user.memfs.cluster_lag"))
+    except (OSError, ValueError):
+        return None
 
 
 def _alive(pid) -> bool:

@@ -717,12 +717,14 @@ class SessionHandle:
 
     @property
     def last_refusal(self) -> str | None:
-        """The reason of the last line of this session refused in this process, if any."""
+        """The reason of the last line of this session refused in this process, if any (or
+        of the last append that failed, see :meth:`note_failure`)."""
         return self._s.last_refusal
 
     def note_failure(self, reason: str) -> None:
-        """Record the one-line reason of an append that failed outside the store (cluster
-        mode: no quorum in time), as :attr:`last_refusal` (``user.memfs.last_error``)."""
+        """An append of this session failed above the store (cluster mode: no quorum, a
+        session not replicated): ``reason`` becomes :attr:`last_refusal`, the writer's one-line
+        reason (``user.memfs.last_error``)."""
         self._s.last_refusal = reason
 
     def append_records(self, records: Iterable[Record], *, sync: bool = True) -> int:

@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""Cluster benchmark (SPEC §9, issue 17 item 6): memfs in cluster mode beside raw ``nats-py``.
+
+A real three-node NATS JetStream cluster on 127.0.0.1 (:mod:`memfs.cluster.testing`, the one
+the tests start) and two memfs mounts with separate local stores standing in for hosts A and
+B, measured in one run, in interleaved rounds (this machine's speed drifts 2x within seconds:
+each ratio is the median of the ratios of neighbours in time):
+
+* fenced single appends: one ``write()`` of a 300-byte event per append on an ``O_APPEND``
+  descriptor of A's ``sessions/s0/events.jsonl`` (each returns after JetStream's ack and the
+  local commit) beside raw ``nats-py``: ``js.publish`` of the same line with
+  ``Nats-Expected-Last-Subject-Sequence``, one at a time, awaiting each ack, to a stream of
+  the same settings (replicas 3, file storage) on the same cluster; goal ≥ 0.8. A third
+  series is the same raw publisher whose connection also follows its stream (an ordered
+  consumer delivering every message, as each memfs host follows ``memfs.>``): the cost of
+  following, which the mount always pays;
+* 8 sessions in parallel: 8 threads each appending to its own session of A, beside 8
+  ``nats-py`` tasks each publishing fenced to its own subject (one connection);
+* replication lag: an append acknowledged on A (its ``write()`` returned) until the line is in
+  B's ``events.jsonl`` (B's store file polled every 0.2 ms); p50/p99, goal p99 ≤ 100 ms — B
+  is delivered the line as JetStream acknowledges it, so it often has it before A's
+  ``write()`` returns (0 ms); the lag from the ``write()`` call is reported beside it;
+* catch-up: B unmounted, 100,000 appends through A (``cat`` of a file into the session: the
+  pipelined atomic batches), B mounted again: the time until B's replica has them all.
+
+Nothing is asserted; ``--json FILE`` writes ``{"results", "goals"}``.
+
+Usage: ``.venv/bin/python scripts/bench_cluster.py [--rounds R] [--events N] [--catchup N] [--json FILE]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+
+from bench_fs import start_server, stop_server  # noqa: E402
+from memfs.cluster.testing import NatsCluster  # noqa: E402
+from memfs.samples import sized_message  # noqa: E402
+
+import nats  # noqa: E402
+from nats.js import api  # noqa: E402
+
+SESSIONS = 8
+STREAM = "BENCH"
+
+
+class Raw:
+    """Raw ``nats-py`` on a loop of its own thread: fenced publishes, one at a time per subject."""
+
+    def __init__(self, urls: str, follow: bool = False):
+        self.follow = follow
+        self.followed = 0
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.seq: dict[str, int] = {}
+        self.run(self._connect(urls))
+
+    def run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(600)
+
+    async def _connect(self, urls):
+        self.nc = await nats.connect(urls.split(","))
+        self.js = self.nc.jetstream(timeout=10)
+        try:
+            await self.js.stream_info("RAW")
+        except nats.js.errors.NotFoundError:
+            await self.js.add_stream(api.StreamConfig(name="RAW", subjects=["raw.>"], num_replicas=3,
+                                                      storage=api.StorageType.FILE, duplicate_window=120.0))
+        if self.follow:  # as every memfs host does: an ordered consumer of the whole stream, here only counted
+
+            async def delivered(msg):
+                md = msg.metadata  # what memfs's follower reads of each message
+                self.followed = md.sequence.stream
+
+            await self.js.subscribe("raw.>", cb=delivered, ordered_consumer=True, deliver_policy=api.DeliverPolicy.NEW,
+                                    idle_heartbeat=2.0, flow_control=True)
+
+    async def _fenced(self, subject: str, lines: list[bytes]) -> None:
+        for line in lines:
+            expected = self.seq.get(subject, 0)
+            ack = await self.js.publish(subject, line, headers={
+                "Nats-Expected-Last-Subject-Sequence": str(expected), "Nats-Msg-Id": f"raw:{subject}:{expected}"})
+            self.seq[subject] = ack.seq
+
+    async def _timed(self, subjects: list[str], lines: list[bytes]) -> float:
+        t = time.perf_counter()
+        await asyncio.gather(*(self._fenced(s, lines) for s in subjects))
+        return len(subjects) * len(lines) / (time.perf_counter() - t)
+
+    def rate(self, subjects: list[str], lines: list[bytes]) -> float:
+        return self.run(self._timed(subjects, lines))
+
+    def close(self):
+        self.run(self.nc.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def mount_rate(paths: list[Path], lines: list[bytes]) -> float:
+    """Appends/s of ``len(paths)`` threads, each one ``write()`` per line into its own session."""
+    errors = []
+
+    def one(path):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            for line in lines:
+                os.write(fd, line)
+        except OSError as exc:
+            errors.append(exc)
+        finally:
+            os.close(fd)
+
+    threads = [threading.Thread(target=one, args=(p,)) for p in paths]
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise errors[0]
+    return len(paths) * len(lines) / (time.perf_counter() - t)
+
+
+def lag_samples(a_log: Path, b_log: Path, lines: list[bytes]) -> list[tuple[float, float]]:
+    """Seconds from A's acknowledged ``write()`` (its return) to B's log holding the line, and
+    from the ``write()`` call (publish and ack included), one line at a time."""
+    out = []
+    fd = os.open(a_log, os.O_WRONLY | os.O_APPEND)
+    try:
+        for line in lines:
+            target = os.stat(b_log).st_size + len(line)
+            t0 = time.perf_counter()
+            os.write(fd, line)
+            t = time.perf_counter()
+            deadline = t + 10
+            while os.stat(b_log).st_size < target:
+                if time.perf_counter() > deadline:
+                    raise RuntimeError("B did not apply a line within 10 s")
+                time.sleep(0.0002)
+            seen = time.perf_counter()
+            out.append((seen - t, seen - t0))
+            time.sleep(0.002)  # let B settle: each sample measures one line on its own
+    finally:
+        os.close(fd)
+    return out
+
+
+def count_lines(path: Path) -> int:
+    try:
+        with open(path, "rb") as f:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    except FileNotFoundError:
+        return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (medians are reported)")
+    ap.add_argument("--events", type=int, default=400, help="single appends per writer and round")
+    ap.add_argument("--lag", type=int, default=300, help="replication lag samples")
+    ap.add_argument("--catchup", type=int, default=100_000, help="appends made while B is down")
+    ap.add_argument("--solo", action="store_true",
+                    help="profiling: B is mounted only after the append rounds (what following costs A's appends)")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="memfs-bench-cluster-"))
+    cluster = raw = follower = None
+    procs: dict[str, tuple] = {}
+    lines = [sized_message(i) for i in range(args.events)]
+    rates: dict[str, list[float]] = {k: [] for k in ("raw nats-py fenced, 1 subject",
+                                                      "raw nats-py fenced + following the stream, 1 subject",
+                                                      "memfs mount A, 1 session",
+                                                      "raw nats-py fenced, 8 subjects", "memfs mount A, 8 sessions")}
+    results: dict[str, float] = {}
+    config = work / "cluster.toml"
+
+    def mount(host: str):
+        store, mnt = work / f"store{host}", work / host
+        mnt.mkdir(exist_ok=True)
+        procs[host] = (start_server([sys.executable, "-m", "memfs", "mount", str(store), str(mnt), "--cluster",
+                                     cluster.urls, "--config", str(config), "--max-events", "0",
+                                     "--log-level", "WARNING"], mnt, work / f"{host}.log"), mnt)
+        return store, mnt
+
+    def unmount(host: str):
+        proc, mnt = procs.pop(host)
+        stop_server(proc, mnt)
+
+    try:
+        cluster = NatsCluster.started(work / "nats")
+        config.write_text(f'[cluster]\nstream = "{STREAM}"\nreplicas = 3\ntimeout = 10\n')
+        # the raw publishers first: creating their stream waits until JetStream takes streams
+        # (right after the cluster came up a mount's first stream request can wait past its timeout)
+        raw = Raw(cluster.urls)
+        follower = Raw(cluster.urls, follow=True)  # its own connection and loop thread
+        store_a, a = mount("A")
+        if not args.solo:
+            store_b, b = mount("B")
+        sessions = []
+        for i in range(SESSIONS):
+            (a / "sessions" / f"s{i}").mkdir()
+            sessions.append(a / "sessions" / f"s{i}" / "events.jsonl")
+        mount_rate(sessions[:1], lines[:50])  # warm-up: connections, the sessions' writers
+        raw.rate(["raw.warm"], lines[:50])
+        follower.rate(["raw.fwarm"], lines[:50])
+        for _ in range(args.rounds):
+            rates["raw nats-py fenced, 1 subject"].append(raw.rate(["raw.s0"], lines))
+            rates["raw nats-py fenced + following the stream, 1 subject"].append(follower.rate(["raw.f0"], lines))
+            rates["memfs mount A, 1 session"].append(mount_rate(sessions[:1], lines))
+            rates["raw nats-py fenced, 8 subjects"].append(raw.rate([f"raw.s{i}" for i in range(SESSIONS)], lines))
+            rates["memfs mount A, 8 sessions"].append(mount_rate(sessions, lines))
+        for k, v in rates.items():
+            results[f"{k} ev/s"] = statistics.median(v)
+
+        def ratio(x: str, y: str) -> float:
+            return statistics.median(p / q for p, q in zip(rates[x], rates[y]))
+
+        results["mount 1 session / raw 1 subject"] = ratio("memfs mount A, 1 session", "raw nats-py fenced, 1 subject")
+        results["mount 1 session / raw + following"] = ratio("memfs mount A, 1 session",
+                                                             "raw nats-py fenced + following the stream, 1 subject")
+        results["raw + following / raw"] = ratio("raw nats-py fenced + following the stream, 1 subject",
+                                                 "raw nats-py fenced, 1 subject")
+        results["mount 8 sessions / raw 8 subjects"] = ratio("memfs mount A, 8 sessions", "raw nats-py fenced, 8 subjects")
+
+        if args.solo:
+            store_b, b = mount("B")
+        # replication lag, A's ack → B's events.jsonl
+        (a / "sessions" / "lag").mkdir()
+        a_lag = a / "sessions" / "lag" / "events.jsonl"
+        with open(a_lag, "ab") as f:
+            f.write(lines[0])
+        b_lag = store_b / "lag" / "events.jsonl"
+        deadline = time.monotonic() + 20
+        while count_lines(b_lag) < 1:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the lag session did not reach B")
+            time.sleep(0.01)
+        samples = lag_samples(a_lag, b_lag, [sized_message(10_000 + i) for i in range(args.lag)])
+        for label, values in (("", [s[0] for s in samples]), (" from the write() call", [s[1] for s in samples])):
+            lag = sorted(values)
+            results[f"replication lag{label} p50 ms"] = lag[len(lag) // 2] * 1000
+            results[f"replication lag{label} p99 ms"] = lag[min(len(lag) - 1, int(len(lag) * 0.99))] * 1000
+            results[f"replication lag{label} max ms"] = lag[-1] * 1000
+
+        # catch-up of a host that was down during N appends
+        unmount("B")
+        bulk = work / "bulk.jsonl"
+        with open(bulk, "wb") as f:
+            for i in range(args.catchup):
+                f.write(sized_message(100_000 + i))
+        (a / "sessions" / "cu").mkdir()
+        t = time.perf_counter()
+        subprocess.run(["sh", "-c", f'cat "{bulk}" >> "{a}/sessions/cu/events.jsonl"'], check=True)
+        results["bulk cat through A (pipelined batches) ev/s"] = args.catchup / (time.perf_counter() - t)
+        t = time.perf_counter()
+        store_b, b = mount("B")
+        mounted = time.perf_counter() - t
+        b_cu = store_b / "cu" / "events.jsonl"
+        deadline = time.monotonic() + 600
+        while count_lines(b_cu) < args.catchup:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"B had {count_lines(b_cu)} of {args.catchup} lines after 600 s")
+            time.sleep(0.05)
+        results[f"catch-up of B after {args.catchup:,} appends s"] = time.perf_counter() - t
+        results["catch-up: B mounted after s"] = mounted
+        results["catch-up rate ev/s"] = args.catchup / results[f"catch-up of B after {args.catchup:,} appends s"]
+        same = b_cu.read_bytes() == (store_a / "cu" / "events.jsonl").read_bytes()
+        results["catch-up: B's log byte-identical to A's"] = float(same)
+    finally:
+        for host in list(procs):
+            unmount(host)
+        for r in (raw, follower):
+            if r is not None:
+                r.close()
+        if cluster is not None:
+            cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    goals = {
+        "cluster: fenced single appends through the mount >= 0.8 of raw nats-py":
+            {"measured": f"{results['mount 1 session / raw 1 subject']:.2f}",
+             "met": results["mount 1 session / raw 1 subject"] >= 0.8},
+        "cluster: replication lag p99 <= 100 ms":
+            {"measured": f"{results['replication lag p99 ms']:.1f} ms", "met": results["replication lag p99 ms"] <= 100},
+    }
+    width = max(map(len, results))
+    print(f"workload: 300-byte events; a real 3-node JetStream cluster on 127.0.0.1 (replicas 3, file storage); "
+          f"{args.rounds} interleaved rounds of {args.events} appends per writer (medians; ratios are medians of "
+          f"neighbours' ratios); {args.lag} lag samples; catch-up after {args.catchup:,} appends")
+    for key, value in results.items():
+        print(f"{key:<{width}}  {value:,.2f}" if value < 100 else f"{key:<{width}}  {value:,.0f}")
+    for goal, g in goals.items():
+        print(f"{'MET ' if g['met'] else 'MISS'} {goal} ({g['measured']})")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"results": results, "goals": goals}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
