@@ -398,3 +398,36 @@ def test_frozen_host_is_fenced_and_lands_after_b(hosts):
     same_replicas(a, b, "f", n + 4)
     # A's stale publish was refused (10071), A caught up and published again, after B's lines
     assert "session f: fenced at sequence" in a.log_text()
+
+
+def test_a_pre_cluster_session_published_halfway_is_finished_not_orphaned(tmp_path, nats_cluster, request):
+    """A session written before cluster mode whose publishing stopped midway (the stream has its
+    first lines, the host no sidecar): the next mount publishes the rest after them, instead of
+    taking the stream's lines for another host's session of that name."""
+    stream, config = cluster_config(tmp_path, request)
+    memfs = [str(Path(os.sys.executable).parent / "memfs"), "append"]
+
+    def local(*lines: str) -> None:  # written without a mount, not in cluster mode
+        subprocess.run([*memfs, "--store", str(tmp_path / "sa"), "half"], input="\n".join(lines) + "\n",
+                       text=True, check=True, capture_output=True)
+
+    local(event("thread.started", thread_id="t"), *turn(1, "written before the cluster"))
+    try:
+        with mounted(tmp_path / "sa", tmp_path / "A", "--cluster", nats_cluster.urls, "--config", str(config)) as a:
+            wait_for(lambda: (tmp_path / "sa" / "half" / "index" / "cluster.json").exists(),
+                     what="A to publish its pre-cluster session")
+        # as if that publish had stopped after these four lines: no sidecar, a line more locally
+        (tmp_path / "sa" / "half" / "index" / "cluster.json").unlink()
+        local(item("after-the-crash"))
+        with ExitStack() as stack:
+            a = stack.enter_context(mounted(tmp_path / "sa", tmp_path / "A", "--cluster", nats_cluster.urls,
+                                            "--config", str(config)))
+            b = stack.enter_context(mounted(tmp_path / "sb", tmp_path / "B", "--cluster", nats_cluster.urls,
+                                            "--config", str(config)))
+            same_replicas(a, b, "half", 5)
+            assert "4 were in the stream already" in a.log_text()
+            assert "another history" not in a.log_text()
+            write_line(b.mnt, "half", item("from-b"))  # and it is a replica like any other
+            same_replicas(a, b, "half", 6)
+    finally:
+        delete_stream(nats_cluster.urls, stream)

@@ -348,39 +348,61 @@ class ClusterNode:
         """Publish the local lines of a session the stream may not have (caller holds rep.lock;
         see :meth:`publish_local_sessions`). When the stream has no line of it, every local
         line goes, in order, fenced from sequence 0 (atomic batches when the stream takes them),
-        and the sidecar records the last sequence. When the stream already has lines of it —
-        the same name written on another host — the two histories differ: this host keeps its
+        and the sidecar records the last sequence. When the stream's lines of it are the first
+        local lines (this host's publish of them stopped midway: a crash, a timeout between two
+        batches), the rest follows them. When the stream has other lines of it — the same name
+        written on another host — the two histories differ: this host keeps its
         local session as it is, applies none of the stream's lines to it and refuses writes to
         it (``EEXIST``, saying why), and says so in its log; moving the local folder away and
         remounting makes it a replica of the stream's session."""
         subject = SUBJECT_PREFIX + rep.name
-        try:
-            self._call(self.js.get_last_msg(self.config.stream, subject), self.config.timeout)
-        except NotFoundError:
-            pass
-        else:
-            rep.unpublished, rep.diverged = False, True
-            log.error("cluster: session %s exists in this store (written before cluster mode) and in stream %s "
-                      "with another history: left as it is here, not replicated; move %s away and remount to "
-                      "follow the stream's", rep.name, self.config.stream, self.store.root / rep.name)
-            return
         from memfs.store.lines import scan_lines
 
         fd = open_nofollow(self.store.root / rep.name / EVENTS, os.O_RDONLY)
         try:
             end = os.fstat(fd).st_size
             chunk: list[bytes] = []
+            known = 0  # local lines the stream already has (a publish of them stopped midway)
+            in_stream = True
             for _off, line in scan_lines(fd, 0, end):
-                chunk.append(bytes(line))
+                line = bytes(line)
+                if in_stream:
+                    msg = self._next_of(subject, rep.seq)
+                    if msg is not None and msg.data == line:
+                        rep.seq, known = msg.seq, known + 1
+                        continue
+                    if msg is not None:
+                        return self._diverged(rep)
+                    in_stream = False
+                chunk.append(line)
                 if len(chunk) == BATCH_MAX:
                     self._publish_lines(rep, chunk)
                     chunk = []
+            if in_stream and self._next_of(subject, rep.seq) is not None:
+                return self._diverged(rep)  # the stream has more lines of it than this host
             if chunk:
                 self._publish_lines(rep, chunk)
+            elif known:
+                self._save(rep)
         finally:
             os.close(fd)
         rep.unpublished = False
-        log.info("cluster: session %s: published its local lines (through stream sequence %d)", rep.name, rep.seq)
+        log.info("cluster: session %s: published its local lines (through stream sequence %d; %d were in the "
+                 "stream already)", rep.name, rep.seq, known)
+
+    def _next_of(self, subject: str, after: int):
+        """The stream's first message on ``subject`` after sequence ``after`` (None: none)."""
+        try:
+            return self._call(self.js.get_msg(self.config.stream, seq=after + 1, subject=subject, next=True),
+                              self.config.timeout)
+        except NotFoundError:
+            return None
+
+    def _diverged(self, rep: Replica) -> None:
+        rep.unpublished, rep.diverged, rep.seq = False, True, 0
+        log.error("cluster: session %s exists in this store (written before cluster mode) and in stream %s "
+                  "with another history: left as it is here, not replicated; move %s away and remount to "
+                  "follow the stream's", rep.name, self.config.stream, self.store.root / rep.name)
 
     def _publish_lines(self, rep: Replica, lines: list[bytes]) -> None:
         """Publish lines the local log already holds, fenced, without committing them again."""
