@@ -131,17 +131,17 @@ class NatsCluster:
         return self
 
     def meta_leader(self) -> str | None:
-        """The JetStream meta leader as the running servers see it (None: none yet)."""
+        """The JetStream meta leader as the running servers see it: None until every running
+        server names the same one (a client of a server that does not know it yet is refused)."""
+        seen = set()
         for s in self.servers:
             if not s.running():
                 continue
             try:
-                leader = s.jsz().get("meta_cluster", {}).get("leader")
+                seen.add(s.jsz().get("meta_cluster", {}).get("leader"))
             except (OSError, ValueError):
-                continue
-            if leader:
-                return leader
-        return None
+                return None
+        return seen.pop() if len(seen) == 1 and None not in seen else None
 
     def wait_ready(self, timeout: float = 30) -> str:
         """Poll until JetStream has a meta leader; raise with the servers' logs after ``timeout``."""
