@@ -431,3 +431,31 @@ def test_a_pre_cluster_session_published_halfway_is_finished_not_orphaned(tmp_pa
             same_replicas(a, b, "half", 6)
     finally:
         delete_stream(nats_cluster.urls, stream)
+
+
+def test_a_pre_cluster_session_the_stream_went_on_with_is_caught_up_not_orphaned(tmp_path, nats_cluster, request):
+    """Every local line of a pre-cluster session is in the stream (its publish went through,
+    the sidecar write was lost) and other hosts went on: the host is a replica behind — it
+    catches up, and is not taken for a clash of histories."""
+    stream, config = cluster_config(tmp_path, request)
+    memfs = [str(Path(os.sys.executable).parent / "memfs"), "append"]
+    subprocess.run([*memfs, "--store", str(tmp_path / "sa"), "behind"], text=True, check=True, capture_output=True,
+                   input="\n".join([event("thread.started", thread_id="t"), *turn(1, "written before")]) + "\n")
+    args = ("--cluster", nats_cluster.urls, "--config", str(config))
+    try:
+        with ExitStack() as stack:
+            b = stack.enter_context(mounted(tmp_path / "sb", tmp_path / "B", *args))
+            with mounted(tmp_path / "sa", tmp_path / "A", *args):
+                wait_for(lambda: (tmp_path / "sa" / "behind" / "index" / "cluster.json").exists(),
+                         what="A to publish its pre-cluster session")
+            wait_for(lambda: len(lines_of(b.store / "behind" / "events.jsonl")) == 4, what="B to replicate it")
+            (tmp_path / "sa" / "behind" / "index" / "cluster.json").unlink()  # the sidecar write lost
+            (tmp_path / "sa" / ".memfs-cluster.json").unlink(missing_ok=True)  # and the checkpoint
+            write_line(b.mnt, "behind", item("while-a-was-down"))
+            a = stack.enter_context(mounted(tmp_path / "sa", tmp_path / "A", *args))
+            same_replicas(a, b, "behind", 5)
+            assert "another history" not in a.log_text()
+            write_line(a.mnt, "behind", item("from-a"))  # a replica like any other
+            same_replicas(a, b, "behind", 6)
+    finally:
+        delete_stream(nats_cluster.urls, stream)

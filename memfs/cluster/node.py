@@ -379,7 +379,12 @@ class ClusterNode:
                     self._publish_lines(rep, chunk)
                     chunk = []
             if in_stream and self._next_of(subject, rep.seq) is not None:
-                return self._diverged(rep)  # the stream has more lines of it than this host
+                # every local line is in the stream, which has more (other hosts went on after a
+                # publish whose sidecar write was lost): a replica behind — catch up
+                self._save(rep)
+                rep.unpublished = False
+                self._catch_up(rep)
+                return
             if chunk:
                 self._publish_lines(rep, chunk)
             elif known:
