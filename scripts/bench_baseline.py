@@ -104,6 +104,16 @@ def capped_ratios(trees: dict[str, Path], turns: int, rounds: int) -> dict[str, 
         subprocess.run(["rm", "-rf", str(work)], check=False)
 
 
+def mount_tree(work: Path, name: str, tree: Path, durability: str, cpus=None) -> tuple:
+    """Mount a new store with ``tree``'s memfs (its ``PYTHONPATH``), uncapped; ``(server, mountpoint)``."""
+    store, mnt = work / f"store-{name}", work / f"mnt-{name}"
+    mnt.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    return (start_server([sys.executable, "-m", "memfs", "mount", str(store), str(mnt), "--durability", durability,
+                          "--max-events", "0", "--log-level", "WARNING"], mnt, work / f"{name}.log", env=env,
+                         cpus=cpus), mnt)
+
+
 def fsync_rates(trees: dict[str, Path], rounds: int, events: int) -> dict[str, dict[str, float]]:
     """Per tree: medians of ``fsync``-mode mount rates, one writer and 8 writers × 8 sessions."""
     from bench_durability import THREADS, run_threads
@@ -113,12 +123,8 @@ def fsync_rates(trees: dict[str, Path], rounds: int, events: int) -> dict[str, d
     sessions: dict[str, list[Path]] = {}
     try:
         for name, tree in trees.items():
-            store, mnt = work / f"store-{name}", work / f"mnt-{name}"
-            mnt.mkdir()
-            env = {**os.environ, "PYTHONPATH": str(tree)}
-            servers[name] = (start_server([sys.executable, "-m", "memfs", "mount", str(store), str(mnt),
-                                           "--durability", "fsync", "--max-events", "0", "--log-level", "WARNING"],
-                                          mnt, work / f"{name}.log", env=env), mnt)
+            servers[name] = mount_tree(work, name, tree, "fsync")
+            mnt = servers[name][1]
             sessions[name] = []
             for i in range(THREADS):
                 (mnt / "sessions" / f"s{i}").mkdir()
@@ -185,12 +191,8 @@ def main() -> int:
                                           work / "nullfs.log", env=env, cpus=server_cpus), mnt)
         targets["nullfs"] = mnt / "sink"
         for name, tree in trees.items():
-            store, mnt = work / f"store-{name}", work / f"mnt-{name}"
-            mnt.mkdir()
-            env = {**os.environ, "PYTHONPATH": str(tree)}
-            servers[name] = (start_server([sys.executable, "-m", "memfs", "mount", str(store), str(mnt),
-                                           "--durability", "write", "--max-events", "0", "--log-level", "WARNING"],
-                                          mnt, work / f"{name}.log", env=env, cpus=server_cpus), mnt)
+            servers[name] = mount_tree(work, name, tree, "write", server_cpus)
+            mnt = servers[name][1]
             (mnt / "sessions" / "b").mkdir()
             targets[name] = mnt / "sessions" / "b" / "events.jsonl"
         for _ in range(3):  # warm-up

@@ -98,6 +98,27 @@ def hosts(tmp_path, nats_cluster, request):
         yield a, b
 
 
+def on_both(writer, a, b, timeout: float = 120) -> None:
+    """Run ``writer(a, "A")`` and ``writer(b, "B")`` at once, in two threads; raise the first
+    error either met (an ``OSError`` of a refused write, a failed assertion)."""
+    errors: list[BaseException] = []
+
+    def run(m, tag):
+        try:
+            writer(m, tag)
+        except (OSError, AssertionError) as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(m, tag)) for m, tag in ((a, "A"), (b, "B"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in threads), f"writers still running after {timeout} s"
+    if errors:
+        raise errors[0]
+
+
 def append(mnt: Path, session: str, *lines: str) -> None:
     path = mnt / "sessions" / session / "events.jsonl"
     with open(path, "a") as f:
@@ -146,24 +167,15 @@ def test_concurrent_appends_agree_byte_for_byte(hosts):
     append(a.mnt, "c", event("thread.started", thread_id="t"))
     wait_for(lambda: (b.mnt / "sessions" / "c" / "events.jsonl").exists(), what="the session on B")
     n = 60
-    errors = []
 
     def writer(m, tag):
-        try:
-            with open(m.mnt / "sessions" / "c" / "events.jsonl", "a") as f:
-                for i in range(n):
-                    f.write(event("item.completed", item={"id": f"{tag}{i}", "type": "agent_message",
-                                                          "text": f"{tag} line {i}"}) + "\n")
-                    f.flush()  # one write() per line: each acknowledged on its own
-        except OSError as exc:
-            errors.append(exc)
+        with open(m.mnt / "sessions" / "c" / "events.jsonl", "a") as f:
+            for i in range(n):
+                f.write(event("item.completed", item={"id": f"{tag}{i}", "type": "agent_message",
+                                                      "text": f"{tag} line {i}"}) + "\n")
+                f.flush()  # one write() per line: each acknowledged on its own
 
-    threads = [threading.Thread(target=writer, args=(a, "A")), threading.Thread(target=writer, args=(b, "B"))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors
+    on_both(writer, a, b)
     a_log, b_log = a.store / "c" / "events.jsonl", b.store / "c" / "events.jsonl"
     wait_for(lambda: len(lines_of(a_log)) == 1 + 2 * n and len(lines_of(b_log)) == 1 + 2 * n,
              what="both replicas to hold every line")

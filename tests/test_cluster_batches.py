@@ -6,13 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import threading
 
 import pytest
 
 from mounting import event
 
-from test_cluster import hosts, lines_of, nats_cluster, stream_name, wait_for  # noqa: F401 (fixtures)
+from test_cluster import hosts, lines_of, nats_cluster, on_both, stream_name, wait_for  # noqa: F401 (fixtures)
 
 nats = pytest.importorskip("nats")
 
@@ -73,26 +72,17 @@ def test_concurrent_batches_from_two_hosts_do_not_diverge(hosts):
         f.write(event("thread.started", thread_id="t") + "\n")
     wait_for(lambda: (b.mnt / "sessions" / "cb" / "events.jsonl").exists(), what="the session on B")
     writes, per_write = 15, 20
-    errors = []
 
     def writer(m, tag):
+        fd = os.open(m.mnt / "sessions" / "cb" / "events.jsonl", os.O_WRONLY | os.O_APPEND)
         try:
-            fd = os.open(m.mnt / "sessions" / "cb" / "events.jsonl", os.O_WRONLY | os.O_APPEND)
-            try:
-                for w in range(writes):
-                    chunk = "".join(item(tag, w * per_write + i) + "\n" for i in range(per_write)).encode()
-                    assert os.write(fd, chunk) == len(chunk)  # one write() of 20 lines, taken whole
-            finally:
-                os.close(fd)
-        except (OSError, AssertionError) as exc:
-            errors.append(exc)
+            for w in range(writes):
+                chunk = "".join(item(tag, w * per_write + i) + "\n" for i in range(per_write)).encode()
+                assert os.write(fd, chunk) == len(chunk)  # one write() of 20 lines, taken whole
+        finally:
+            os.close(fd)
 
-    threads = [threading.Thread(target=writer, args=(m, tag)) for m, tag in ((a, "A"), (b, "B"))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors
+    on_both(writer, a, b)
     total = 1 + 2 * writes * per_write
     a_log, b_log = a.store / "cb" / "events.jsonl", b.store / "cb" / "events.jsonl"
     wait_for(lambda: len(lines_of(a_log)) == total and len(lines_of(b_log)) == total,

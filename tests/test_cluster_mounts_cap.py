@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 
 from cluster import NatsCluster
 from mounting import event, mounted
-from test_cluster import delete_stream, lines_of, nats_cluster, stream_name, wait_for  # noqa: F401 (fixture)
+from test_cluster import delete_stream, lines_of, nats_cluster, on_both, stream_name, wait_for  # noqa: F401 (fixture)
 
 pytest.importorskip("nats")
 
@@ -88,30 +87,22 @@ def test_the_cap_evicts_at_the_same_point_on_every_replica(capped_hosts):
     with open(a.mnt / "sessions" / "cap" / "events.jsonl", "a") as f:
         f.write(event("thread.started", thread_id="t") + "\n")
     wait_for(lambda: (b.mnt / "sessions" / "cap" / "events.jsonl").exists(), what="the session on B")
-    per_host, errors = 40, []
+    per_host = 40
 
     def writer(m, tag):
+        fd = os.open(m.mnt / "sessions" / "cap" / "events.jsonl", os.O_WRONLY | os.O_APPEND)
         try:
-            fd = os.open(m.mnt / "sessions" / "cap" / "events.jsonl", os.O_WRONLY | os.O_APPEND)
-            try:
-                for i in range(per_host):  # one closed turn per write(): an atomic batch of three lines
-                    turn = (event("turn.started"),
-                            event("item.completed", item={"id": f"{tag}{i}", "type": "agent_message",
-                                                          "text": f"host {tag} fact {i}"}),
-                            event("turn.completed", usage={"input_tokens": 1, "output_tokens": 1}))
-                    data = "".join(line + "\n" for line in turn).encode()
-                    assert os.write(fd, data) == len(data)
-            finally:
-                os.close(fd)
-        except (OSError, AssertionError) as exc:
-            errors.append(exc)
+            for i in range(per_host):  # one closed turn per write(): an atomic batch of three lines
+                turn = (event("turn.started"),
+                        event("item.completed", item={"id": f"{tag}{i}", "type": "agent_message",
+                                                      "text": f"host {tag} fact {i}"}),
+                        event("turn.completed", usage={"input_tokens": 1, "output_tokens": 1}))
+                data = "".join(line + "\n" for line in turn).encode()
+                assert os.write(fd, data) == len(data)
+        finally:
+            os.close(fd)
 
-    threads = [threading.Thread(target=writer, args=(m, t)) for m, t in ((a, "A"), (b, "B"))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors
+    on_both(writer, a, b)
     a_log, b_log = a.store / "cap" / "events.jsonl", b.store / "cap" / "events.jsonl"
 
     def seq(m):
