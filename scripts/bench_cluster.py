@@ -92,8 +92,18 @@ class Raw:
     async def _fenced(self, subject: str, lines: list[bytes]) -> None:
         for line in lines:
             expected = self.seq.get(subject, 0)
-            ack = await self.js.publish(subject, line, headers={
-                "Nats-Expected-Last-Subject-Sequence": str(expected), "Nats-Msg-Id": f"raw:{subject}:{expected}"})
+            headers = {"Nats-Expected-Last-Subject-Sequence": str(expected), "Nats-Msg-Id": f"raw:{subject}:{expected}"}
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    ack = await self.js.publish(subject, line, headers=headers)
+                    break
+                except nats.js.errors.APIError as exc:
+                    # a stream just created (or electing its leader) refuses fenced publishes for
+                    # a moment (err_code 10164, no sequence named): retried, as memfs's node does
+                    if exc.err_code == 10071 or time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.05)
             self.seq[subject] = ack.seq
 
     async def _timed(self, subjects: list[str], lines: list[bytes]) -> float:

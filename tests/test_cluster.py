@@ -159,6 +159,16 @@ def test_session_written_on_a_continues_on_b(hosts):
     assert int(seq) >= 10
     lag = float(os.getxattr(b.mnt / "sessions" / "s1", "user.memfs.cluster_lag").decode())
     assert lag >= 0.0
+    # a refused line (one write() of one line: the loop's fast path) is refused as without a
+    # cluster — an errno, the reason, rejected.jsonl — and never published
+    with pytest.raises(OSError) as err:
+        write_line(b.mnt, "s1", '{"type": "turn.completed"}')  # no open turn
+    assert err.value.errno == errno.EBADMSG  # the errno table's answer for a lifecycle refusal
+    assert "turn.completed" in os.getxattr(b.mnt / "sessions" / "s1", "user.memfs.last_error").decode()
+    assert (b.store / "s1" / "rejected.jsonl").exists()
+    append(b.mnt, "s1", *turn(4, "Refusals are local."))
+    wait_for(lambda: len(lines_of(a_log)) == 13, what="A to have B's next turn")
+    assert a_log.read_bytes() == b_log.read_bytes()
 
 
 def test_concurrent_appends_agree_byte_for_byte(hosts):

@@ -658,11 +658,54 @@ class ClusterNode:
                 ours += 1
             self._commit_local(rep, msg.seq, msg.data, create=True)
 
-    def _commit_local(self, rep: Replica, seq: int, line: bytes, create: bool) -> None:
+    # --- the fast path of one line from the filesystem's event loop --------------------------
+
+    def claim_fast(self, name: str) -> Replica | None:
+        """For one validated line written from an event loop (the filesystem's ``write()``):
+        this session's replica, its lock taken without waiting, when its state is known here
+        and nothing else holds it; None otherwise (the caller takes the worker-thread path,
+        :meth:`append`). The caller then calls :meth:`publish_fast` and, on its thread,
+        :meth:`finish_fast` — which releases the lock whatever happened."""
+        rep = self.replicas.get(name)
+        if rep is None or rep.seq is None or rep.unpublished or rep.diverged or self.js is None:
+            return None
+        if not rep.lock.acquire(blocking=False):
+            return None
+        if rep.unpublished or rep.diverged:
+            rep.lock.release()
+            return None
+        return rep
+
+    def publish_fast(self, rep: Replica, line: bytes):
+        """Publish ``line`` with the fence, straight on the NATS loop (no thread waits for it);
+        a :class:`concurrent.futures.Future` of the acknowledgement. One try, at most a second:
+        any failure (a fence refusal, no leader, a timeout) is the worker path's to handle."""
+        headers = {"Nats-Expected-Last-Subject-Sequence": str(rep.seq),
+                   "Nats-Msg-Id": msg_id(self.host_id, rep.name, rep.seq, line)}
+        timeout = min(1.0, self.config.timeout)
+        return asyncio.run_coroutine_threadsafe(
+            self.js.publish(SUBJECT_PREFIX + rep.name, line, timeout=timeout, headers=headers), self.loop)
+
+    def finish_fast(self, rep: Replica, handle, line: bytes, ack) -> bool:
+        """After :meth:`publish_fast`: commit the acknowledged line to the local replica through
+        ``handle`` (the writer's own session handle: nothing to open) and release the lock;
+        False — lock released, nothing committed — when there is no acknowledgement (the
+        caller retries on the worker path: the same fence and id, so a publish that was in
+        fact stored is deduplicated, and a fenced one is caught up there)."""
+        try:
+            if ack is None:
+                return False
+            self._commit_local(rep, ack.seq, line, create=False, handle=handle)
+            return True
+        finally:
+            rep.lock.release()
+
+    def _commit_local(self, rep: Replica, seq: int, line: bytes, create: bool, handle=None) -> None:
         """Commit one line of the stream to the local replica (caller holds rep.lock)."""
         if seq <= rep.seq or rep.diverged:
             return
-        handle = self._handle(rep.name, create)
+        if handle is None:
+            handle = self._handle(rep.name, create)
         if rep.verify_tail:
             rep.verify_tail = False
             tail = handle.read_bytes(max(0, handle.file_len - len(line) - 1))

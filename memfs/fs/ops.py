@@ -27,11 +27,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import outcome
 import pyfuse3
 import trio
 
 from memfs import views
-from memfs.errors import MemfsError, NotFound
+from memfs.errors import MemfsError, NotFound, ValidationError
 from memfs.fs import content
 from memfs.fs.errors import fail, guarded, log
 from memfs.fs.nodes import DIR_KINDS, DYNAMIC_KINDS, SESSION_CHILDREN, InodeTable, K, Node, child
@@ -505,9 +506,43 @@ class Operations(pyfuse3.Operations):
         # in cluster mode every append waits for JetStream's ack, also on a worker thread
         if not appender.sync:
             return self._write_synced(handle, off, buf)
-        if self.cluster is not None or handle.session.may_block_append(len(buf), buf.count(b"\n") + 1):
+        if self.cluster is not None:
+            if not appender.partial and buf.find(b"\n") == len(buf) - 1 and (
+                    handle.append_mode or off == handle.next_off):
+                return self._write_published(handle, off, buf)
+            return off_loop(self._write, handle, off, buf)
+        if handle.session.may_block_append(len(buf), buf.count(b"\n") + 1):
             return off_loop(self._write, handle, off, buf)
         return self._write(handle, off, buf)
+
+    async def _write_published(self, handle: OpenFile, off: int, buf: bytes) -> int:
+        """Cluster mode, one whole line in one ``write()`` (the usual agent's append): publish
+        it from this loop straight to the NATS loop, and commit it here once acknowledged — no
+        worker thread. Anything unusual (the session held by the applier or another writer,
+        a line to refuse, a commit that may block, a fence refusal, a timeout) takes the
+        worker-thread path, which handles it as every append did before."""
+        session, cluster = handle.session, self.cluster
+        line = buf[:-1]
+        rep = None
+        if not session.may_block_append(len(buf), 1):
+            try:
+                record = session.validate(line)
+            except ValidationError:
+                record = None  # refused: the worker path records and reports it
+            if record is not None:
+                rep = cluster.claim_fast(session.name)
+        if rep is None:
+            return await off_loop(self._write, handle, off, buf)
+        try:
+            future = cluster.publish_fast(rep, record[0])
+        except Exception:  # (the NATS loop is gone: stopping) the worker path reports it
+            cluster.finish_fast(rep, session, record[0], None)
+            return await off_loop(self._write, handle, off, buf)
+        ack = await _concurrent_result(future)
+        if not cluster.finish_fast(rep, session, record[0], ack):
+            return await off_loop(self._write, handle, off, buf)
+        handle.next_off = off + len(buf)
+        return len(buf)
 
     async def _write_synced(self, handle: OpenFile, off: int, buf: bytes) -> int:
         """An ``fsync``-mode ``write()``: commit without the sync (on a worker thread only when
@@ -655,6 +690,20 @@ async def off_loop(fn: Callable, *args):
         token.run_sync_soon(trio.lowlevel.reschedule, task, result)
 
     trio.lowlevel.start_thread_soon(functools.partial(fn, *args), deliver)
+    return await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+
+
+async def _concurrent_result(future):
+    """Wait, without blocking the loop, for a :class:`concurrent.futures.Future` completed by
+    another thread; its result, or None when it failed (or was cancelled)."""
+    task = trio.lowlevel.current_task()
+    token = trio.lowlevel.current_trio_token()
+
+    def done(f) -> None:
+        value = None if f.cancelled() or f.exception() is not None else f.result()
+        token.run_sync_soon(trio.lowlevel.reschedule, task, outcome.Value(value))
+
+    future.add_done_callback(done)
     return await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
 
 
