@@ -119,6 +119,19 @@ def on_both(writer, a, b, timeout: float = 120) -> None:
         raise errors[0]
 
 
+def session_on_both(a, b, name: str) -> None:
+    """Create session ``name`` on host A with its first line and wait until B has it."""
+    os.mkdir(a.mnt / "sessions" / name)
+    append(a.mnt, name, event("thread.started", thread_id="t"))
+    wait_for(lambda: (b.mnt / "sessions" / name / "events.jsonl").exists(), what=f"session {name} on B")
+
+
+def two_hosts(stack: ExitStack, tmp_path: Path, urls: str, config: Path) -> tuple:
+    """Hosts A and B (stores ``sa``/``sb``) mounted in cluster mode, unmounted by ``stack``."""
+    return tuple(stack.enter_context(mounted(tmp_path / f"s{h.lower()}", tmp_path / h, "--cluster", urls,
+                                             "--config", str(config))) for h in ("A", "B"))
+
+
 def append(mnt: Path, session: str, *lines: str) -> None:
     path = mnt / "sessions" / session / "events.jsonl"
     with open(path, "a") as f:
@@ -173,9 +186,7 @@ def test_session_written_on_a_continues_on_b(hosts):
 
 def test_concurrent_appends_agree_byte_for_byte(hosts):
     a, b = hosts
-    os.mkdir(a.mnt / "sessions" / "c")
-    append(a.mnt, "c", event("thread.started", thread_id="t"))
-    wait_for(lambda: (b.mnt / "sessions" / "c" / "events.jsonl").exists(), what="the session on B")
+    session_on_both(a, b, "c")
     n = 60
 
     def writer(m, tag):
@@ -206,10 +217,7 @@ def test_appends_continue_after_kill_9_of_one_nats_server(tmp_path, request):
         # above that lets the appends wait for the new leader instead of failing with ETIMEDOUT
         config.write_text(f'[cluster]\nstream = "{stream}"\ntimeout = 20\n')
         with ExitStack() as stack:
-            a = stack.enter_context(mounted(tmp_path / "sa", tmp_path / "A", "--cluster", cluster.urls,
-                                            "--config", str(config)))
-            b = stack.enter_context(mounted(tmp_path / "sb", tmp_path / "B", "--cluster", cluster.urls,
-                                            "--config", str(config)))
+            a, b = two_hosts(stack, tmp_path, cluster.urls, config)
             os.mkdir(a.mnt / "sessions" / "k")
             append(a.mnt, "k", event("thread.started", thread_id="t"), *turn(1, "before the kill"))
             leader = stream_leader(cluster.urls, stream)
@@ -297,10 +305,7 @@ def test_no_quorum_fails_appends_with_etimedout_keeps_reads_and_recovers(tmp_pat
     try:
         with ExitStack() as stack:
             stack.callback(cluster.stop)
-            a = stack.enter_context(mounted(tmp_path / "sa", tmp_path / "A", "--cluster", cluster.urls,
-                                            "--config", str(config)))
-            b = stack.enter_context(mounted(tmp_path / "sb", tmp_path / "B", "--cluster", cluster.urls,
-                                            "--config", str(config)))
+            a, b = two_hosts(stack, tmp_path, cluster.urls, config)
             os.mkdir(a.mnt / "sessions" / "q")
             append(a.mnt, "q", event("thread.started", thread_id="t"), *turn(1, "The quorum fact is here."))
             same_replicas(a, b, "q", 4)

@@ -11,7 +11,7 @@ import pytest
 
 from mounting import event
 
-from test_cluster import hosts, lines_of, nats_cluster, on_both, stream_name, wait_for  # noqa: F401 (fixtures)
+from test_cluster import hosts, lines_of, nats_cluster, on_both, session_on_both, stream_name, wait_for  # noqa: F401 (fixtures)
 
 nats = pytest.importorskip("nats")
 
@@ -67,10 +67,7 @@ def test_a_500_line_write_is_pipelined_in_order_on_both_hosts(hosts, nats_cluste
 
 def test_concurrent_batches_from_two_hosts_do_not_diverge(hosts):
     a, b = hosts
-    os.mkdir(a.mnt / "sessions" / "cb")
-    with open(a.mnt / "sessions" / "cb" / "events.jsonl", "a") as f:
-        f.write(event("thread.started", thread_id="t") + "\n")
-    wait_for(lambda: (b.mnt / "sessions" / "cb" / "events.jsonl").exists(), what="the session on B")
+    session_on_both(a, b, "cb")
     writes, per_write = 15, 20
 
     def writer(m, tag):

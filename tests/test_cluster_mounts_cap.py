@@ -15,7 +15,7 @@ import pytest
 
 from cluster import NatsCluster
 from mounting import event, mounted
-from test_cluster import delete_stream, lines_of, nats_cluster, on_both, stream_name, wait_for  # noqa: F401 (fixture)
+from test_cluster import delete_stream, lines_of, nats_cluster, on_both, session_on_both, stream_name, wait_for  # noqa: F401 (fixture)
 
 pytest.importorskip("nats")
 
@@ -83,10 +83,7 @@ def capped_hosts(tmp_path, nats_cluster, request):
 
 def test_the_cap_evicts_at_the_same_point_on_every_replica(capped_hosts):
     a, b = capped_hosts
-    os.mkdir(a.mnt / "sessions" / "cap")
-    with open(a.mnt / "sessions" / "cap" / "events.jsonl", "a") as f:
-        f.write(event("thread.started", thread_id="t") + "\n")
-    wait_for(lambda: (b.mnt / "sessions" / "cap" / "events.jsonl").exists(), what="the session on B")
+    session_on_both(a, b, "cap")
     per_host = 40
 
     def writer(m, tag):
