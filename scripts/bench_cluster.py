@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import statistics
@@ -46,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-from bench_fs import start_server, stop_server  # noqa: E402
+from bench_fs import report_goals, start_server, stop_server  # noqa: E402
 from memfs.cluster.testing import NatsCluster  # noqa: E402
 from memfs.samples import sized_message  # noqa: E402
 
@@ -312,10 +311,7 @@ def main() -> int:
           f"neighbours' ratios); {args.lag} lag samples; catch-up after {args.catchup:,} appends")
     for key, value in results.items():
         print(f"{key:<{width}}  {value:,.2f}" if value < 100 else f"{key:<{width}}  {value:,.0f}")
-    for goal, g in goals.items():
-        print(f"{'MET ' if g['met'] else 'MISS'} {goal} ({g['measured']})")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"results": results, "goals": goals}, indent=2))
+    report_goals(results, goals, args.json)
     return 0
 
 

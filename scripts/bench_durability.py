@@ -22,7 +22,6 @@ Usage: ``.venv/bin/python scripts/bench_durability.py [--rounds R] [--events N] 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -36,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import memfs  # noqa: E402
-from bench_fs import start_server, stop_server  # noqa: E402
+from bench_fs import report_goals, start_server, stop_server  # noqa: E402
 from memfs.samples import sized_message  # noqa: E402
 
 LINES = [sized_message(i) for i in range(1000)]
@@ -138,10 +137,7 @@ def main() -> int:
           f"{args.events} events per writer (medians; ratios are medians of neighbours' ratios)")
     for key, value in results.items():
         print(f"{key:<{width}}  {value:,.2f}" if value < 100 else f"{key:<{width}}  {value:,.0f}")
-    for goal, met in goals.items():
-        print(f"{'MET ' if met else 'MISS'} {goal}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"results": results, "goals": goals}, indent=2))
+    report_goals(results, goals, args.json)
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

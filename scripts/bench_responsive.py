@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import memfs  # noqa: E402
-from bench_fs import start_server, stat_and_read, stop_server  # noqa: E402
+from bench_fs import report_goals, start_server, stat_and_read, stop_server  # noqa: E402
 from memfs.samples import sized_message  # noqa: E402
 
 
@@ -176,10 +176,7 @@ def main() -> int:
         print(f"{name:<38} p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  max {r['max_ms']:.1f} ms  ({extra})")
     goals = {"(a) p99 <= 2 ms": results["(a) 4 writers through cap rewrites"]["p99_ms"] <= 2,
              "(b) p99 <= 2 ms": results["(b) warm-up rescanning a stale log"]["p99_ms"] <= 2}
-    for goal, met in goals.items():
-        print(f"{'MET ' if met else 'MISS'} {goal}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"results": results, "goals": goals}, indent=2))
+    report_goals(results, goals, args.json)
     return 0
 
 
