@@ -35,11 +35,10 @@ from __future__ import annotations
 
 import errno
 import os
-import threading
 import time
 from bisect import bisect_left
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Callable
 
@@ -51,7 +50,7 @@ from memfs.facts import event_facts
 from memfs.store.lines import CHUNK, scan_lines
 from memfs.store.meta import CapMarker, now_rfc3339
 from memfs.store.paths import (CAP_MARKER, DERIVED_DIR, EVENTS, atomic_write, ensure_private_dir, open_nofollow,
-                               remove_file, replace_with, write_all, write_temp)
+                               in_background, remove_file, replace_with, write_all, write_temp)
 
 SUMMARY_PREFIX = "eviction-summary-"
 SUMMARY_MAX_FACTS = 32
@@ -133,8 +132,8 @@ def enforce_cap(s) -> None:
     file_len, old_fd = log.flushed_len, log.fd
     base = state.index.base
     # 1. everything durable before anything is rewritten; the remainder copied meanwhile
-    syncing = _beside(log.sync_to, log.position)
-    copying = _beside(write_temp, s.dir / EVENTS, _copier(old_fd, cut, file_len))
+    syncing = in_background(log.sync_to, log.position)
+    copying = in_background(write_temp, s.dir / EVENTS, _copier(old_fd, cut, file_len))
     temps = [copying]
     try:
         # 2. recount the prefix as a rescan would
@@ -149,13 +148,13 @@ def enforce_cap(s) -> None:
             del evicted[n:]
             if trimmed != cut:  # the remainder starts earlier: copy it again
                 cut = trimmed
-                temps.append(copying := _beside(write_temp, s.dir / EVENTS, _copier(old_fd, cut, file_len)))
+                temps.append(copying := in_background(write_temp, s.dir / EVENTS, _copier(old_fd, cut, file_len)))
         syncing.result()
         _after_step(1)
         _after_step(2)
         # 3. the summary hook (its failure leaves the log untouched); the marker's temp meanwhile
         marker = CapMarker(file_len, file_len - cut, base + k).to_json()
-        temps.append(marking := _beside(write_temp, s.dir / CAP_MARKER, marker))
+        temps.append(marking := in_background(write_temp, s.dir / CAP_MARKER, marker))
         hook = s.config.summary_hook or default_summary_hook
         try:
             hook(s.dir, s.session_id, evicted)
@@ -212,17 +211,3 @@ def _discard(temps: list[Future]) -> None:
             remove_file(future.result())
         except Exception:  # its own failure left nothing
             pass
-
-
-_pool: ThreadPoolExecutor | None = None
-_pool_pid = 0
-_pool_lock = threading.Lock()
-
-
-def _beside(fn, *args) -> Future:
-    """Run ``fn(*args)`` on a worker thread of the cap's pool (disk waits that overlap)."""
-    global _pool, _pool_pid
-    with _pool_lock:
-        if _pool is None or _pool_pid != os.getpid():  # (a forked child has no workers)
-            _pool, _pool_pid = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memfs-cap"), os.getpid()
-        return _pool.submit(fn, *args)

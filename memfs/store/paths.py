@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import queue
 import re
 import shutil
 import stat
@@ -185,37 +184,33 @@ def replace_with(tmp: Path, path: Path) -> None:
     fsync_dir(path.parent)
 
 
-_closing: "queue.SimpleQueue[int] | None" = None
-_closer_lock = threading.Lock()
+_pool = None  # a concurrent.futures.ThreadPoolExecutor, made on first use
+_pool_pid = 0
+_pool_lock = threading.Lock()
 
 
-def close_later(fd: int) -> None:
-    """Close ``fd`` on a background thread: the last descriptor of a replaced log, whose
-    close frees the old file's blocks (about a millisecond per few MB here), so the writer
-    does not wait for it."""
-    global _closing
-    with _closer_lock:
-        if _closing is None:
-            _closing = queue.SimpleQueue()
-            threading.Thread(target=_close_loop, args=(_closing,), name="memfs-closer", daemon=True).start()
-        _closing.put(fd)
+def in_background(fn: Callable, *args) -> "Future":
+    """Run ``fn(*args)`` on one of the store's worker threads: disk work that overlaps other
+    work (a cap rewrite's syncs and copies) or that nobody needs to wait for (closing a
+    replaced log's last descriptor, which frees its blocks: about a millisecond per few MB).
+    A forked child gets its own threads; once the interpreter is shutting down (no new
+    threads) ``fn`` runs here, now. Its outcome is the returned future's."""
+    from concurrent.futures import Future, ThreadPoolExecutor  # (not at import: most uses never need it)
 
-
-def _close_loop(fds: "queue.SimpleQueue[int]") -> None:
-    while True:
-        fd = fds.get()
+    global _pool, _pool_pid
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid():  # (a forked child has no workers)
+            _pool, _pool_pid = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memfs-store"), os.getpid()
         try:
-            os.close(fd)
-        except OSError:
+            return _pool.submit(fn, *args)
+        except RuntimeError:  # interpreter shutdown
             pass
-
-
-def _forget_closer() -> None:
-    global _closing
-    _closing = None  # a forked child has no closer thread: it starts its own
-
-
-os.register_at_fork(after_in_child=_forget_closer)
+    done: Future = Future()
+    try:
+        done.set_result(fn(*args))
+    except Exception as exc:
+        done.set_exception(exc)
+    return done
 
 
 def fsync_dir(path: Path) -> None:

@@ -50,7 +50,7 @@ from memfs.store.config import BUFFER_LIMIT
 from memfs.store.evict import enforce_cap
 from memfs.store.machine import apply
 from memfs.store.meta import now_rfc3339
-from memfs.store.paths import close_later, write_all
+from memfs.store.paths import in_background, write_all
 
 _TURN_STARTED = Kind.TURN_STARTED
 _time = time.time
@@ -154,7 +154,7 @@ class LogFile:
             self.dropped += cut
             self.flushed_len -= cut
             self.synced = max(self.synced, self.position)
-        close_later(old)  # the last descriptor of the replaced file: closing it frees its blocks
+        in_background(os.close, old)  # the replaced file's last descriptor: closing it frees its blocks
 
     def reopen(self, fd: int | None, length: int) -> None:
         """The log is (again) the file open as ``fd``, ``length`` bytes long — read afresh from
