@@ -2,8 +2,14 @@
 
 Threads (the trio loop never waits for the network):
 
-* the *NATS thread* runs an asyncio loop with the one ``nats-py`` connection; other threads
-  hand it coroutines (:meth:`ClusterNode._call`) and wait for their results with a deadline;
+* the *event loop* (trio, serving FUSE) has a NATS connection of its own
+  (:mod:`memfs.cluster.wire`): it publishes one whole line per ``write()`` and commits it once
+  acknowledged (:meth:`ClusterNode.claim_fast` … :meth:`ClusterNode.finish_fast`), and runs the
+  follower (:mod:`memfs.cluster.follow`), which hands every stream message to
+  :meth:`ClusterNode.delivered`;
+* the *NATS thread* runs an asyncio loop with the ``nats-py`` connection (the stream's
+  creation, batches, catch-up, the publishes of the worker path); other threads hand it
+  coroutines (:meth:`ClusterNode._call`) and wait for their results with a deadline;
 * a *writer* — the filesystem's worker thread running a ``write()`` on ``events.jsonl`` —
   calls :meth:`ClusterNode.append`: for each validated record, publish to ``memfs.<session>``
   with ``Nats-Expected-Last-Subject-Sequence`` = the stream sequence of the last line of that
@@ -14,8 +20,9 @@ Threads (the trio loop never waits for the network):
   appended first: catch up (fetch the session's messages after the last applied one and commit
   them), revalidate, publish again;
 * the *applier* thread commits what the follower (an ordered consumer on ``memfs.>``, from
-  the stream's first message) delivers: other hosts' lines, in stream order; a line this host
-  already applied (its own, or caught up) is skipped by its sequence.
+  the checkpoint or the stream's first message) delivers: other hosts' lines, in stream order;
+  a line this host already applied (its own, or caught up) is skipped by its sequence, on the
+  event loop, without waking this thread.
 
 *Batches* (a ``write()`` of many lines, ``append_many``) are published pipelined as JetStream
 **atomic batches** (nats-server ≥ 2.12, stream setting ``allow_atomic``): up to
@@ -100,7 +107,7 @@ class Replica:
     """This host's view of one session's stream: the last applied sequence, and the lock
     that orders the writer and the applier on it."""
 
-    __slots__ = ("name", "lock", "seq", "verify_tail", "unpublished", "diverged")
+    __slots__ = ("name", "lock", "seq", "verify_tail", "unpublished", "diverged", "held", "sidecar")
 
     def __init__(self, name: str):
         self.name = name
@@ -109,6 +116,10 @@ class Replica:
         self.verify_tail = False
         self.unpublished = False  # the local log has lines and no sidecar: written before cluster mode
         self.diverged = False  # local lines and the stream's differ: this host leaves the session alone
+        # while the event loop publishes a line of it (claim_fast … finish_fast): None when not,
+        # else the deliveries of it that came before the ack (this line, most likely)
+        self.held: list | None = None
+        self.sidecar: str | None = None  # its index/cluster.json (a str: built once, opened at every line)
 
 
 class ClusterNode:
@@ -132,13 +143,15 @@ class ClusterNode:
         self.applied_seq = 0  # the last stream sequence the applier finished
         self.pending = 0  # messages the stream holds beyond the last delivered one
         self.oldest_unapplied: float | None = None  # when the oldest queued message arrived
-        self.disconnected_at: float | None = None
+        self.disconnected_at: float | None = time.time()  # when the follower stopped (here: not started yet)
         self.atomic = False  # the stream takes atomic batches (set on connect)
         # the host-wide checkpoint: every stream message up to ``checkpointed`` is applied here
         self.resumed_after = 0  # the checkpoint the follower started after (0: from the start)
         self.delivered_count = 0  # messages the follower delivered since start
+        self.fast_appends = 0  # lines published and committed on the event loop (finish_fast)
         self.checkpointed = 0
         self._checkpoint_limit: int | None = None  # a message that failed to apply: never checkpoint past it
+        self._held: set[int] = set()  # the first delivery each session holds (Replica.held)
         self._checkpoint_at = 0.0
         self._stream_created = ""
 
@@ -171,12 +184,9 @@ class ClusterNode:
 
     async def _connect(self) -> None:
         async def disconnected():
-            if self.disconnected_at is None:
-                self.disconnected_at = time.time()
             log.warning("cluster: disconnected from NATS")
 
         async def reconnected():
-            self.disconnected_at = None
             log.info("cluster: reconnected to %s", self.nc.connected_url.netloc if self.nc.connected_url else "?")
 
         async def error(exc):
@@ -198,7 +208,8 @@ class ClusterNode:
                 await asyncio.sleep(0.2)
 
     async def _join(self) -> None:
-        """Make sure the stream exists (and takes atomic batches), then start following it."""
+        """Make sure the stream exists (and takes atomic batches); read where following starts
+        (the checkpoint). The follower itself runs on the event loop (:mod:`memfs.cluster.follow`)."""
         cfg = self.config
         try:
             info = await self.js.stream_info(cfg.stream)
@@ -221,13 +232,6 @@ class ClusterNode:
         self.resumed_after = self.applied_seq = self.delivered_seq = self.checkpointed = start
         if start:
             log.info("cluster: following stream %s after the checkpoint, sequence %d", cfg.stream, start)
-            await self.js.subscribe(SUBJECT_PREFIX + ">", cb=self._delivered, ordered_consumer=True,
-                                    deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
-                                    config=api.ConsumerConfig(opt_start_seq=start + 1), idle_heartbeat=2.0,
-                                    flow_control=True)
-        else:
-            await self.js.subscribe(SUBJECT_PREFIX + ">", cb=self._delivered, ordered_consumer=True,
-                                    deliver_policy=api.DeliverPolicy.ALL, idle_heartbeat=2.0, flow_control=True)
 
     # --- the host-wide checkpoint ----------------------------------------------------------
 
@@ -251,6 +255,9 @@ class ClusterNode:
         seq = self.applied_seq
         if self._checkpoint_limit is not None:
             seq = min(seq, self._checkpoint_limit)
+        held = self._held.copy()  # (the event loop's set: a copy, then read)
+        if held:  # a delivery held for an ack in flight is not applied yet
+            seq = min(seq, min(held) - 1)
         now = time.monotonic()
         if seq <= self.checkpointed or (not force and now - self._checkpoint_at < CHECKPOINT_EVERY):
             return
@@ -450,7 +457,9 @@ class ClusterNode:
     def _save(self, rep: Replica) -> None:
         text = ('{"stream":"%s","seq":%d}' % (self.config.stream, rep.seq)).encode()
         text = text.ljust(SIDECAR_WIDTH - 1) + b"\n"
-        fd = os.open(self._sidecar(rep.name), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        if rep.sidecar is None:
+            rep.sidecar = str(self._sidecar(rep.name))
+        fd = os.open(rep.sidecar, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             os.pwrite(fd, text, 0)
         finally:
@@ -664,7 +673,7 @@ class ClusterNode:
         """For one validated line written from an event loop (the filesystem's ``write()``):
         this session's replica, its lock taken without waiting, when its state is known here
         and nothing else holds it; None otherwise (the caller takes the worker-thread path,
-        :meth:`append`). The caller then calls :meth:`publish_fast` and, on its thread,
+        :meth:`append`). The caller then publishes :meth:`fast_request` and calls
         :meth:`finish_fast` — which releases the lock whatever happened."""
         rep = self.replicas.get(name)
         if rep is None or rep.seq is None or rep.unpublished or rep.diverged or self.js is None:
@@ -674,34 +683,49 @@ class ClusterNode:
         if rep.unpublished or rep.diverged:
             rep.lock.release()
             return None
+        rep.held = []
         return rep
 
-    def publish_fast(self, rep: Replica, line: bytes):
-        """Publish ``line`` with the fence, straight on the NATS loop (no thread waits for it);
-        a :class:`concurrent.futures.Future` of the acknowledgement. One try, at most a second:
-        any failure (a fence refusal, no leader, a timeout) is the worker path's to handle."""
+    def fast_request(self, rep: Replica, line: bytes) -> tuple[str, bytes, float, dict[str, str]]:
+        """The subject, payload, timeout and headers of the fenced publish of ``line`` (the claimed
+        replica's next line), for the event loop's own connection
+        (:meth:`memfs.cluster.wire.Connection.request`). One try, at most a second: any failure (a
+        fence refusal, no leader, a timeout) is the worker path's to handle."""
         headers = {"Nats-Expected-Last-Subject-Sequence": str(rep.seq),
                    "Nats-Msg-Id": msg_id(self.host_id, rep.name, rep.seq, line)}
-        timeout = min(1.0, self.config.timeout)
-        return asyncio.run_coroutine_threadsafe(
-            self.js.publish(SUBJECT_PREFIX + rep.name, line, timeout=timeout, headers=headers), self.loop)
+        return SUBJECT_PREFIX + rep.name, line, min(1.0, self.config.timeout), headers
 
-    def finish_fast(self, rep: Replica, handle, line: bytes, ack) -> bool:
-        """After :meth:`publish_fast`: commit the acknowledged line to the local replica through
-        ``handle`` (the writer's own session handle: nothing to open) and release the lock;
-        False — lock released, nothing committed — when there is no acknowledgement (the
-        caller retries on the worker path: the same fence and id, so a publish that was in
-        fact stored is deduplicated, and a fenced one is caught up there)."""
+    def finish_fast(self, rep: Replica, handle, record, ack: dict | None) -> bool:
+        """After the publish of :meth:`fast_request`: commit the acknowledged line (``record``,
+        validated by ``handle``) to the local replica through ``handle`` (the writer's own
+        session handle: nothing to open) and
+        release the lock; False — lock released, nothing committed — when ``ack`` (the
+        JetStream reply) is not an acknowledgement of this stream (the caller retries on the
+        worker path: the same fence and id, so a publish that was in fact stored is
+        deduplicated, and a fenced one is caught up there). The deliveries of the session held
+        meanwhile (:meth:`delivered`) are then skipped when committed, else applied."""
         try:
-            if ack is None:
+            if ack is not None and (ack.get("error") or {}).get("err_code") == WRONG_LAST_SEQUENCE:
+                log.info("cluster: session %s: fenced at sequence %d (another host appended first): catching up",
+                         rep.name, rep.seq)
+            if ack is None or "error" in ack or ack.get("stream") != self.config.stream \
+                    or not isinstance(ack.get("seq"), int):
                 return False
-            self._commit_local(rep, ack.seq, line, create=False, handle=handle)
+            self._commit_local(rep, ack["seq"], record[0], create=False, handle=handle, record=record)
+            self.fast_appends += 1
             return True
         finally:
             rep.lock.release()
+            held, rep.held = rep.held, None
+            if held:
+                self._held.discard(held[0][0])
+                for seq, data, pending, timestamp in held:
+                    if seq > rep.seq:  # another host's line (ours was refused): the applier's
+                        self._queue(rep.name, seq, data, pending, timestamp)
 
-    def _commit_local(self, rep: Replica, seq: int, line: bytes, create: bool, handle=None) -> None:
-        """Commit one line of the stream to the local replica (caller holds rep.lock)."""
+    def _commit_local(self, rep: Replica, seq: int, line: bytes, create: bool, handle=None, record=None) -> None:
+        """Commit one line of the stream to the local replica (caller holds rep.lock); ``record``:
+        ``line`` as ``handle`` validated it already (this host's own line)."""
         if seq <= rep.seq or rep.diverged:
             return
         if handle is None:
@@ -714,7 +738,8 @@ class ClusterNode:
                 self._save(rep)
                 return
         try:
-            record = handle.validate(line)
+            if record is None:
+                record = handle.validate(line)
         except ValidationError as exc:  # cannot happen for a line another memfs accepted
             log.error("cluster: session %s: stream message %d refused here: %s", rep.name, seq, exc)
             rep.seq = seq
@@ -726,22 +751,35 @@ class ClusterNode:
 
     # --- the follower's side ---------------------------------------------------------------
 
-    async def _delivered(self, msg) -> None:
-        md = msg.metadata
-        seq = md.sequence.stream
+    def delivered(self, name: str, seq: int, data: bytes, pending: int, timestamp: float) -> None:
+        """The follower (:mod:`memfs.cluster.follow`, on the event loop) delivered stream
+        message ``seq`` of session ``name``, with ``pending`` more in the stream after it, stored
+        at ``timestamp``: skip it when this host has it (its own line, committed by its writer),
+        hold it when the event loop awaits the ack of a line of that session (it is most likely
+        that line, delivered before its ack: :meth:`finish_fast` then skips or queues it), else
+        queue it for the applier thread."""
         self.delivered_seq = seq
         self.delivered_count += 1
-        self.pending = md.num_pending
+        self.pending = pending
         if self._inbox.empty():  # this host's own line, committed by its writer: no hop to the applier
-            rep = self.replicas.get(msg.subject[len(SUBJECT_PREFIX):])
-            if rep is not None and rep.seq is not None and seq <= rep.seq:
-                self.applied_seq = seq
-                if md.num_pending == 0:
-                    self.oldest_unapplied = None
-                return
+            rep = self.replicas.get(name)
+            if rep is not None and rep.seq is not None:
+                if seq <= rep.seq:
+                    self.applied_seq = seq
+                    if pending == 0:
+                        self.oldest_unapplied = None
+                    return
+                if rep.held is not None:  # the event loop awaits the ack of a line of it: ours, most likely
+                    if not rep.held:
+                        self._held.add(seq)
+                    rep.held.append((seq, data, pending, timestamp))
+                    return
+        self._queue(name, seq, data, pending, timestamp)
+
+    def _queue(self, name: str, seq: int, data: bytes, pending: int, timestamp: float) -> None:
         if self.oldest_unapplied is None:
-            self.oldest_unapplied = md.timestamp.timestamp() if md.timestamp else time.time()
-        self._inbox.put((msg.subject, seq, msg.data, md.num_pending))
+            self.oldest_unapplied = timestamp
+        self._inbox.put((name, seq, data, pending))
 
     def _apply_loop(self) -> None:
         while True:
@@ -752,8 +790,7 @@ class ClusterNode:
                 continue
             if item is None or self._stopping:
                 return
-            subject, seq, data, pending = item
-            name = subject[len(SUBJECT_PREFIX):]
+            name, seq, data, pending = item
             try:
                 rep = self.replica(name)
                 with rep.lock:

@@ -96,12 +96,19 @@ async def _serve(store: Store, ops: Operations) -> None:
         nursery.start_soon(warm_search_index)
         ops.durability = Durability()
         nursery.start_soon(ops.durability.run)
+        if ops.cluster is not None:  # the follower and the fast path: a NATS connection on this loop
+            from memfs.cluster.follow import Follower
+            from memfs.cluster.wire import Connection
+
+            ops.nats = Connection(ops.cluster.config.servers, name=f"memfs {ops.cluster.host_id} (event loop)")
+            Follower(ops.nats, ops.cluster)
+            nursery.start_soon(ops.nats.run)
         try:
             await pyfuse3.main()
         finally:
             nursery.cancel_scope.cancel()
     ops.durability.close()  # (a session's last release already made it durable)
-    ops.durability = None
+    ops.durability = ops.nats = None
 
 
 def run(config) -> int:

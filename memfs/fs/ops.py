@@ -27,7 +27,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-import outcome
 import pyfuse3
 import trio
 
@@ -102,6 +101,7 @@ class Operations(pyfuse3.Operations):
         self._next_fh = 1
         self.started = time.time_ns()
         self.cluster = None  # a memfs.cluster.node.ClusterNode in cluster mode (SPEC §9), set before mounting
+        self.nats = None  # with it, a memfs.cluster.wire.Connection: the event loop's own NATS connection
         self.durability = None  # a memfs.fs.syncer.Durability while mounted: fsync mode's waits
         self._mtimes: dict[Node, tuple[tuple[int, int], int]] = {}  # generated file → (content key, mtime)
 
@@ -517,29 +517,38 @@ class Operations(pyfuse3.Operations):
 
     async def _write_published(self, handle: OpenFile, off: int, buf: bytes) -> int:
         """Cluster mode, one whole line in one ``write()`` (the usual agent's append): publish
-        it from this loop straight to the NATS loop, and commit it here once acknowledged — no
-        worker thread. Anything unusual (the session held by the applier or another writer,
-        a line to refuse, a commit that may block, a fence refusal, a timeout) takes the
-        worker-thread path, which handles it as every append did before."""
-        session, cluster = handle.session, self.cluster
+        it on this loop's own NATS connection (:mod:`memfs.cluster.wire`) and commit it as soon
+        as the acknowledgement is read — before the stream's delivery of it to this host's
+        follower, which then skips it — with no other thread involved. Anything unusual (no
+        connection, the session held by the applier or another writer, a line to refuse, a
+        commit that may block, a fence refusal, a timeout) takes the worker-thread path, which
+        handles it as every append did before."""
+        session, cluster, nats = handle.session, self.cluster, self.nats
         line = buf[:-1]
         rep = None
-        if not session.may_block_append(len(buf), 1):
-            try:
+        if nats is not None and nats.ready and not session.may_block_append(len(buf), 1):
+            rep = cluster.claim_fast(session.name)
+        if rep is not None:
+            try:  # under the replica's lock: against the state the fence names
                 record = session.validate(line)
-            except ValidationError:
-                record = None  # refused: the worker path records and reports it
-            if record is not None:
-                rep = cluster.claim_fast(session.name)
+            except ValidationError:  # refused: the worker path records and reports it
+                cluster.finish_fast(rep, session, None, None)
+                rep = None
         if rep is None:
             return await off_loop(self._write, handle, off, buf)
+        answered = False
+
+        def commit(ack) -> bool:  # on the connection's receive loop, as soon as the reply is read
+            nonlocal answered
+            answered = True
+            return cluster.finish_fast(rep, session, record, ack)
+
         try:
-            future = cluster.publish_fast(rep, record[0])
-        except Exception:  # (the NATS loop is gone: stopping) the worker path reports it
-            cluster.finish_fast(rep, session, record[0], None)
-            return await off_loop(self._write, handle, off, buf)
-        ack = await _concurrent_result(future)
-        if not cluster.finish_fast(rep, session, record[0], ack):
+            committed = await nats.request(*cluster.fast_request(rep, record[0]), on_reply=commit)
+        finally:
+            if not answered:  # no reply in time, no connection, or cancelled: only release
+                cluster.finish_fast(rep, session, record, None)
+        if not committed:
             return await off_loop(self._write, handle, off, buf)
         handle.next_off = off + len(buf)
         return len(buf)
@@ -629,7 +638,11 @@ class Operations(pyfuse3.Operations):
                     b"user.memfs.cluster_lag": f"{self.cluster.lag():.3f}".encode(),
                     # the follower: the checkpoint it resumed after, and what it delivered since
                     b"user.memfs.cluster_resumed_after": str(self.cluster.resumed_after).encode(),
-                    b"user.memfs.cluster_delivered": str(self.cluster.delivered_count).encode()}
+                    b"user.memfs.cluster_delivered": str(self.cluster.delivered_count).encode(),
+                    # the event loop's own connection: the server it speaks to (- : none now),
+                    # and how many appends it published
+                    b"user.memfs.cluster_direct": ((self.nats and self.nats.connected_url) or "-").encode(),
+                    b"user.memfs.cluster_direct_appends": str(self.cluster.fast_appends).encode()}
         if node.kind is not K.SESSION:
             return {}
         session = self._session(node)
@@ -690,20 +703,6 @@ async def off_loop(fn: Callable, *args):
         token.run_sync_soon(trio.lowlevel.reschedule, task, result)
 
     trio.lowlevel.start_thread_soon(functools.partial(fn, *args), deliver)
-    return await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
-
-
-async def _concurrent_result(future):
-    """Wait, without blocking the loop, for a :class:`concurrent.futures.Future` completed by
-    another thread; its result, or None when it failed (or was cancelled)."""
-    task = trio.lowlevel.current_task()
-    token = trio.lowlevel.current_trio_token()
-
-    def done(f) -> None:
-        value = None if f.cancelled() or f.exception() is not None else f.result()
-        token.run_sync_soon(trio.lowlevel.reschedule, task, outcome.Value(value))
-
-    future.add_done_callback(done)
     return await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
 
 

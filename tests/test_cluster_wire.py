@@ -1,0 +1,211 @@
+"""The event loop's own NATS connection (:mod:`memfs.cluster.wire`) and the follower on it
+(:mod:`memfs.cluster.follow`), driven on trio against a real three-node JetStream cluster,
+without a mount (the mount's use of them is in test_cluster.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+import trio
+
+from memfs.cluster import ClusterConfig
+from memfs.cluster.follow import Follower
+from memfs.cluster.testing import NatsCluster
+from memfs.cluster.wire import Connection
+
+from test_cluster import delete_stream, nats_cluster, stream_name  # noqa: F401 (fixture)
+
+nats = pytest.importorskip("nats")
+from nats.js import api  # noqa: E402
+
+
+@pytest.fixture
+def stream(nats_cluster, request):
+    """A stream of this test's own on the shared cluster (taking ``memfs.>``), deleted after it."""
+    name = stream_name(request)
+    make_stream(nats_cluster.urls, name)
+    try:
+        yield name
+    finally:
+        delete_stream(nats_cluster.urls, name)
+
+
+def make_stream(urls: str, name: str) -> None:
+    async def run():
+        nc = await nats.connect(urls.split(","))
+        js = nc.jetstream(timeout=10)
+        deadline = time.monotonic() + 30
+        try:
+            while True:
+                try:
+                    await js.add_stream(api.StreamConfig(name=name, subjects=["memfs.>"], num_replicas=3,
+                                                         storage=api.StorageType.FILE, duplicate_window=120.0))
+                    return
+                except nats.js.errors.APIError:  # a cluster just started: no meta leader yet
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.2)
+        finally:
+            await nc.close()
+
+    asyncio.run(run())
+
+
+def delete_consumers(urls: str, stream: str) -> int:
+    async def run():
+        nc = await nats.connect(urls.split(","))
+        js = nc.jetstream(timeout=10)
+        try:
+            names = [c.name for c in await js.consumers_info(stream)]
+            for name in names:
+                await js.delete_consumer(stream, name)
+            return len(names)
+        finally:
+            await nc.close()
+
+    return asyncio.run(run())
+
+
+async def until(predicate, what: str, timeout: float = 20.0):
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.01)
+
+
+async def fenced(conn: Connection, subject: str, line: bytes, expected: int, msg_id: str | None = None):
+    headers = {"Nats-Expected-Last-Subject-Sequence": str(expected), "Nats-Msg-Id": msg_id or f"{subject}:{expected}"}
+    return await conn.request(subject, line, 5.0, headers)
+
+
+async def publish_until_acked(conn: Connection, subject: str, line: bytes, expected: int) -> dict:
+    """A stream just made (or a leader just elected) may answer 503 or a no-leader error for
+    a moment: asked again until it acknowledges."""
+    with trio.fail_after(30):
+        while True:
+            ack = await fenced(conn, subject, line, expected)
+            if ack is not None and "error" not in ack:
+                return ack
+            await trio.sleep(0.1)
+
+
+class Node:
+    """What the follower hands messages to: here, a list (a ClusterNode applies them)."""
+
+    def __init__(self, stream: str):
+        self.config = ClusterConfig(servers=[], stream=stream, timeout=5)
+        self.delivered_seq = 0
+        self.disconnected_at = time.time()
+        self.seen: list[tuple[str, int, bytes]] = []
+
+    def delivered(self, name, seq, data, pending, timestamp):
+        self.delivered_seq = seq
+        self.seen.append((name, seq, data))
+
+
+def test_publish_requests_acks_fences_duplicates_and_refusals(nats_cluster, stream):
+
+    async def main():
+        conn = Connection(nats_cluster.urls.split(","))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn.run)
+            await until(lambda: conn.ready, "connected")
+            assert conn.connected_url == nats_cluster.urls.split(",")[0]
+            first = await publish_until_acked(conn, "memfs.s", b'{"n":1}', 0)
+            assert first["stream"] == stream and first["seq"] >= 1
+            # the same publish again (an ack lost and retried): stored once
+            again = await fenced(conn, "memfs.s", b'{"n":1}', 0)
+            assert again["seq"] == first["seq"] and again.get("duplicate") is True
+            # a stale fence: refused with 10071, nothing stored
+            stale = await fenced(conn, "memfs.s", b'{"n":2}', 0, msg_id="other")
+            assert stale["error"]["err_code"] == 10071
+            second = await fenced(conn, "memfs.s", b'{"n":2}', first["seq"])
+            assert second["seq"] == first["seq"] + 1
+            # a subject no stream takes: a 503 status, at once
+            t = time.monotonic()
+            nobody = await conn.request("nostream.x", b"x", 5.0, {"Nats-Msg-Id": "x"})
+            assert nobody["error"]["code"] == 503 and time.monotonic() - t < 2
+            # larger than the server takes: not sent (the worker path refuses it with a reason)
+            assert await conn.request("memfs.s", b"x" * (conn.max_payload + 1), 5.0) is None
+            # on_reply runs with the reply, and what it returns is the result
+            seen = []
+            result = await conn.request("memfs.s", b'{"n":3}', 5.0, {"Nats-Expected-Last-Subject-Sequence":
+                                                                     str(second["seq"])},
+                                        on_reply=lambda reply: seen.append(reply) or "committed")
+            assert result == "committed" and seen[0]["seq"] == second["seq"] + 1
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_follower_delivers_every_message_once_in_order_across_a_lost_consumer(nats_cluster, stream):
+    n = 200
+
+    async def main():
+        conn = Connection(nats_cluster.urls.split(","))
+        node = Node(stream)
+        follower = Follower(conn, node, heartbeat=0.5)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn.run)
+            await until(lambda: follower.consumers == 1, "the consumer made")
+            assert node.disconnected_at is None  # following: no lag from a disconnection
+            last = {0: 0, 1: 0, 2: 0}  # each subject's last sequence: the fence of its next publish
+            seq = 0
+            for i in range(n // 2):
+                seq = last[i % 3] = (await publish_until_acked(conn, f"memfs.s{i % 3}", json.dumps({"i": i}).encode(),
+                                                               last[i % 3]))["seq"]
+            await until(lambda: node.delivered_seq == seq, "the first half delivered")
+            # the consumer is deleted under it: no heartbeat, so a new one after the last delivered
+            await trio.to_thread.run_sync(delete_consumers, nats_cluster.urls, stream)
+            await until(lambda: follower.consumers == 2, "a new consumer")
+            for i in range(n // 2, n):
+                seq = last[i % 3] = (await publish_until_acked(conn, f"memfs.s{i % 3}", json.dumps({"i": i}).encode(),
+                                                               last[i % 3]))["seq"]
+            await until(lambda: node.delivered_seq == seq, "the second half delivered")
+            nursery.cancel_scope.cancel()
+        seqs = [s for _, s, _ in node.seen]
+        assert seqs == sorted(set(seqs)) and len(seqs) == n  # each once, in stream order
+        assert [json.loads(d)["i"] for _, _, d in node.seen] == list(range(n))
+        assert [name for name, _, _ in node.seen] == [f"s{i % 3}" for i in range(n)]
+
+    trio.run(main)
+
+
+def test_connection_moves_to_another_server_after_kill_9_and_the_follower_resumes(tmp_path, request):
+    cluster = NatsCluster.started(tmp_path / "nats")  # its own: a server is killed
+    try:
+        stream = stream_name(request)
+        make_stream(cluster.urls, stream)
+        urls = cluster.urls.split(",")
+
+        async def main():
+            conn = Connection(urls)
+            node = Node(stream)
+            follower = Follower(conn, node, heartbeat=0.5)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(conn.run)
+                await until(lambda: follower.consumers == 1, "following")
+                first = await publish_until_acked(conn, "memfs.k", b'{"n":1}', 0)
+                await until(lambda: node.delivered_seq == first["seq"], "delivered")
+                assert conn.connected_url == urls[0]
+                cluster.servers[0].kill()  # kill -9 of the server this connection is on
+                t = time.monotonic()
+                # a request meanwhile gets None (or a refusal) in bounded time, never hangs
+                lost = await conn.request("memfs.k", b'{"n":2}', 2.0, {"Nats-Expected-Last-Subject-Sequence":
+                                                                       str(first["seq"])})
+                assert time.monotonic() - t < 3 and (lost is None or "error" in lost or lost["seq"] > first["seq"])
+                await until(lambda: conn.ready and conn.connected_url != urls[0], "another server", 30)
+                last = await publish_until_acked(conn, "memfs.k", b'{"n":3}',
+                                                 lost["seq"] if lost and "seq" in lost else first["seq"])
+                await until(lambda: node.delivered_seq == last["seq"], "following again", 30)
+                assert follower.consumers >= 2 and node.disconnected_at is None
+                nursery.cancel_scope.cancel()
+            seqs = [s for _, s, _ in node.seen]
+            assert seqs == sorted(set(seqs))  # no message twice, none out of order
+            assert node.seen[0][2] == b'{"n":1}' and node.seen[-1][2] == b'{"n":3}'
+
+        trio.run(main)
+    finally:
+        cluster.stop()
