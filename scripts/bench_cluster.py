@@ -10,7 +10,11 @@ each ratio is the median of the ratios of neighbours in time):
   descriptor of A's ``sessions/s0/events.jsonl`` (each returns after JetStream's ack and the
   local commit) beside raw ``nats-py``: ``js.publish`` of the same line with
   ``Nats-Expected-Last-Subject-Sequence``, one at a time, awaiting each ack, to a stream of
-  the same settings (replicas 3, file storage) on the same cluster; goal ≥ 0.8. A third
+  the same settings (replicas 3, file storage) on the same cluster, connected to the same
+  server as A's event-loop connection (the first one); goal ≥ 0.8. Each series runs twice:
+  with both streams' leaders on that server, then on another one (a publish then crosses a
+  route to the leader; a stream's leader is wherever the cluster elected it, and its place
+  moves a publish's latency more than anything memfs does); the goal takes the lesser. A third
   series is the same raw publisher whose connection also follows its stream (an ordered
   consumer delivering every message, as each memfs host follows ``memfs.>``): the cost of
   following, which the mount always pays;
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import statistics
@@ -54,6 +59,11 @@ from nats.js import api  # noqa: E402
 
 SESSIONS = 8
 STREAM = "BENCH"
+SERIES = ("raw nats-py fenced, 1 subject", "raw nats-py fenced + following the stream, 1 subject",
+          "memfs mount A, 1 session", "raw nats-py fenced, 8 subjects", "memfs mount A, 8 sessions")
+# where the streams' leaders are: the first server (which the mount's event-loop connection and
+# the raw publishers connect to), or another one (a publish then crosses a route to the leader)
+PLACEMENTS = (("leader on the connected server", 0), ("leader on another server", 1))
 
 
 class Raw:
@@ -72,7 +82,9 @@ class Raw:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(600)
 
     async def _connect(self, urls):
-        self.nc = await nats.connect(urls.split(","))
+        # the first server, as the mount's event-loop connection (memfs.cluster.wire): the same
+        # path to the stream leader for both
+        self.nc = await nats.connect(urls.split(","), dont_randomize=True)
         self.js = self.nc.jetstream(timeout=10)
         try:
             await self.js.stream_info("RAW")
@@ -112,6 +124,22 @@ class Raw:
 
     def rate(self, subjects: list[str], lines: list[bytes]) -> float:
         return self.run(self._timed(subjects, lines))
+
+    async def _move_leader(self, stream: str, server: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while (await self.js.stream_info(stream)).cluster.leader != server:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the leader of stream {stream} did not move to {server}")
+            try:  # a preferred placement (nats-server >= 2.11); asked again until it holds
+                await self.nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}",
+                                      json.dumps({"placement": {"preferred": server}}).encode(), timeout=5)
+            except (nats.errors.Error, asyncio.TimeoutError):
+                pass
+            await asyncio.sleep(0.5)
+
+    def move_leader(self, stream: str, server: str) -> None:
+        """Make ``server`` (a server's name) the leader of ``stream``."""
+        self.run(self._move_leader(stream, server))
 
     def close(self):
         self.run(self.nc.close())
@@ -190,10 +218,6 @@ def main() -> int:
     cluster = raw = follower = None
     procs: dict[str, tuple] = {}
     lines = [sized_message(i) for i in range(args.events)]
-    rates: dict[str, list[float]] = {k: [] for k in ("raw nats-py fenced, 1 subject",
-                                                      "raw nats-py fenced + following the stream, 1 subject",
-                                                      "memfs mount A, 1 session",
-                                                      "raw nats-py fenced, 8 subjects", "memfs mount A, 8 sessions")}
     results: dict[str, float] = {}
     config = work / "cluster.toml"
 
@@ -226,24 +250,34 @@ def main() -> int:
         mount_rate(sessions[:1], lines[:50])  # warm-up: connections, the sessions' writers
         raw.rate(["raw.warm"], lines[:50])
         follower.rate(["raw.fwarm"], lines[:50])
-        for _ in range(args.rounds):
-            rates["raw nats-py fenced, 1 subject"].append(raw.rate(["raw.s0"], lines))
-            rates["raw nats-py fenced + following the stream, 1 subject"].append(follower.rate(["raw.f0"], lines))
-            rates["memfs mount A, 1 session"].append(mount_rate(sessions[:1], lines))
-            rates["raw nats-py fenced, 8 subjects"].append(raw.rate([f"raw.s{i}" for i in range(SESSIONS)], lines))
-            rates["memfs mount A, 8 sessions"].append(mount_rate(sessions, lines))
-        for k, v in rates.items():
-            results[f"{k} ev/s"] = statistics.median(v)
+        single = []
+        for where, server in PLACEMENTS:
+            # both streams' leaders on the same server: a publish takes the same path for both
+            leader = cluster.servers[server].name
+            for stream in (STREAM, "RAW"):
+                raw.move_leader(stream, leader)
+            rates = {k: [] for k in SERIES}
+            for _ in range(args.rounds):
+                rates["raw nats-py fenced, 1 subject"].append(raw.rate(["raw.s0"], lines))
+                rates["raw nats-py fenced + following the stream, 1 subject"].append(follower.rate(["raw.f0"], lines))
+                rates["memfs mount A, 1 session"].append(mount_rate(sessions[:1], lines))
+                rates["raw nats-py fenced, 8 subjects"].append(raw.rate([f"raw.s{i}" for i in range(SESSIONS)], lines))
+                rates["memfs mount A, 8 sessions"].append(mount_rate(sessions, lines))
+            for k, v in rates.items():
+                results[f"{where}: {k} ev/s"] = statistics.median(v)
 
-        def ratio(x: str, y: str) -> float:
-            return statistics.median(p / q for p, q in zip(rates[x], rates[y]))
+            def ratio(x: str, y: str) -> float:
+                return statistics.median(p / q for p, q in zip(rates[x], rates[y]))
 
-        results["mount 1 session / raw 1 subject"] = ratio("memfs mount A, 1 session", "raw nats-py fenced, 1 subject")
-        results["mount 1 session / raw + following"] = ratio("memfs mount A, 1 session",
-                                                             "raw nats-py fenced + following the stream, 1 subject")
-        results["raw + following / raw"] = ratio("raw nats-py fenced + following the stream, 1 subject",
-                                                 "raw nats-py fenced, 1 subject")
-        results["mount 8 sessions / raw 8 subjects"] = ratio("memfs mount A, 8 sessions", "raw nats-py fenced, 8 subjects")
+            single.append(ratio("memfs mount A, 1 session", "raw nats-py fenced, 1 subject"))
+            results[f"{where}: mount 1 session / raw 1 subject"] = single[-1]
+            results[f"{where}: mount 1 session / raw + following"] = ratio(
+                "memfs mount A, 1 session", "raw nats-py fenced + following the stream, 1 subject")
+            results[f"{where}: raw + following / raw"] = ratio("raw nats-py fenced + following the stream, 1 subject",
+                                                               "raw nats-py fenced, 1 subject")
+            results[f"{where}: mount 8 sessions / raw 8 subjects"] = ratio("memfs mount A, 8 sessions",
+                                                                           "raw nats-py fenced, 8 subjects")
+        results["mount 1 session / raw 1 subject, the lesser placement"] = min(single)
 
         if args.solo:
             store_b, b = mount("B")
@@ -300,8 +334,9 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     goals = {
         "cluster: fenced single appends through the mount >= 0.8 of raw nats-py":
-            {"measured": f"{results['mount 1 session / raw 1 subject']:.2f}",
-             "met": results["mount 1 session / raw 1 subject"] >= 0.8},
+            {"measured": f"{results['mount 1 session / raw 1 subject, the lesser placement']:.2f} (the lesser of "
+                         "the two placements of the stream leader)",
+             "met": results["mount 1 session / raw 1 subject, the lesser placement"] >= 0.8},
         "cluster: replication lag p99 <= 100 ms":
             {"measured": f"{results['replication lag p99 ms']:.1f} ms", "met": results["replication lag p99 ms"] <= 100},
     }
