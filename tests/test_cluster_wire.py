@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
+import subprocess
 import time
+from contextlib import ExitStack
 
 import pytest
 import trio
 
 from memfs.cluster import ClusterConfig
 from memfs.cluster.follow import Follower
-from memfs.cluster.testing import NatsCluster
+from memfs.cluster.testing import NatsCluster, free_ports, nats_server_binary
 from memfs.cluster.wire import Connection
 
+from mounting import event, mounted, needs_fuse
 from test_cluster import delete_stream, nats_cluster, stream_name  # noqa: F401 (fixture)
 
 nats = pytest.importorskip("nats")
@@ -209,3 +214,62 @@ def test_connection_moves_to_another_server_after_kill_9_and_the_follower_resume
         trio.run(main)
     finally:
         cluster.stop()
+
+
+def tls_files(d) -> tuple:
+    """A CA and a certificate for 127.0.0.1 it signed (openssl), as PEM files."""
+    def run(*args):
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=memfs test CA",
+        "-keyout", "ca.key", "-out", "ca.pem")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", "server.key", "-out", "server.csr")
+    (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "1",
+        "-extfile", "san.cnf", "-out", "server.pem")
+    return d / "ca.pem", d / "server.pem", d / "server.key"
+
+
+@needs_fuse
+def test_tls_server_carries_appends_and_following_on_both_connections(tmp_path, request):
+    """``tls://``: the nats-py connection (the stream) and the event loop's (single appends,
+    the follower) both verify the server against the trusted CAs (here SSL_CERT_FILE)."""
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl is needed to make the test's certificates (apt install openssl)")
+    ca, cert, key = tls_files(tmp_path)
+    port, http = free_ports(2)
+    log = open(tmp_path / "nats.log", "ab")
+    server = subprocess.Popen([nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-m", str(http),
+                               "-sd", str(tmp_path / "js"), "--tls", "--tlscert", str(cert), "--tlskey", str(key)],
+                              stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    try:
+        url = f"tls://127.0.0.1:{port}"
+        config = tmp_path / "c.toml"
+        config.write_text(f'[cluster]\nstream = "{stream_name(request)}"\ntimeout = 5\n')
+        env = {"SSL_CERT_FILE": str(ca)}
+        with ExitStack() as stack:
+            a, b = (stack.enter_context(mounted(tmp_path / f"s{h}", tmp_path / h, "--cluster", url, "--config",
+                                                str(config), env=env)) for h in "AB")
+            os.mkdir(a.mnt / "sessions" / "t")
+            lines = [event("thread.started", thread_id="t"), event("turn.started"),
+                     *(event("item.completed", item={"id": f"m{i}", "type": "agent_message", "text": f"tls {i}"})
+                       for i in range(20))]
+            for line in lines:  # one write() each: the event loop's connection publishes them
+                fd = os.open(a.mnt / "sessions" / "t" / "events.jsonl", os.O_WRONLY | os.O_APPEND)
+                try:
+                    os.write(fd, (line + "\n").encode())
+                finally:
+                    os.close(fd)
+            assert os.getxattr(a.mnt, "user.memfs.cluster_direct").decode() == url
+            # (a session's first line, which reads its cluster state, takes a worker thread)
+            assert int(os.getxattr(a.mnt, "user.memfs.cluster_direct_appends")) >= len(lines) - 1
+            b_log = b.store / "t" / "events.jsonl"
+            deadline = time.monotonic() + 20
+            while not (b_log.exists() and b_log.read_bytes() == (a.store / "t" / "events.jsonl").read_bytes()):
+                assert time.monotonic() < deadline, "B did not follow A over TLS"
+                time.sleep(0.02)
+            assert len(b_log.read_bytes().splitlines()) == len(lines)
+    finally:
+        server.terminate()
+        server.wait(10)
+        log.close()
