@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import time
+import urllib.request
 from contextlib import ExitStack
 
 import pytest
@@ -243,6 +244,16 @@ def test_tls_server_carries_appends_and_following_on_both_connections(tmp_path, 
                                "-sd", str(tmp_path / "js"), "--tls", "--tlscert", str(cert), "--tlskey", str(key)],
                               stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     try:
+        deadline = time.monotonic() + 20
+        while True:  # listening, JetStream ready (the monitoring port is plain HTTP)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{http}/healthz?js-enabled-only=true", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "nats.log").read_text()
+            time.sleep(0.05)
         url = f"tls://127.0.0.1:{port}"
         config = tmp_path / "c.toml"
         config.write_text(f'[cluster]\nstream = "{stream_name(request)}"\ntimeout = 5\n')
