@@ -42,6 +42,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from _thread import allocate_lock as _new_lock
 from typing import Iterable
 
 from memfs.errors import CapRewriteError, ValidationError
@@ -66,7 +67,7 @@ class LogFile:
     does not move.
     """
 
-    __slots__ = ("fd", "flushed_len", "pending", "synced", "dropped", "_cv", "_syncing")
+    __slots__ = ("fd", "flushed_len", "pending", "synced", "dropped", "_lock", "_cv", "_syncing", "_waiters")
 
     def __init__(self, fd: int | None, length: int):
         self.fd = fd
@@ -74,8 +75,10 @@ class LogFile:
         self.pending = bytearray()  # accepted bytes not yet written (buffered mode, or mid-call)
         self.synced = length  # sync position known to be on disk
         self.dropped = 0  # bytes cut from the front by this process's cap rewrites
-        self._cv = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)  # replace() waits on it for a sync to end
         self._syncing = False
+        self._waiters: list = []  # (target, a held lock its sync_to caller waits to acquire)
 
     @property
     def length(self) -> int:
@@ -106,23 +109,55 @@ class LogFile:
 
     def sync_to(self, target: int) -> None:
         """Return once the file is durable up to sync position ``target``. Group commit: one
-        caller runs ``fdatasync`` while the others wait for it and share its result."""
-        cv = self._cv
-        with cv:
+        caller runs ``fdatasync`` while the others wait for it and share its result. When it
+        ends, only the callers it covered are woken, and one more to run the next sync (the
+        others sleep on: waking every waiter made each take the interpreter lock in turn
+        only to wait again)."""
+        lock = self._lock
+        with lock:
             while self.synced < target:
                 if self._syncing:
-                    cv.wait()
+                    waiter = _new_lock()
+                    waiter.acquire()
+                    self._waiters.append((target, waiter))
+                    lock.release()
+                    try:
+                        waiter.acquire()  # released by _wake
+                    finally:
+                        lock.acquire()
                     continue
                 self._syncing = True
                 goal, fd = self.position, self.fd
-                cv.release()
+                lock.release()
                 try:
                     os.fdatasync(fd)
-                finally:
-                    cv.acquire()
+                except BaseException:
+                    lock.acquire()
                     self._syncing = False
-                    cv.notify_all()
+                    self._wake(everyone=True)  # each tries for itself
+                    raise
+                lock.acquire()
+                self._syncing = False
                 self.synced = max(self.synced, goal)
+                self._wake()
+
+    def _wake(self, everyone: bool = False) -> None:
+        """Wake the waiters the sync position covers, and the first of the rest to run the
+        next sync unless one runs (caller holds the lock)."""
+        self._cv.notify_all()  # replace() waiting for the sync to end
+        waiters = self._waiters
+        if not waiters:
+            return
+        synced, keep, next_one = self.synced, [], self._syncing
+        for target, waiter in waiters:
+            if everyone or target <= synced:
+                waiter.release()
+            elif not next_one:
+                waiter.release()
+                next_one = True
+            else:
+                keep.append((target, waiter))
+        self._waiters = keep
 
     def begin_sync(self, target: int) -> tuple[int, int] | None:
         """None when durable up to sync position ``target``; else ``(fd, goal)`` for a caller
@@ -137,7 +172,7 @@ class LogFile:
         with self._cv:
             if goal > self.synced:
                 self.synced = goal
-                self._cv.notify_all()
+                self._wake()
 
     def durable(self) -> None:
         """Write the pending bytes and return once the whole log is on disk."""
