@@ -54,6 +54,16 @@ from memfs.samples import sized_message  # noqa: E402
 
 OUT = ROOT / "bench"
 CLUSTER_TITLE = "Cluster: fenced appends, lag and catch-up on a 3-node JetStream cluster (`scripts/bench_cluster.py`)"
+# the components' sections of the report, in order: (script, heading); --only replaces them by heading
+SECTIONS = (("bench_views.py", "Derived views"), ("bench_search.py", "Search (memfs, rank_bm25, bm25s)"),
+            ("bench_ingest.py", "Ingest: memfs import beside memfs append of the same events"),
+            ("bench_sessions.py", "Many sessions: a store-wide mount of 10,000 and 100,000 sessions "
+                                  "(descriptors and RSS of the daemon, `scripts/bench_sessions.py`)"),
+            ("bench_durability.py", "Durability: fsync mode beside native write+fdatasync"),
+            ("bench_responsive.py", "Responsiveness: an idle session while others evict or rescan"),
+            ("bench_cluster.py", CLUSTER_TITLE),
+            ("bench_baseline.py", "Before and after: this tree beside a baseline checkout, interleaved "
+                                  "(`scripts/bench_baseline.py`)"))
 
 
 def run_component(script: str, args: list[str], work: Path) -> dict:
@@ -286,15 +296,7 @@ def write_report(report: dict, path: Path) -> None:
               "| events | median ms | p90 ms | cat manifest.json median ms |", "|---:|---:|---:|---:|"]
     for row in r["memory_json"]:
         lines.append(f"| {row['events']:,} | {row['median_ms']:.1f} | {row['p90_ms']:.1f} | {row['cat_manifest_median_ms']:.1f} |")
-    for script, title in (("bench_views.py", "Derived views"), ("bench_search.py", "Search (memfs, rank_bm25, bm25s)"),
-                          ("bench_ingest.py", "Ingest: memfs import beside memfs append of the same events"),
-                          ("bench_sessions.py", "Many sessions: a store-wide mount of 10,000 and 100,000 sessions "
-                                                "(descriptors and RSS of the daemon, `scripts/bench_sessions.py`)"),
-                          ("bench_durability.py", "Durability: fsync mode beside native write+fdatasync"),
-                          ("bench_responsive.py", "Responsiveness: an idle session while others evict or rescan"),
-                          ("bench_cluster.py", CLUSTER_TITLE),
-                          ("bench_baseline.py", "Before and after: this tree beside a baseline checkout, interleaved "
-                                                "(`scripts/bench_baseline.py`)")):
+    for script, title in SECTIONS:
         comp = r["components"].get(script, {})
         lines += ["", f"## {title}", ""]
         if "error" in comp:
@@ -320,7 +322,7 @@ def splice_report(r: dict, path: Path) -> None:
     """``--only``: put the sections and goal rows of the components just run into the existing
     report in place of theirs (a missing section goes before "## Goals")."""
     text = path.read_text() if path.exists() else "# memfs benchmark report\n\n## Goals\n\n| goal | measured | met |\n|---|---|---|\n"
-    titles = {"bench_cluster.py": CLUSTER_TITLE}
+    titles = dict(SECTIONS)
     for script, comp in r["components"].items():
         title = titles.get(script, script)
         body = (f"`{script}` failed: {' / '.join(comp['error'])}" if "error" in comp else
