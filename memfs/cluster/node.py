@@ -162,7 +162,8 @@ class ClusterNode:
         cannot be reached within the timeout."""
         self._thread.start()
         try:
-            self._call(self._connect(), self.config.timeout * 2)
+            # (the join's own deadline, timeout × 2, ends it first, with the stream's answer)
+            self._call(self._connect(), self.config.timeout * 3 + 1)
         except BaseException:
             self.stop()
             raise
@@ -198,13 +199,13 @@ class ClusterNode:
                                      reconnected_cb=reconnected, error_cb=error)
         self.js = self.nc.jetstream(timeout=self.config.timeout)
         deadline = time.monotonic() + self.config.timeout * 2
-        while True:  # a cluster just started may answer 400/503 until its JetStream leaders are elected
+        while True:  # a cluster just started may answer 400/503, or not at all, until its leaders are elected
             try:
                 return await self._join()
-            except APIError as exc:
+            except (APIError, nats.errors.TimeoutError, asyncio.TimeoutError) as exc:
                 if isinstance(exc, NotFoundError) or time.monotonic() > deadline:
                     raise
-                log.debug("cluster: joining: %r (retrying)", exc)
+                log.info("cluster: joining stream %s: %r (retrying)", self.config.stream, exc)
                 await asyncio.sleep(0.2)
 
     async def _join(self) -> None:

@@ -109,7 +109,8 @@ class Connection:
             if lost:
                 raise lost[0]
         finally:
-            self._stream = None
+            # nothing writes to the descriptor once closed (its number may be reused at once)
+            self._stream = self._fd = None
             with trio.CancelScope(shield=True):
                 await stream.aclose()
 
@@ -236,8 +237,9 @@ class Connection:
         """Deliver ``subject``'s messages to ``handler`` (called on this loop, in the receive
         loop: it must not wait) until :meth:`unsubscribe` or the connection ends; the sid."""
         sid = str(next(self._sids)).encode()
-        self._subs[sid] = handler
-        self._queue(b"SUB %s %s\r\n" % (subject, sid))
+        if self._stream is not None:
+            self._subs[sid] = handler
+            self._queue(b"SUB %s %s\r\n" % (subject, sid))
         return sid
 
     def unsubscribe(self, sid: bytes) -> None:
