@@ -9,7 +9,7 @@
 * ``[retention]``: ``max_sessions``, ``max_age_days``;
 * ``[search]``: ``max_results``, ``min_score``;
 * ``[cluster]``: ``servers`` (a list of ``nats://`` URLs, or one comma-separated string),
-  ``stream``, ``replicas``, ``timeout``, ``max_age``, ``max_bytes`` (SPEC §9).
+  ``stream``, ``replicas``, ``timeout``, ``max_age``, ``max_bytes``, ``backlog`` (SPEC §9).
 
 Decisions recorded here:
 
@@ -166,7 +166,7 @@ _TABLES: dict[str, dict[str, tuple]] = {
     "retention": {"max_sessions": _INT, "max_age_days": _NUM},
     "search": {"max_results": _INT, "min_score": _NUM},
     "cluster": {"servers": ((list, str), "a list of nats:// URLs"), "stream": _STR, "replicas": _INT,
-                "timeout": _NUM, "max_age": _NUM, "max_bytes": _INT},
+                "timeout": _NUM, "max_age": _NUM, "max_bytes": _INT, "backlog": _INT},
 }
 _PATH_KEYS = ("store", "workspace", "mountpoint")
 

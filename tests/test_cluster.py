@@ -396,7 +396,7 @@ def test_frozen_host_is_fenced_and_lands_after_b(hosts):
     os.mkdir(a.mnt / "sessions" / "f")
     append(a.mnt, "f", event("thread.started", thread_id="t"), event("turn.started"))
     same_replicas(a, b, "f", 2)
-    n = 300  # enough that A, resumed, publishes before its follower applied them all
+    n = 1500  # enough that A, resumed, publishes before its follower applied them all (300 were not, at times)
     fd = os.open(a.mnt / "sessions" / "f" / "events.jsonl", os.O_WRONLY | os.O_APPEND)  # A's writer, open
     errors = []
 

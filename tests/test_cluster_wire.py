@@ -98,13 +98,18 @@ async def publish_until_acked(conn: Connection, subject: str, line: bytes, expec
 
 
 class Node:
-    """What the follower hands messages to: here, a list (a ClusterNode applies them)."""
+    """What the follower hands messages to: here, a list (a ClusterNode applies them); its
+    applier's backlog is empty, or full while ``full`` is set."""
 
-    def __init__(self, stream: str):
-        self.config = ClusterConfig(servers=[], stream=stream, timeout=5)
+    def __init__(self, stream: str, backlog: int = 10_000):
+        self.config = ClusterConfig(servers=[], stream=stream, timeout=5, backlog=backlog)
         self.delivered_seq = 0
         self.disconnected_at = time.time()
         self.seen: list[tuple[str, int, bytes]] = []
+        self.full = False
+
+    def backlog(self) -> int:
+        return self.config.backlog + 1 if self.full else 0
 
     def delivered(self, name, seq, data, pending, timestamp):
         self.delivered_seq = seq
@@ -175,6 +180,40 @@ def test_follower_delivers_every_message_once_in_order_across_a_lost_consumer(na
         assert seqs == sorted(set(seqs)) and len(seqs) == n  # each once, in stream order
         assert [json.loads(d)["i"] for _, _, d in node.seen] == list(range(n))
         assert [name for name, _, _ in node.seen] == [f"s{i % 3}" for i in range(n)]
+
+    trio.run(main)
+
+
+def test_follower_pauses_delivery_while_the_applier_backlog_is_full(nats_cluster, stream):
+    n, size = 2400, 16_000  # 38 MB: more than the server sends before asking for flow control
+
+    async def main():
+        conn = Connection(nats_cluster.urls.split(","))
+        node = Node(stream, backlog=100)
+        node.full = True
+        follower = Follower(conn, node, heartbeat=0.5)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn.run)
+            await until(lambda: follower.consumers == 1, "following")
+
+            async def publish(k: int) -> None:  # one of 32 publishers, each to its own subject
+                for i in range(k, n, 32):
+                    with trio.fail_after(30):
+                        while not (ack := await conn.request(f"memfs.p{k}", i.to_bytes(4, "big") * (size // 4), 5.0,
+                                                             {"Nats-Msg-Id": f"p{i}"})) or "error" in ack:
+                            await trio.sleep(0.1)
+
+            async with trio.open_nursery() as publishers:
+                for k in range(32):
+                    publishers.start_soon(publish, k)
+            # the server waits for the flow-control answer: its heartbeats say the consumer is stalled
+            await until(lambda: follower.stalled >= 1, "a stalled heartbeat")
+            assert follower.paused >= 1 and len(node.seen) < n
+            node.full = False  # the applier caught up: the held answer goes, delivery resumes
+            await until(lambda: len(node.seen) == n, "every message", 60)
+            nursery.cancel_scope.cancel()
+        seqs = [s for _, s, _ in node.seen]
+        assert seqs == sorted(set(seqs))
 
     trio.run(main)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 DEFAULT_STREAM = "MEMFS"
+DEFAULT_BACKLOG = 10_000  # stream messages waiting for the applier before the follower pauses delivery
 DEFAULT_TIMEOUT = 5.0  # seconds an append waits for JetStream before it fails with ETIMEDOUT
 SUBJECT_PREFIX = "memfs."
 
@@ -23,8 +24,11 @@ SUBJECT_PREFIX = "memfs."
 class ClusterConfig:
     """The ``[cluster]`` settings: ``servers`` (``nats://host:port`` URLs), ``stream``
     (default ``MEMFS``), ``replicas`` (default: 3 with three or more servers, else 1),
-    ``timeout`` (seconds, default 5), and ``max_age`` / ``max_bytes`` (the stream's own
-    limits, 0: none; used only when memfs creates the stream)."""
+    ``timeout`` (seconds, default 5), ``max_age`` / ``max_bytes`` (the stream's own
+    limits, 0: none; used only when memfs creates the stream), and ``backlog`` (default
+    10,000: how many delivered messages may wait for the applier in memory before the
+    follower holds the stream's flow control, so that catching up a long stream takes
+    bounded memory)."""
 
     servers: list[str] = field(default_factory=list)
     stream: str = DEFAULT_STREAM
@@ -32,6 +36,7 @@ class ClusterConfig:
     timeout: float = DEFAULT_TIMEOUT
     max_age: float = 0.0
     max_bytes: int = 0
+    backlog: int = DEFAULT_BACKLOG
 
     @property
     def enabled(self) -> bool:
@@ -57,6 +62,8 @@ class ClusterConfig:
             raise ConfigError("cluster.timeout must be positive")
         if self.max_age < 0 or self.max_bytes < 0:
             raise ConfigError("cluster.max_age and cluster.max_bytes must not be negative")
+        if self.backlog < 1:
+            raise ConfigError("cluster.backlog must be at least 1")
         return self
 
 

@@ -14,7 +14,11 @@ message lost on the way), a heartbeat naming another last consumer sequence, or 
 periods without a word make a new consumer starting after the last stream sequence delivered
 (under a new delivery subject: the old consumer's late messages are not taken). A new
 connection (after the old one was lost) does the same. Flow-control requests are answered
-as soon as read: every message before them is handled by then.
+as soon as read — every message before them is handled by then — unless more than the
+``[cluster] backlog`` of delivered messages wait for the applier: then the answer waits until
+half of them are applied, and the server pauses delivery meanwhile (its next heartbeats say
+the consumer is stalled; that is answered the same way). Catching up a long stream so takes
+bounded memory, not the stream's size.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from memfs.cluster.wire import Connection, status_of
 log = logging.getLogger("memfs.cluster")
 
 HEARTBEAT = 2.0  # seconds between the consumer's idle heartbeats
+RELEASE_EVERY = 0.02  # seconds between looks at the applier's backlog while flow control is held
 RETRY = 0.5  # seconds between attempts to make the consumer (no stream leader yet, no quorum)
 MAKE_TIMEOUT = 2.0  # seconds one attempt waits for the stream's answer
 
@@ -48,16 +53,44 @@ class Follower:
         self._cseq = 0  # the last consumer sequence delivered by the current consumer
         self._active = False
         self._reset = trio.Event()
+        self._held: list[bytes] = []  # flow-control answers held while the applier's backlog is full
+        self.paused = 0  # times delivery was paused for the applier
+        self.stalled = 0  # heartbeats that said the server waits for a flow-control answer
         conn.on_connect.append(self.follow)
         conn.on_lost.append(self._lost)
 
     def _lost(self) -> None:
         self._sid = None
+        self._held.clear()  # (a new consumer after reconnecting asks anew)
         if self.node.disconnected_at is None:
             self.node.disconnected_at = time.time()
 
     async def follow(self) -> None:
-        """Run for one connection: make the consumer, remake it when order is lost."""
+        """Run for one connection: make the consumer, remake it when order is lost, and
+        answer held flow-control requests once the applier caught up."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._release_flow)
+            await self._consume()
+            nursery.cancel_scope.cancel()
+
+    async def _release_flow(self) -> None:
+        while True:
+            await trio.sleep(RELEASE_EVERY)
+            if self._held and self.node.backlog() <= self.node.config.backlog // 2:
+                held, self._held = self._held, []
+                for subject in held:
+                    self.conn.publish(subject)
+
+    def _answer_flow(self, subject: bytes) -> None:
+        if self._held or self.node.backlog() > self.node.config.backlog:
+            if not self._held:
+                self.paused += 1
+            if subject not in self._held:
+                self._held.append(subject)
+        else:
+            self.conn.publish(subject)
+
+    async def _consume(self) -> None:
         while True:
             self._reset = trio.Event()
             if not await self._make():
@@ -75,6 +108,7 @@ class Follower:
     async def _make(self) -> bool:
         """A new consumer after the last delivered sequence; False when the stream refused it."""
         conn, node = self.conn, self.node
+        self._held.clear()  # the old consumer's
         if self._sid is not None:
             conn.unsubscribe(self._sid)
         deliver = b"_INBOX." + os.urandom(11).hex().encode()
@@ -108,10 +142,11 @@ class Follower:
             code, description, headers = status_of(head)
             if code == 100:  # a heartbeat or a flow-control request
                 if reply:  # flow control: every message before it is handled
-                    self.conn.publish(reply)
+                    self._answer_flow(reply)
                 stalled = headers.get("Nats-Consumer-Stalled")
                 if stalled:
-                    self.conn.publish(stalled.encode())
+                    self.stalled += 1
+                    self._answer_flow(stalled.encode())
                 last = headers.get("Nats-Last-Consumer")
                 if last is not None and last.isdigit() and int(last) != self._cseq:
                     self._lost_order(f"the heartbeat names consumer sequence {last}, {self._cseq} was delivered")

@@ -777,6 +777,10 @@ class ClusterNode:
                     return
         self._queue(name, seq, data, pending, timestamp)
 
+    def backlog(self) -> int:
+        """Delivered messages waiting for the applier."""
+        return self._inbox.qsize()
+
     def _queue(self, name: str, seq: int, data: bytes, pending: int, timestamp: float) -> None:
         if self.oldest_unapplied is None:
             self.oldest_unapplied = timestamp

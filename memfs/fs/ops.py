@@ -639,6 +639,8 @@ class Operations(pyfuse3.Operations):
                     # the follower: the checkpoint it resumed after, and what it delivered since
                     b"user.memfs.cluster_resumed_after": str(self.cluster.resumed_after).encode(),
                     b"user.memfs.cluster_delivered": str(self.cluster.delivered_count).encode(),
+                    # delivered messages waiting for the applier (bounded by [cluster] backlog)
+                    b"user.memfs.cluster_backlog": str(self.cluster.backlog()).encode(),
                     # the event loop's own connection: the server it speaks to (- : none now),
                     # and how many appends it published
                     b"user.memfs.cluster_direct": ((self.nats and self.nats.connected_url) or "-").encode(),
