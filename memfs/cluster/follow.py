@@ -54,6 +54,7 @@ class Follower:
         self._active = False
         self._reset = trio.Event()
         self._held: list[bytes] = []  # flow-control answers held while the applier's backlog is full
+        self._holding = trio.Event()  # set while answers are held
         self.paused = 0  # times delivery was paused for the applier
         self.stalled = 0  # heartbeats that said the server waits for a flow-control answer
         conn.on_connect.append(self.follow)
@@ -74,17 +75,23 @@ class Follower:
             nursery.cancel_scope.cancel()
 
     async def _release_flow(self) -> None:
+        """While answers are held, look at the applier's backlog every :data:`RELEASE_EVERY`
+        seconds; send them once half of it is applied (idle otherwise)."""
         while True:
+            await self._holding.wait()
             await trio.sleep(RELEASE_EVERY)
-            if self._held and self.node.backlog() <= self.node.config.backlog // 2:
-                held, self._held = self._held, []
-                for subject in held:
-                    self.conn.publish(subject)
+            if self._held and self.node.backlog() > self.node.config.backlog // 2:
+                continue
+            held, self._held = self._held, []
+            self._holding = trio.Event()
+            for subject in held:
+                self.conn.publish(subject)
 
     def _answer_flow(self, subject: bytes) -> None:
         if self._held or self.node.backlog() > self.node.config.backlog:
             if not self._held:
                 self.paused += 1
+                self._holding.set()
             if subject not in self._held:
                 self._held.append(subject)
         else:
