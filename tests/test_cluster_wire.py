@@ -256,6 +256,20 @@ def test_connection_moves_to_another_server_after_kill_9_and_the_follower_resume
         cluster.stop()
 
 
+def wait_healthy(server: subprocess.Popen, http: int, log) -> None:
+    """Until the single server listens with JetStream ready (its monitoring port is plain HTTP)."""
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http}/healthz?js-enabled-only=true", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        assert server.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+
+
 def tls_files(d) -> tuple:
     """A CA and a certificate for 127.0.0.1 it signed (openssl), as PEM files."""
     def run(*args):
@@ -283,16 +297,7 @@ def test_tls_server_carries_appends_and_following_on_both_connections(tmp_path, 
                                "-sd", str(tmp_path / "js"), "--tls", "--tlscert", str(cert), "--tlskey", str(key)],
                               stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     try:
-        deadline = time.monotonic() + 20
-        while True:  # listening, JetStream ready (the monitoring port is plain HTTP)
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{http}/healthz?js-enabled-only=true", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "nats.log").read_text()
-            time.sleep(0.05)
+        wait_healthy(server, http, tmp_path / "nats.log")
         url = f"tls://127.0.0.1:{port}"
         config = tmp_path / "c.toml"
         config.write_text(f'[cluster]\nstream = "{stream_name(request)}"\ntimeout = 5\n')
@@ -324,6 +329,40 @@ def test_tls_server_carries_appends_and_following_on_both_connections(tmp_path, 
                 assert time.monotonic() < deadline, "B did not follow A over TLS"
                 time.sleep(0.02)
             assert len(b_log.read_bytes().splitlines()) == len(lines)
+    finally:
+        server.terminate()
+        server.wait(10)
+        log.close()
+
+
+def test_credentials_in_the_url_authenticate_and_wrong_ones_are_refused_without_harm(tmp_path):
+    """``nats://user:password@host:port``: the event loop's connection logs in with them (as
+    nats-py does); with a wrong password it never connects, requests get None at once, and
+    the connection keeps trying (the fast path is simply off)."""
+    port, http = free_ports(2)
+    log = open(tmp_path / "nats.log", "ab")
+    server = subprocess.Popen([nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-m", str(http),
+                               "-sd", str(tmp_path / "js"), "--user", "agent", "--pass", "s3cr%t"],
+                              stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    try:
+        wait_healthy(server, http, tmp_path / "nats.log")
+
+        async def main():
+            good = Connection([f"nats://agent:s3cr%25t@127.0.0.1:{port}"])
+            bad = Connection([f"nats://agent:wrong@127.0.0.1:{port}"])
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(good.run)
+                nursery.start_soon(bad.run)
+                await until(lambda: good.ready, "the good connection")
+                # no stream takes the subject: a 503 reply proves the request went through
+                reply = await good.request("nothing.here", b"x", 5.0, {"Nats-Msg-Id": "x"})
+                assert reply["error"]["code"] == 503
+                t = time.monotonic()
+                assert await bad.request("nothing.here", b"x", 5.0) is None and time.monotonic() - t < 0.5
+                assert not bad.ready and bad.connected_url is None
+                nursery.cancel_scope.cancel()
+
+        trio.run(main)
     finally:
         server.terminate()
         server.wait(10)
