@@ -62,7 +62,6 @@ class Follower:
 
     def _lost(self) -> None:
         self._sid = None
-        self._held.clear()  # (a new consumer after reconnecting asks anew)
         if self.node.disconnected_at is None:
             self.node.disconnected_at = time.time()
 
@@ -115,7 +114,7 @@ class Follower:
     async def _make(self) -> bool:
         """A new consumer after the last delivered sequence; False when the stream refused it."""
         conn, node = self.conn, self.node
-        self._held.clear()  # the old consumer's
+        self._held.clear()  # the old consumer's (also after a reconnection: a new one asks anew)
         if self._sid is not None:
             conn.unsubscribe(self._sid)
         deliver = b"_INBOX." + os.urandom(11).hex().encode()
