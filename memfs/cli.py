@@ -335,29 +335,38 @@ def cmd_append(args: argparse.Namespace) -> int:
             raise MemfsError(problem)
     source = sys.stdin.buffer if args.file in (None, "-") else open(args.file, "rb")
     appended, refused, failure = 0, [], None
+    rest = (lambda n: f"tail -n +{n} {args.file}") if args.file not in (None, "-") else \
+        (lambda n: f"the input from line {n}")
     try:
         with open_session(root, args.session, durability="write", max_events=config.max_events,
                           evict_to=config.evict_to, max_line_bytes=config.max_line_bytes) as handle:
             name = handle.name
-            for lineno, raw in enumerate(source, 1):
-                if raw.endswith(b"\n"):  # recorded without it if refused, as the mount does
-                    raw = raw[:-1]
-                try:
-                    handle.append(raw)
-                except ValidationError as exc:
-                    refused.append((lineno, str(exc)))
-                    if args.keep_going:
+            lineno = 0  # lines of the input before the batch
+            for batch in _line_batches(source):
+                done = 0  # lines of the batch appended or refused
+                while done < len(batch) and failure is None:
+                    try:
+                        n = handle.append_many(batch[done:] if done else batch)
+                    except ValidationError as exc:  # (recorded in rejected.jsonl)
+                        appended += exc.accepted
+                        done += exc.accepted + 1
+                        refused.append((lineno + done, str(exc)))
+                        if not args.keep_going:
+                            failure = (lineno + done, f"refused: {exc} (recorded in rejected.jsonl); "
+                                                      f"{_lines(appended)} before it appended, nothing after it: to "
+                                                      f"go on, append {rest(lineno + done + 1)} (or use "
+                                                      f"--keep-going)")
                         continue
-                    rest = f"tail -n +{lineno + 1} {args.file}" if args.file not in (None, "-") else \
-                        f"the input from line {lineno + 1}"
-                    failure = (lineno, f"refused: {exc} (recorded in rejected.jsonl); {_lines(appended)} before it "
-                                       f"appended, nothing after it: to go on, append {rest} (or use --keep-going)")
+                    except CapRewriteError as exc:
+                        appended += exc.accepted
+                        done += exc.accepted
+                        failure = (lineno + done, f"appended, but {exc}; {_lines(appended)} appended, nothing after it")
+                        continue
+                    appended += n
+                    done += n
+                if failure is not None:
                     break
-                except CapRewriteError as exc:
-                    appended += 1
-                    failure = (lineno, f"appended, but {exc}; {_lines(appended)} appended, nothing after it")
-                    break
-                appended += 1
+                lineno += len(batch)
     finally:
         if source is not sys.stdin.buffer:
             source.close()
@@ -374,6 +383,42 @@ def cmd_append(args: argparse.Namespace) -> int:
     for lineno, reason in refused:
         print(f"memfs: line {lineno}: refused: {reason}", file=sys.stderr)
     return 1 if refused else 0
+
+
+def _line_batches(source, limit: int = 16 << 20):
+    """The lines of ``source`` (without their newline), in batches of what can be read now,
+    up to about ``limit`` bytes: a file is taken in large batches (one ``append_many`` each: a
+    cap crossed several times in one batch rewrites the log once, see
+    :class:`memfs.store.evict.Eviction`), while a pipe's lines are appended as soon as they
+    arrive (a batch never waits for more input)."""
+    import select
+
+    try:
+        fd = source.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file descriptor (a test's BytesIO)
+        while batch := source.readlines(limit):
+            yield [line[:-1] if line.endswith(b"\n") else line for line in batch]
+        return
+    tail = b""
+    eof = False
+    while not eof:
+        chunks = [tail]
+        size = len(tail)
+        while True:
+            chunk = os.read(fd, limit - size)
+            if not chunk:
+                eof = True
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= limit or not select.select([fd], [], [], 0)[0]:
+                break
+        lines = b"".join(chunks).split(b"\n")
+        tail = lines.pop()
+        if eof and tail:
+            lines.append(tail)  # a last line without its newline
+        if lines:
+            yield lines
 
 
 def _lines(n: int) -> str:

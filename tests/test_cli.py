@@ -478,6 +478,72 @@ def test_append_with_a_cap_evicts_down_to_evict_to(capsys, store, tmp_path, evic
     assert sum(json.loads(p.read_text())["evicted_event_count"] for p in found) == 72
 
 
+def test_append_of_a_file_over_the_cap_matches_line_by_line_appends(capsys, store, tmp_path):
+    """The CLI appends a file in large batches (one rewrite per batch, however often the cap
+    is crossed): the session ends as appending the lines one by one leaves it, refused lines
+    keep their line numbers, and each eviction still writes its own summary."""
+    from memfs.samples import turn as make_turn
+
+    lines = []
+    for t in range(60):
+        lines += [x.decode() for x in make_turn(f"t{t}", 2)]
+        if t % 17 == 5:
+            lines.append("not json")  # refused, --keep-going goes on
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    code, out, err = run(capsys, "append", "batched", source, "--store", store, "--max-events", "20",
+                         "--keep-going")
+    bad = [i + 1 for i, line in enumerate(lines) if line == "not json"]
+    assert code == 1 and out.strip() == f"appended {len(lines) - len(bad)} lines to batched; refused 4 lines " \
+                                        f"(recorded in rejected.jsonl)"
+    assert [int(x.split(":")[1].split()[-1]) for x in err.strip().splitlines()] == bad
+    with memfs.open_session(store, "single", max_events=20, metadata_interval=0) as h:
+        for line in lines:
+            if line != "not json":
+                h.append(line)
+    assert (store / "batched" / "events.jsonl").read_bytes() == (store / "single" / "events.jsonl").read_bytes()
+    with memfs.open_session(store, "batched", read_only=True) as a, memfs.open_session(store, "single",
+                                                                                        read_only=True) as b:
+        assert {**a.manifest, "session_id": "single"} | {"created_at": 0, "updated_at": 0} == \
+            b.manifest | {"created_at": 0, "updated_at": 0}
+    counts = [[json.loads(p.read_text())["evicted_event_count"]
+               for p in sorted((store / name / "derived").glob("eviction-summary-*.json"))]
+              for name in ("batched", "single")]
+    assert counts[0] == counts[1] and len(counts[0]) > 3
+
+
+def test_append_from_a_pipe_appends_each_line_as_it_arrives(tmp_path):
+    """Batches never wait for more input: a line written to the pipe is in the session while
+    the writer still holds the pipe open."""
+    store = tmp_path / "store"
+    proc = subprocess.Popen([PYTHON, "-m", "memfs", "append", "s", "-", "--store", str(store)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    try:
+        for n, line in enumerate(GOOD[:3], 1):
+            proc.stdin.write(line.encode() + b"\n")
+            proc.stdin.flush()
+            deadline = time.monotonic() + 20
+            while True:
+                count = 0
+                if (store / "s" / "events.jsonl").exists():
+                    with memfs.open_session(store, "s", read_only=True) as h:
+                        count = h.manifest["event_count"]
+                if count == n:
+                    break
+                assert count < n and time.monotonic() < deadline, f"line {n} not appended while the pipe is open"
+                time.sleep(0.01)
+        proc.stdin.write(GOOD[3].encode())  # the last line without its newline: appended at EOF
+        proc.stdin.close()
+        assert proc.wait(timeout=20) == 0
+        assert proc.stdout.read().strip() == b"appended 4 lines to s"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    with memfs.open_session(store, "s", read_only=True) as h:
+        assert h.manifest["event_count"] == 4 and h.manifest["turn_count"] == 1
+
+
 def test_umount(capsys, fake_mount, tmp_path):
     assert run(capsys, "umount", tmp_path / "mnt")[0] == 0
     assert fake_mount["unmount"] == str(tmp_path / "mnt")

@@ -250,7 +250,8 @@ def test_eviction_copies_without_copy_file_range(tmp_path, monkeypatch):
 def test_a_failed_copy_of_the_remainder_stops_before_the_marker_and_leaves_no_temp(tmp_path, monkeypatch):
     """The remainder is copied into a temp file beside the recount and the hook: a copy that
     fails (a full disk) fails the cap before the marker, the log untouched and no temp file
-    left; the next append's rewrite goes through."""
+    left; the next append's rewrite goes through. The rewrite is the call's last step, so
+    every line of the call is committed and counted in ``accepted``."""
     import errno
 
     failing = [True]
@@ -267,14 +268,18 @@ def test_a_failed_copy_of_the_remainder_stops_before_the_marker_and_leaves_no_te
     with open_s(tmp_path, max_events=5) as h:
         with pytest.raises(CapRewriteError) as err:
             h.append_many(lines)
-        assert err.value.accepted == 6 and "No space left" in str(err.value)  # the 6th is over the cap
-        assert log_lines(sdir) == lines[:6]
+        assert err.value.accepted == 9 and "No space left" in str(err.value)  # the 6th crossed the cap
+        assert log_lines(sdir) == lines
+        assert (h.manifest["event_count"], h.manifest["retained_turn_base"]) == (9, 1)  # as on disk
         assert not (sdir / "index" / "pending-cap-rewrite.json").exists()
         assert not [p for p in sdir.rglob("*") if p.name.endswith(".tmp")]
         failing[0] = False
-        h.append_many(lines[6:])  # the cap is tried again: turn 1 goes
-        assert h.manifest["retained_turn_base"] == 2 and h.stats()["rewrites"] == 1
-    assert log_lines(sdir) == lines[4:]
+        h.append(msg("t3 message 0"))  # the cap is tried again: turns 1 and 2 go
+        assert h.manifest["retained_turn_base"] == 3 and h.stats()["rewrites"] == 1
+        assert h.manifest["event_count"] == 2
+    assert log_lines(sdir) == [START, msg("t3 message 0")]
+    with open_s(tmp_path, max_events=5) as h:
+        assert h.manifest["event_count"] == 2 and h.manifest["retained_turn_base"] == 3
 
 
 def test_status_set_by_an_evicted_event_survives_a_rescan(tmp_path):
@@ -491,3 +496,137 @@ def test_kill_9_at_each_step_of_an_amortized_eviction_loses_no_acknowledged_line
         assert h.stats()["rewrites"] == 1 and m["event_count"] <= 20 and m["turn_count"] == 7
         assert h.turn_index[-1]["turn_number"] == 8 and m["retained_turn_base"] == (6 if rewritten else 4)
     assert len(summaries(sdir)) == len(found) + 1
+
+
+# --- one rewrite for the evictions of one append call -----------------------------------------
+
+
+@pytest.mark.parametrize("evict_to", [0.9, 1.0, 0.55])
+def test_a_batch_over_the_cap_many_times_ends_as_line_by_line_appends_with_one_rewrite(tmp_path, evict_to):
+    """``append_many`` of many lines crosses the cap several times: each eviction happens
+    where the line-by-line appends would have made it (same cuts, same summaries, in order),
+    and the log is rewritten once per call."""
+    import random
+
+    max_events, floor = 60, {0.9: 54, 1.0: 60, 0.55: 33}[evict_to]
+    lines = workload(seed=15, n_turns=150)
+    model = CapModel(max_events, floor)
+    rng = random.Random(7)
+    calls = 0
+    with open_s(tmp_path, "batched", max_events=max_events, evict_to=evict_to) as h:
+        i = 0
+        while i < len(lines):
+            size = rng.choice([1, 7, 40, 300]) if i else 500  # the first call alone crosses it many times
+            batch = lines[i:i + size]
+            before = len(model.evictions)
+            h.append_many([line for line, _ in batch])
+            for line, t in batch:
+                model.append(line, t)
+            calls += len(model.evictions) > before
+            m = h.manifest
+            assert (m["event_count"], m["turn_count"], m["retained_turn_base"]) == \
+                (len(model.log), model.turn_count, model.base)
+            assert h.stats()["rewrites"] == calls  # one rewrite per call that evicted
+            i += size
+        live = state_of(h)
+    sdir = tmp_path / "batched"
+    assert log_lines(sdir) == [line for line, _ in model.log]
+    assert not (sdir / "index" / "pending-cap-rewrite.json").exists()
+    found = [orjson.loads(p.read_bytes()) for p in summaries(sdir)]  # sorted by name: in eviction order
+    assert [s["evicted_event_count"] for s in found] == model.evictions
+    assert calls < len(model.evictions)
+    with open_s(tmp_path, "single", max_events=max_events, evict_to=evict_to) as h:  # line by line
+        for line, _ in lines:
+            h.append(line)
+        (manifest, index), (manifest2, index2) = state_of(h), live
+        assert {**manifest, "session_id": "batched"} == manifest2 and index == index2
+    single = [orjson.loads(p.read_bytes()) for p in summaries(tmp_path / "single")]
+    strip = [{k: v for k, v in s.items() if k not in ("created_at", "session_id")} for s in single]
+    assert [{k: v for k, v in s.items() if k not in ("created_at", "session_id")} for s in found] == strip
+    assert log_lines(tmp_path / "single") == log_lines(sdir)
+    (sdir / "index" / "turns.json").unlink()
+    with open_s(tmp_path, "batched", max_events=max_events, evict_to=evict_to) as h:  # a rescan agrees
+        assert not h.open_report.fast_path and state_of(h) == live
+
+
+def test_a_custom_hook_sees_each_eviction_of_a_batch_in_order(tmp_path):
+    seen = []
+
+    def hook(session_dir, session_id, events):
+        seen.append([e["item"]["text"].split(" ")[0] for e in events if e["type"] == "item.completed"])
+
+    lines = [line for t in range(1, 9) for line in turn(f"t{t}", 2)]  # 8 turns of 4 events
+    with open_s(tmp_path, max_events=10, evict_to=0.5, summary_hook=hook) as h:
+        h.append_many(lines)  # over 10 at the 11th, 19th and 27th line: down to 5 each time
+        assert h.stats()["rewrites"] == 1
+        assert (h.manifest["event_count"], h.manifest["retained_turn_base"]) == (8, 7)
+    assert seen == [["t1", "t1"] + ["t2", "t2"], ["t3", "t3", "t4", "t4"], ["t5", "t5", "t6", "t6"]]
+    assert log_lines(tmp_path / "s") == lines[24:]
+    assert summaries(tmp_path / "s") == []
+
+
+def test_a_failing_hook_in_a_batch_keeps_the_evictions_before_it(tmp_path):
+    """The second eviction's hook fails: the first eviction is applied, the batch stops after
+    the line that crossed the cap (``accepted``), and the cap is tried again later."""
+    calls = []
+
+    def hook(session_dir, session_id, events):
+        calls.append(len(events))
+        if len(calls) == 2:
+            raise RuntimeError("disk says no")
+
+    lines = [line for t in range(1, 9) for line in turn(f"t{t}", 2)]
+    sdir = tmp_path / "s"
+    with open_s(tmp_path, max_events=10, evict_to=0.5, summary_hook=hook) as h:
+        with pytest.raises(CapRewriteError, match="disk says no") as err:
+            h.append_many(lines)
+        assert err.value.accepted == 19
+        assert (h.manifest["event_count"], h.manifest["retained_turn_base"]) == (11, 3)
+        assert h.stats()["rewrites"] == 1 and log_lines(sdir) == lines[8:19]
+        h.append_many(lines[19:])  # the cap is tried again
+        assert (h.manifest["event_count"], h.manifest["retained_turn_base"]) == (8, 7)
+    assert calls == [8, 8, 8, 8] and log_lines(sdir) == lines[24:]
+
+
+BATCH_CRASH = textwrap.dedent("""
+    import os, signal, sys, memfs
+    import memfs.store.evict as evict
+    from store_helpers import START, msg, turn
+    root, step, interval = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    h = memfs.open_session(root, "s", max_events=10, evict_to=0.5, durability="write", metadata_interval=interval)
+    lines = [line for t in range(1, 9) for line in turn(f"t{t}", 2)]
+    h.append_many(lines[:6])
+    print("acknowledged", flush=True)
+
+    def after_step(n):
+        if n == step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    evict._after_step = after_step
+    h.append_many(lines[6:])  # 3 evictions (turns 1-2, 3-4, 5-6), one rewrite
+    print("acknowledged", flush=True)
+    os._exit(3)
+""")
+
+
+@pytest.mark.parametrize("interval", [0, 3600], ids=["metadata-current", "metadata-stale"])
+@pytest.mark.parametrize("step", [1, 2, 3, 4, 5, 6])
+def test_kill_9_at_each_step_of_a_batched_rewrite_recovers(tmp_path, step, interval):
+    sdir = tmp_path / "s"
+    res = run_python(BATCH_CRASH, str(tmp_path), str(step), str(interval), env={**os.environ, **HELPERS})
+    assert res.returncode == -9, res.stderr
+    assert res.stdout.count("acknowledged") == 1
+    lines = [line for t in range(1, 9) for line in turn(f"t{t}", 2)]
+    rewritten = step >= 5
+    assert log_lines(sdir) == (lines[24:] if rewritten else lines)  # the batch's lines were all written
+    found = summaries(sdir)
+    assert [orjson.loads(p.read_bytes())["evicted_event_count"] for p in found] == ([8, 8, 8] if step >= 3 else [])
+    with open_s(tmp_path, max_events=0) as h:
+        h.lock()  # the writer's open: it completes or drops the marker
+        assert not (sdir / "index" / "pending-cap-rewrite.json").exists()
+        assert h.open_report.stale_marker == (step == 4)
+        m = h.manifest
+        assert (m["event_count"], m["turn_count"], m["in_turn"]) == (8 if rewritten else 32, 8, False)
+        assert m["retained_turn_base"] == (7 if rewritten else 1)
+        for n in [e["turn_number"] for e in h.turn_index]:
+            assert {t.split(" ")[0] for t in texts(h.reconstruct_turn(n))} == {f"t{n}"}

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 import time
 from bisect import bisect_left
 from collections import Counter
@@ -47,10 +48,10 @@ import orjson
 from memfs.errors import CapRewriteError
 from memfs.events import decode_stored
 from memfs.facts import event_facts
-from memfs.store.lines import CHUNK, scan_lines
+from memfs.store.lines import CHUNK, scan_chunks
 from memfs.store.meta import CapMarker, now_rfc3339
-from memfs.store.paths import (CAP_MARKER, DERIVED_DIR, EVENTS, atomic_write, ensure_private_dir, open_nofollow,
-                               in_background, remove_file, replace_with, write_all, write_temp)
+from memfs.store.paths import (CAP_MARKER, DERIVED_DIR, EVENTS, atomic_write, ensure_private_dir, fsync_dir,
+                               open_nofollow, in_background, remove_file, replace_with, write_all, write_temp)
 
 SUMMARY_PREFIX = "eviction-summary-"
 SUMMARY_MAX_FACTS = 32
@@ -60,35 +61,37 @@ def _after_step(step: int) -> None:
     """Called after each protocol step; crash tests replace it to stop the process there."""
 
 
-def plan_cut(index, in_turn: bool, excess: int) -> tuple[int, int] | None:
+def plan_cut(index, in_turn: bool, excess: int, first: int = 0) -> tuple[int, int] | None:
     """How many leading closed turns to evict to drop at least ``excess`` events, and the
-    byte offset ending the last of them. None when there is no closed turn to evict.
+    byte offset ending the last of them, counting from entry ``first`` of ``index`` (the
+    entries before it are already evicted by this append call, see :class:`Eviction`). None
+    when there is no closed turn left to evict.
 
     The turns' own counts are a lower bound of what goes: records outside turns before the
     cut go too, and the recount (step 2) finds them.
     """
     closed = len(index) - (1 if in_turn else 0)
-    total = k = 0
+    total, k = 0, first
     while k < closed and total < excess:
         total += index.count[k]
         k += 1
-    return (k, index.end[k - 1]) if k else None
+    return (k, index.end[k - 1]) if k > first else None
 
 
-def trim_cut(index, k: int, offsets: list[int], excess: int) -> tuple[int, int, int]:
-    """The fewest of the ``k`` planned turns that drop at least ``excess`` events, now that
-    the recount (step 2) gave the start ``offsets`` of every event before the planned cut:
-    records outside turns count too, so fewer turns than :func:`plan_cut` planned may be
-    enough. Returns ``(turns, cut, events before the cut)``."""
-    for j in range(1, k):
+def trim_cut(index, k: int, offsets: list[int], excess: int, first: int = 0) -> tuple[int, int, int]:
+    """The fewest of the planned entries ``first … k`` that drop at least ``excess`` events,
+    now that the recount (step 2) gave the start ``offsets`` of every event between the
+    previous cut and the planned one: records outside turns count too, so fewer turns than
+    :func:`plan_cut` planned may be enough. Returns ``(k, cut, events before the cut)``."""
+    for j in range(first + 1, k):
         n = bisect_left(offsets, index.end[j - 1])
         if n >= excess:
             return j, index.end[j - 1], n
     return k, index.end[k - 1], len(offsets)
 
 
-def default_summary_hook(session_dir: Path, session_id: str, events: list[dict]) -> None:
-    """Write ``derived/eviction-summary-<32 hex>.json`` for the evicted events."""
+def summary_json(session_id: str, events: list[dict]) -> bytes:
+    """The default summary of the evicted ``events`` (SPEC §3.7), as the file's bytes."""
     facts: list[str] = []
     seen: set[str] = set()
     for event in events:
@@ -105,63 +108,174 @@ def default_summary_hook(session_dir: Path, session_id: str, events: list[dict])
         "grounded_facts": facts,
         "created_at": now_rfc3339(),
     }
+    return orjson.dumps(summary, option=orjson.OPT_INDENT_2)
+
+
+_names_lock = threading.Lock()
+_last_ns = 0
+
+
+def summary_name() -> str:
+    """A new summary's file name: its creation time in the first 16 hex digits (strictly
+    increasing in this process, so the names of one call's summaries sort in their order)."""
+    global _last_ns
+    with _names_lock:
+        _last_ns = max(time.time_ns(), _last_ns + 1)
+        ns = _last_ns
+    return f"{SUMMARY_PREFIX}{ns:016x}{os.urandom(8).hex()}.json"
+
+
+def default_summary_hook(session_dir: Path, session_id: str, events: list[dict]) -> None:
+    """Write ``derived/eviction-summary-<32 hex>.json`` for the evicted events. (The cap does
+    not call it: it writes the same file itself, at the rewrite, see :func:`enforce_cap`.)"""
     derived = session_dir / DERIVED_DIR
     ensure_private_dir(derived)
-    name = f"{SUMMARY_PREFIX}{time.time_ns():016x}{os.urandom(8).hex()}.json"
-    atomic_write(derived / name, orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+    atomic_write(derived / summary_name(), summary_json(session_id, events))
+
+
+class Eviction:
+    """The evictions of one append call whose rewrite is still to come: one rewrite of the log
+    applies them all when the call ends (:func:`apply_evictions`).
+
+    Each eviction is decided where the spec puts it — after the append that crossed the cap,
+    with the turns closed at that point — and has its own summary; the rest is shared: the
+    durability of step 1, the writes of the summaries (step 3, with the default hook), the
+    copy of the remainder, the marker, the replace and the persist. The log then ends exactly
+    as if each eviction had rewritten it, but a call of many lines (a ``write()`` of a batch,
+    the CLI's import) copies the retained events once, not once per eviction, and syncs once.
+    Meanwhile the log file still holds the evicted turns: the index keeps them (entries
+    ``< turns``) with their offsets in that file, and ``state.event_count`` already excludes
+    them (so the commit checks the cap against what the log will hold). No metadata is
+    persisted until the rewrite (:meth:`~memfs.store.session.Session.request_persist` leaves
+    it to the rewrite), so the disk never describes a log that is not there."""
+
+    __slots__ = ("turns", "cut", "events", "summaries", "copy", "copied")
+
+    def __init__(self) -> None:
+        self.turns = 0  # index entries evicted (all closed turns, from the front)
+        self.cut = 0  # the byte offset in the current file where the retained part starts
+        self.events = 0  # events evicted
+        self.summaries: list[bytes] = []  # the default hook's files, written at the rewrite
+        self.copy: Future | None = None  # a temp copy of the remainder, started at the first eviction
+        self.copied = (0, 0)  # the ``[start, end)`` it copies
 
 
 def enforce_cap(s) -> None:
-    """Bring session ``s`` (a :class:`memfs.store.session.Session`, its mutex held) down to
-    its low-water mark (``evict_to × max_events``), if closed turns allow; the commit calls it
-    when ``event_count > max_events``.
+    """One eviction of session ``s`` (a :class:`memfs.store.session.Session`, its mutex held):
+    plan the turns that bring the count down to its low-water mark (``evict_to ×
+    max_events``), if closed turns allow, recount them (step 2) and summarize them (step 3).
+    The commit calls it when ``event_count > max_events``; the rewrite (:func:`apply_evictions`)
+    comes at the end of the append call.
 
-    The steps' disk waits overlap where the order allows (the steps still *complete* in the
-    spec's order, and a crash after any of them leaves what it left before): step 1's
-    ``fdatasync`` and the copy of the remainder into a temp file run on worker threads while
-    this thread recounts the prefix; the marker's temp file is written beside the summary hook.
-    Temp files are invisible until renamed (and a dead process's are removed at the next open).
+    With the default summary hook, the summary is made here and written at the rewrite, after
+    step 1's ``fdatasync``: steps 1–3 then complete there, once for all the call's evictions.
+    A custom hook is called here, after step 1 (each eviction syncs the log first), since what
+    it does cannot wait. For the call's first eviction the remainder is copied into a temp
+    file on a worker thread while this thread recounts (a call of one line then finds its
+    copy ready). Temp files are invisible until renamed (and a dead process's are removed at
+    the next open).
     """
     state, log = s.state, s.log
+    ev = s.evicting
+    first, start = (ev.turns, ev.cut) if ev is not None else (0, 0)
     excess = state.event_count - s.config.evict_floor
-    plan = plan_cut(state.index, state.in_turn, excess)
+    plan = plan_cut(state.index, state.in_turn, excess, first)
     if plan is None:
         return
     k, cut = plan
+    hook = s.config.summary_hook
     log.write_pending()
-    file_len, old_fd = log.flushed_len, log.fd
-    base = state.index.base
-    # 1. everything durable before anything is rewritten; the remainder copied meanwhile
-    syncing = in_background(log.sync_to, log.position)
-    copying = in_background(write_temp, s.dir / EVENTS, _copier(old_fd, cut, file_len))
-    temps = [copying]
+    file_len, fd = log.flushed_len, log.fd
+    # 1. (a custom hook's) everything durable first; the remainder copied meanwhile
+    syncing = in_background(log.sync_to, log.position) if hook is not None else None
+    copying = None if ev is not None else in_background(write_temp, s.dir / EVENTS, _copier(fd, cut, file_len))
+    temps = [copying] if copying is not None else []
     try:
         # 2. recount the prefix as a rescan would
         evicted, offsets = [], []
-        for off, line in scan_lines(old_fd, 0, cut):
-            decoded = decode_stored(line)
-            if decoded is not None:
-                evicted.append(decoded[1])
-                offsets.append(off)
-        if k > 1 and len(evicted) > excess:  # records outside turns went too: maybe fewer turns do
-            k, trimmed, n = trim_cut(state.index, k, offsets, excess)
+        for off, lines in scan_chunks(fd, start, cut):
+            for line in lines:
+                decoded = decode_stored(line)
+                if decoded is not None:
+                    evicted.append(decoded[1])
+                    offsets.append(off)
+                off += len(line) + 1
+        if k - first > 1 and len(evicted) > excess:  # records outside turns went too: maybe fewer turns do
+            k, trimmed, n = trim_cut(state.index, k, offsets, excess, first)
             del evicted[n:]
-            if trimmed != cut:  # the remainder starts earlier: copy it again
-                cut = trimmed
-                temps.append(copying := in_background(write_temp, s.dir / EVENTS, _copier(old_fd, cut, file_len)))
-        syncing.result()
-        _after_step(1)
-        _after_step(2)
-        # 3. the summary hook (its failure leaves the log untouched); the marker's temp meanwhile
-        marker = CapMarker(file_len, file_len - cut, base + k).to_json()
+            if trimmed != cut and copying is not None:  # the remainder starts earlier: copy it again
+                temps.append(copying := in_background(write_temp, s.dir / EVENTS, _copier(fd, trimmed, file_len)))
+            cut = trimmed
+        # 3. the summary (a custom hook's failure leaves the log untouched)
+        if hook is None:
+            summary = summary_json(s.session_id, evicted)
+        else:
+            syncing.result()
+            _after_step(1)
+            _after_step(2)
+            try:
+                hook(s.dir, s.session_id, evicted)
+            except Exception as exc:
+                raise CapRewriteError(f"event cap not applied: summary hook failed: {exc}") from exc
+            _after_step(3)
+    except BaseException:
+        _discard(temps)
+        raise
+    if ev is None:
+        s.evicting = ev = Eviction()
+        temps.remove(copying)
+        _discard(temps)
+        ev.copy, ev.copied = copying, (cut, file_len)
+    if hook is None:
+        ev.summaries.append(summary)
+    ev.turns, ev.cut = k, cut
+    ev.events += len(evicted)
+    state.event_count -= len(evicted)
+
+
+def apply_evictions(s) -> None:
+    """The rewrite for the evictions of the append call that ends (``s.evicting``; the caller
+    holds the mutex): with the default hook step 1's ``fdatasync`` and step 3's summaries,
+    then the marker (4), the log replaced by its bytes from the last cut on (5), the state
+    shifted and persisted (6). Each step's disk work starts at once on worker threads; each
+    step completes in order. On failure (``OSError``) the log and the state are as before the
+    call's evictions (summaries already written stay, as after a crash before step 4), and
+    the cap is tried again after the next append."""
+    ev, s.evicting = s.evicting, None
+    state, log = s.state, s.log
+    state.event_count += ev.events  # what the file holds until it is replaced
+    log.write_pending()
+    file_len, fd = log.flushed_len, log.fd
+    base = state.index.base
+    derived = s.dir / DERIVED_DIR
+    temps = []
+    try:
+        syncing = in_background(log.sync_to, log.position) if ev.summaries else None
+        copying = ev.copy
+        temps.append(copying)
+        if ev.copied[0] != ev.cut or ev.copied[1] > file_len:  # later evictions moved the cut
+            temps.append(copying := in_background(write_temp, s.dir / EVENTS, _copier(fd, ev.cut, file_len)))
+        marker = CapMarker(file_len, file_len - ev.cut, base + ev.turns).to_json()
         temps.append(marking := in_background(write_temp, s.dir / CAP_MARKER, marker))
-        hook = s.config.summary_hook or default_summary_hook
-        try:
-            hook(s.dir, s.session_id, evicted)
-        except Exception as exc:
-            raise CapRewriteError(f"event cap not applied: summary hook failed: {exc}") from exc
-        _after_step(3)
+        if ev.summaries:
+            ensure_private_dir(derived)
+            names = [summary_name() for _ in ev.summaries]
+            writing = [in_background(write_temp, derived / name, data) for name, data in zip(names, ev.summaries)]
+            temps.extend(writing)
+            # 1. the log durable before its summaries are
+            syncing.result()
+            _after_step(1)
+            _after_step(2)
+            # 3. the summaries, in the order of their evictions
+            written = [w.result() for w in writing]
+            for w, tmp, name in zip(writing, written, names):
+                os.rename(tmp, derived / name)
+                temps.remove(w)
+            fsync_dir(derived)
+            _after_step(3)
         remainder = copying.result()  # (a failed copy stops here, before the marker)
+        if copying is ev.copy and ev.copied[1] < file_len:  # lines appended after the copy began
+            _extend(remainder, fd, ev.copied[1], file_len)
         # 4. the marker (the previous rewrite's metadata first, if it is not on disk yet: the
         # marker it replaces is what recovery would need until then)
         if s.meta.marker_pending:
@@ -174,13 +288,24 @@ def enforce_cap(s) -> None:
         temps.remove(copying)
     finally:
         _discard(temps)
-    s.replace_log(open_nofollow(s.dir / EVENTS, os.O_RDWR | os.O_APPEND), cut)
+    s.replace_log(open_nofollow(s.dir / EVENTS, os.O_RDWR | os.O_APPEND), ev.cut)
     _after_step(5)
     # 6. shift the state; persisting it deletes the marker (on the persister thread, if any)
-    state.index.drop_front(k, cut)
-    state.event_count -= len(evicted)
+    state.index.drop_front(ev.turns, ev.cut)
+    state.event_count -= ev.events
     s.persist_rewrite()
     _after_step(6)
+
+
+def _extend(path: Path, src: int, start: int, end: int) -> None:
+    """Append ``[start, end)`` of ``src`` to the temp file ``path`` and make it durable."""
+    fd = open_nofollow(path, os.O_WRONLY)  # (not O_APPEND: copy_file_range refuses it)
+    try:
+        os.lseek(fd, 0, os.SEEK_END)
+        _copier(src, start, end)(fd)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _copier(src: int, start: int, end: int) -> Callable[[int], None]:

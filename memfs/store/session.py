@@ -57,7 +57,7 @@ from memfs.store.recovery import OpenReport, Recovered, recover, repair_torn_tai
 from memfs.store.turntimes import TurnTimes
 from memfs.store.rejected import record_rejected
 from memfs.store import writer
-from memfs.store.writer import LogFile, commit
+from memfs.store.writer import LogFile, commit_call
 
 log = logging.getLogger("memfs.store")
 
@@ -84,7 +84,7 @@ class Session:
     __slots__ = ("dir", "config", "writable_config", "mutex", "refs", "key", "closed", "log", "meta", "state",
                  "report", "session_id", "created_at", "updated_at", "updated_for", "version", "appended",
                  "rewrites", "last_change", "persist_at", "last_refusal", "lock_file", "writers", "release_scheduled",
-                 "opening", "serial", "times")
+                 "opening", "serial", "times", "evicting")
 
     def __init__(self, session_dir: Path, session_id: str, config: SessionConfig, *, writable: bool):
         self.dir = session_dir
@@ -97,6 +97,7 @@ class Session:
         self.version = 0  # bumped on every change; a cheap staleness check for views
         self.appended = 0  # records this process added to the log, ever
         self.rewrites = 0  # the log was replaced (a cap rewrite): offsets before are not comparable
+        self.evicting = None  # this append call's evictions, until its rewrite (memfs.store.evict.Eviction)
         self.last_change = _time()
         self.updated_for = 0.0
         self.last_refusal: str | None = None  # the reason of the last line refused in this process
@@ -315,7 +316,7 @@ class Session:
         with self.mutex:
             if self.lock_file is None:
                 self.acquire()
-            accepted, sync_target = commit(self, records)
+            accepted, sync_target = commit_call(self, records)
         if sync_target and sync:
             self.log.sync_to(sync_target)
         return accepted
@@ -339,6 +340,8 @@ class Session:
         if self.config.metadata_interval:
             persister.schedule(self, self.meta.due())
             return
+        if self.evicting is not None:
+            return  # the call's cap rewrite persists (until then the disk would be told of a log not there)
         self.log.write_pending()  # a failure here is the log's: it fails the append
         try:
             self.persist()
@@ -660,7 +663,7 @@ class SessionHandle:
         try:
             if s.lock_file is None:
                 s.acquire()  # (raises SessionClosed on a closed session)
-            sync_target = commit(s, (record,))[1]
+            sync_target = commit_call(s, (record,))[1]
         finally:
             mutex.release()
         if sync_target and sync:

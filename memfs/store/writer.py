@@ -39,6 +39,7 @@ change to the commit is made in both twins, or the suite's second run fails.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -48,11 +49,12 @@ from typing import Iterable
 from memfs.errors import CapRewriteError, ValidationError
 from memfs.events import Kind, Record
 from memfs.store.config import BUFFER_LIMIT
-from memfs.store.evict import enforce_cap
+from memfs.store.evict import apply_evictions, enforce_cap
 from memfs.store.machine import apply
 from memfs.store.meta import now_rfc3339
 from memfs.store.paths import in_background, write_all
 
+_log = logging.getLogger(__name__)
 _TURN_STARTED = Kind.TURN_STARTED
 _time = time.time
 _write = os.write
@@ -299,6 +301,31 @@ def commit(s, records: Iterable[Record]) -> tuple[int, int]:
         refused.accepted = accepted
         raise refused
     return accepted, (log.dropped + log.flushed_len if config.syncs and accepted else 0)
+
+
+def commit_call(s, records: Iterable[Record]) -> tuple[int, int]:
+    """One append call (caller holds ``s.mutex``): :func:`commit`, then one rewrite of the log
+    for the evictions the call made (:func:`memfs.store.evict.apply_evictions`), also when the
+    call ends in an error after one. A failed rewrite raises :class:`CapRewriteError` with
+    ``accepted`` (the lines are committed; the cap is tried again after the next append), or
+    is logged when the call already fails for another reason."""
+    try:
+        result = commit(s, records)
+    except BaseException:
+        if s.evicting is not None:
+            try:
+                apply_evictions(s)
+            except OSError as err:
+                _log.warning("%s: event cap not applied: %s", s.dir.name, err)
+        raise
+    if s.evicting is not None:
+        try:
+            apply_evictions(s)
+        except OSError as exc:
+            err = CapRewriteError(f"event cap not applied: {exc}")
+            err.accepted = result[0]
+            raise err from exc
+    return result
 
 
 def _enforce_cap(s) -> None:
