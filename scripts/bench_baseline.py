@@ -3,8 +3,9 @@
 
 ``--baseline DIR`` is another checkout of memfs whose C module is built in place (``git
 worktree add DIR COMMIT && cd DIR && .venv/bin/python setup.py build_ext --inplace`` with this
-tree's venv). Both trees run under this venv's interpreter, each with its own ``PYTHONPATH``,
-interleaved round by round, so the machine's drift (up to 2x within seconds here) hits both alike:
+tree's venv). Both trees run under this venv's interpreter, each with its own ``PYTHONPATH``
+and its own folder as the working directory (:func:`tree_run`; :func:`check_tree` refuses a
+tree whose processes would import another memfs), interleaved round by round, so the machine's drift (up to 2x within seconds here) hits both alike:
 
 * library: single ``append`` calls (``write`` and ``buffered``, turns of 100) and
   ``append_many`` (turns of 100), best of the rounds, each in a fresh process;
@@ -65,10 +66,24 @@ shutil.rmtree(root)
 LIBRARY_CONFIGS = [("write", "single"), ("buffered", "single"), ("write", "many")]
 
 
+def tree_run(tree: Path) -> dict:
+    """How a process runs ``tree``'s memfs: its ``PYTHONPATH`` *and* its folder as the working
+    directory (``python -c``/``-m`` put the working directory first on ``sys.path``: run from
+    another checkout, they would import that one's memfs whatever ``PYTHONPATH`` says)."""
+    return {"env": {**os.environ, "PYTHONPATH": str(tree)}, "cwd": tree}
+
+
+def check_tree(tree: Path) -> None:
+    """Refuse to compare a tree whose processes would not import its own memfs."""
+    out = subprocess.run([sys.executable, "-c", "import memfs, memfs.store.writer as w; print(memfs.__file__, w.IMPL)"],
+                         check=True, capture_output=True, text=True, **tree_run(tree)).stdout.split()
+    if not Path(out[0]).resolve().is_relative_to(tree.resolve()) or out[1] != "c":
+        raise SystemExit(f"{tree}: its processes import {out[0]} ({out[1]} twin), not the tree's own built memfs")
+
+
 def library_rate(tree: Path, mode: str, kind: str, n: int) -> float:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([sys.executable, "-c", LIBRARY, mode, kind, str(n)], env=env, check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run([sys.executable, "-c", LIBRARY, mode, kind, str(n)], check=True,
+                         capture_output=True, text=True, **tree_run(tree)).stdout
     return float(out)
 
 
@@ -81,25 +96,27 @@ print(bench_store.capped_run(work, source, max_events, 0.9)["ev_s"])
 """
 
 
-def capped_ratios(trees: dict[str, Path], turns: int, rounds: int) -> dict[str, float]:
+def capped_ratios(trees: dict[str, Path], turns: int, rounds: int) -> dict[str, dict[str, float]]:
     """Per tree: the median over ``rounds`` of capped ÷ uncapped ``memfs append`` rates (the
-    workload of this tree's bench_store.py, run by each tree's memfs)."""
+    workload of this tree's bench_store.py, run by each tree's memfs), and the median rates."""
     from bench_store import capped_input
 
     work = Path(tempfile.mkdtemp(prefix="memfs-bench-cap-"))
     try:
         source = capped_input(work, turns, 11)
-        ratios: dict[str, list[float]] = {name: [] for name in trees}
+        runs: dict[str, list[dict[int, float]]] = {name: [] for name in trees}
         for _ in range(rounds):
             for name, tree in trees.items():
-                env = {**os.environ, "PYTHONPATH": str(tree)}
                 rate = {}
                 for max_events in (0, 10_000):
                     out = subprocess.run([sys.executable, "-c", CAPPED, str(ROOT / "scripts"), str(work), str(source),
-                                          str(max_events)], env=env, check=True, capture_output=True, text=True)
+                                          str(max_events)], check=True, capture_output=True, text=True,
+                                         **tree_run(tree))
                     rate[max_events] = float(out.stdout.split()[-1])
-                ratios[name].append(rate[10_000] / rate[0])
-        return {name: statistics.median(r) for name, r in ratios.items()}
+                runs[name].append(rate)
+        return {name: {"ratio": statistics.median(r[10_000] / r[0] for r in got),
+                       "capped ev/s": statistics.median(r[10_000] for r in got),
+                       "uncapped ev/s": statistics.median(r[0] for r in got)} for name, got in runs.items()}
     finally:
         subprocess.run(["rm", "-rf", str(work)], check=False)
 
@@ -108,10 +125,9 @@ def mount_tree(work: Path, name: str, tree: Path, durability: str, cpus=None) ->
     """Mount a new store with ``tree``'s memfs (its ``PYTHONPATH``), uncapped; ``(server, mountpoint)``."""
     store, mnt = work / f"store-{name}", work / f"mnt-{name}"
     mnt.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(tree)}
     return (start_server([sys.executable, "-m", "memfs", "mount", str(store), str(mnt), "--durability", durability,
-                          "--max-events", "0", "--log-level", "WARNING"], mnt, work / f"{name}.log", env=env,
-                         cpus=cpus), mnt)
+                          "--max-events", "0", "--log-level", "WARNING"], mnt, work / f"{name}.log", cpus=cpus,
+                         **tree_run(tree)), mnt)
 
 
 def fsync_rates(trees: dict[str, Path], rounds: int, events: int) -> dict[str, dict[str, float]]:
@@ -153,6 +169,8 @@ def main() -> int:
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     trees = {"baseline": args.baseline.resolve(), "this": ROOT}
+    for tree in trees.values():
+        check_tree(tree)
     results: dict[str, float] = {}
 
     fsync = fsync_rates(trees, args.rounds, args.fsync_events)
@@ -162,7 +180,10 @@ def main() -> int:
         results[f"mount fsync, {kind}: this / baseline"] = fsync["this"][kind] / fsync["baseline"][kind]
     capped = capped_ratios(trees, args.cap_turns, max(1, args.rounds // 2))
     for name in trees:
-        results[f"memfs append at the default cap / uncapped ({name})"] = capped[name]
+        results[f"memfs append at the default cap / uncapped ({name})"] = capped[name]["ratio"]
+    for key in ("capped ev/s", "uncapped ev/s"):
+        for name in trees:
+            results[f"memfs append, {key.replace(' ev/s', '')} ({name}) ev/s"] = capped[name][key]
 
     best: dict[tuple, float] = {}
     for _ in range(args.rounds):

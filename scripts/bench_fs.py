@@ -62,9 +62,9 @@ def placement() -> tuple[set[int] | None, set[int] | None]:
 
 
 def start_server(cmd: list[str], mnt: Path, log: Path, env: dict | None = None,
-                 cpus: set[int] | None = None) -> subprocess.Popen:
+                 cpus: set[int] | None = None, cwd: Path | None = None) -> subprocess.Popen:
     out = open(log, "ab")
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, cwd=cwd,
                             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     deadline = time.monotonic() + 20
     while not is_mounted(mnt):

@@ -174,8 +174,9 @@ def main() -> int:
         extra = ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items()
                           if not k.endswith("_ms"))
         print(f"{name:<38} p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  max {r['max_ms']:.1f} ms  ({extra})")
-    goals = {"(a) p99 <= 2 ms": results["(a) 4 writers through cap rewrites"]["p99_ms"] <= 2,
-             "(b) p99 <= 2 ms": results["(b) warm-up rescanning a stale log"]["p99_ms"] <= 2}
+    goals = {goal: {"met": results[key]["p99_ms"] <= 2, "measured": f"{results[key]['p99_ms']:.1f} ms"}
+             for goal, key in (("(a) p99 <= 2 ms", "(a) 4 writers through cap rewrites"),
+                               ("(b) p99 <= 2 ms", "(b) warm-up rescanning a stale log"))}
     report_goals(results, goals, args.json)
     return 0
 

@@ -24,11 +24,19 @@ right after it:
    metadata write that lands it deletes the marker — :meth:`MetadataWriter.write_marker
    <memfs.store.metadata.MetadataWriter.write_marker>`), in the appender's thread otherwise.
 
+One append call, one rewrite: :func:`enforce_cap` decides each eviction at the append that
+crossed the cap and does its steps 2–3 (with a custom hook also step 1, before calling it);
+:func:`apply_evictions` does the rest once, when the call ends (:class:`Eviction`), so an
+append of many lines that crosses the cap N times copies and syncs once. With the default
+hook, steps 1 and 3 complete there too, for all the call's evictions at once, in the order
+above. A call of one line goes through the steps exactly as listed.
+
 Decisions: the default summary keeps the *first* 32 distinct facts of the evicted events, in
 log order. Summary names carry the creation time in their first 16 hex digits, so sorting the
 names sorts them chronologically. A crash between steps 3 and 5 leaves a summary of events
 that are still in the log; the retry after the next append writes another one (readers of the
-summaries drop duplicate facts), which is preferred over losing the summary of a rewrite.
+summaries drop duplicate facts), which is preferred over losing the summary of a rewrite; a
+rewrite that fails (ENOSPC while copying) likewise keeps the summaries already written.
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ from memfs.events import decode_stored
 from memfs.facts import event_facts
 from memfs.store.lines import CHUNK, scan_chunks
 from memfs.store.meta import CapMarker, now_rfc3339
-from memfs.store.paths import (CAP_MARKER, DERIVED_DIR, EVENTS, atomic_write, ensure_private_dir, fsync_dir,
+from memfs.store.paths import (CAP_MARKER, DERIVED_DIR, EVENTS, ensure_private_dir, fsync_dir,
                                open_nofollow, in_background, remove_file, replace_with, write_all, write_temp)
 
 SUMMARY_PREFIX = "eviction-summary-"
@@ -123,14 +131,6 @@ def summary_name() -> str:
         _last_ns = max(time.time_ns(), _last_ns + 1)
         ns = _last_ns
     return f"{SUMMARY_PREFIX}{ns:016x}{os.urandom(8).hex()}.json"
-
-
-def default_summary_hook(session_dir: Path, session_id: str, events: list[dict]) -> None:
-    """Write ``derived/eviction-summary-<32 hex>.json`` for the evicted events. (The cap does
-    not call it: it writes the same file itself, at the rewrite, see :func:`enforce_cap`.)"""
-    derived = session_dir / DERIVED_DIR
-    ensure_private_dir(derived)
-    atomic_write(derived / summary_name(), summary_json(session_id, events))
 
 
 class Eviction:
