@@ -453,6 +453,13 @@ AMORTIZED_CRASH = textwrap.dedent("""
     os._exit(3)
 """)
 
+def killed_at(script: str, root, step: int, interval: float):
+    """Run a crash script (it kills itself with SIGKILL after rewrite step ``step``)."""
+    res = run_python(script, str(root), str(step), str(interval), env={**os.environ, **HELPERS})
+    assert res.returncode == -9, res.stderr
+    return res
+
+
 AMORTIZED_ALL = [msg("outside"), *turn("t1"), msg("outside2"), *turn("t2"), *turn("t3"), *turn("t4"),
                  START, msg("t5 message 0"), msg("t5 message 1")]
 
@@ -461,8 +468,7 @@ AMORTIZED_ALL = [msg("outside"), *turn("t1"), msg("outside2"), *turn("t2"), *tur
 @pytest.mark.parametrize("step", [1, 2, 3, 4, 5, 6])
 def test_kill_9_at_each_step_of_an_amortized_eviction_loses_no_acknowledged_line(tmp_path, step, interval):
     sdir = tmp_path / "s"
-    res = run_python(AMORTIZED_CRASH, str(tmp_path), str(step), str(interval), env={**os.environ, **HELPERS})
-    assert res.returncode == -9, res.stderr
+    res = killed_at(AMORTIZED_CRASH, tmp_path, step, interval)
     acknowledged = res.stdout.count("acknowledged")
     assert acknowledged == len(AMORTIZED_ALL) - 1  # the last append was cut short by the kill
     rewritten = step >= 5
@@ -613,8 +619,7 @@ BATCH_CRASH = textwrap.dedent("""
 @pytest.mark.parametrize("step", [1, 2, 3, 4, 5, 6])
 def test_kill_9_at_each_step_of_a_batched_rewrite_recovers(tmp_path, step, interval):
     sdir = tmp_path / "s"
-    res = run_python(BATCH_CRASH, str(tmp_path), str(step), str(interval), env={**os.environ, **HELPERS})
-    assert res.returncode == -9, res.stderr
+    res = killed_at(BATCH_CRASH, tmp_path, step, interval)
     assert res.stdout.count("acknowledged") == 1
     lines = [line for t in range(1, 9) for line in turn(f"t{t}", 2)]
     rewritten = step >= 5
