@@ -1,14 +1,16 @@
 """The one commit path (SPEC §3.1–§3.2): validated records → state machine → bytes → durability.
 
 Every append — one line from the library, a ``write()`` through the mount, a batch from the
-CLI — goes through :func:`commit`, under the session's ``mutex``. For each record it
+CLI — goes through :func:`commit_call` (:func:`commit`, then the call's cap rewrite), under the
+session's ``mutex``. For each record :func:`commit`
 
 1. adds the line to the pending buffer (:class:`LogFile`), at the offset it will have;
 2. folds it into the turn state with :func:`memfs.store.machine.apply`, the one state
    machine, which also says whether the line is a turn boundary;
 3. at a boundary writes the pending bytes and asks for a metadata persist; at 64 KiB of
    pending bytes writes them (and, in ``buffered`` mode, asks for a persist);
-4. when the cap is exceeded, runs the eviction (:mod:`memfs.store.evict`).
+4. when the cap is exceeded, decides and summarizes an eviction (:mod:`memfs.store.evict`);
+   :func:`commit_call` rewrites the log for the call's evictions once, when the call ends.
 
 At the end of the call the pending bytes are written unless the session is ``buffered``; in
 ``fsync`` mode the caller then waits for :meth:`LogFile.sync_to` *after* releasing the mutex,
