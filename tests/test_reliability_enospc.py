@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import socket
 import subprocess
 import time
 
@@ -104,7 +105,13 @@ def test_appends_fail_with_enospc_take_nothing_and_resume(small_store, tmp_path,
             assert write_errno(fd, b'{"broken":\n') == errno.ENOSPC
             assert write_errno(fd, big[:3000]) == 0  # a fragment is only kept in memory...
             assert write_errno(fd, big[3000:]) == errno.ENOSPC  # ...until its line is due
-            with pytest.raises(OSError) as err:  # the final fragment of a handle: at close
+            # the final fragment of a handle: its close fails. The open file stays referenced
+            # by a message in flight on a socket, so its RELEASE comes only once space is free
+            # again (closing the socket drops that reference without a FLUSH): a line whose
+            # close reported ENOSPC must not be appended then either.
+            holder, receiver = socket.socketpair(socket.AF_UNIX)
+            socket.send_fds(holder, [b"fd"], [closing])
+            with pytest.raises(OSError) as err:
                 os.close(closing)
             assert err.value.errno == errno.ENOSPC
 
@@ -126,6 +133,12 @@ def test_appends_fail_with_enospc_take_nothing_and_resume(small_store, tmp_path,
             assert write_errno(fd, b'{"broken":\n') == errno.EBADMSG
             accepted.append(event("turn.completed", usage={"input_tokens": 9}).encode() + b"\n")
             assert write_errno(fd, accepted[-1]) == 0
+            holder.close()
+            receiver.close()  # the last reference: RELEASE
+            deadline = time.monotonic() + 30
+            while f"final line of s1 ({len(big) - 1} bytes) dropped" not in m.log_text():
+                assert time.monotonic() < deadline, m.log_text()[-2000:]
+                time.sleep(0.05)
         finally:
             os.close(fd)
         assert (s / "events.jsonl").read_bytes() == b"".join(accepted)

@@ -10,7 +10,11 @@ Decisions recorded here:
   always see the log as it is. Generated files are snapshots taken at ``open``, also
   ``direct_io``, so tools read them whole.
 * A pending fragment is validated at ``flush`` (each ``close()``), so the closing process
-  sees ``EBADMSG``; ``release`` only cleans up.
+  sees ``EBADMSG``; ``release`` only cleans up. When the log cannot take the fragment
+  (``ENOSPC``), that ``close()`` fails and the fragment stays with the handle: a later
+  ``close()`` of a duplicate of the descriptor tries again, but ``release`` drops it (logged)
+  — the writer was told it failed, and a line reported as failed is never appended later.
+  A fragment ``release`` finds without a failed ``flush`` before it is committed there.
 * ``touch`` (time-only ``setattr``) is accepted and ignored; size, mode and owner changes
   are ``EPERM``.
 * The reason of the session's last refused line (in this server) is readable as the
@@ -81,6 +85,7 @@ class OpenFile:
     fd: int = -1  # a backing file read in place (rejected.jsonl), closed at release
     reader: LogReader | None = None  # events.jsonl: the version it opened (SPEC §3.7), closed at release
     writing: bool = False  # the session handle claims to be writing (SessionHandle.claim_writing)
+    close_failed: bool = False  # a flush could not commit the fragment: release drops it
 
 
 class Operations(pyfuse3.Operations):
@@ -579,10 +584,15 @@ class Operations(pyfuse3.Operations):
         if handle is None or handle.appender is None or not handle.appender.partial:
             return
         appender = handle.appender
-        if self.cluster is not None or handle.session.may_block_append(len(appender.partial), sync=appender.sync):
-            await off_loop(appender.close)
-        else:
-            appender.close()
+        try:
+            if self.cluster is not None or handle.session.may_block_append(len(appender.partial), sync=appender.sync):
+                await off_loop(appender.close)
+            else:
+                appender.close()
+        except OSError:
+            handle.close_failed = bool(appender.partial)  # reported to the closing process
+            raise
+        handle.close_failed = False
         if not appender.sync:
             await self.durability.durable(handle.session)
 
@@ -614,7 +624,11 @@ class Operations(pyfuse3.Operations):
         if handle is not None and handle.reader is not None:
             handle.reader.close()
             handle.reader = None
-        if handle is not None and handle.appender is not None and handle.appender.partial:
+        if handle is not None and handle.appender is not None and handle.appender.partial and handle.close_failed:
+            log.warning("release: final line of %s (%d bytes) dropped: its close() failed",
+                        handle.session.name, len(handle.appender.partial))
+            handle.appender.partial = bytearray()
+        elif handle is not None and handle.appender is not None and handle.appender.partial:
             try:
                 handle.appender.close()
             except MemfsError:
