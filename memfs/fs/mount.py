@@ -26,6 +26,7 @@ import trio
 from memfs import views
 from memfs.errors import MemfsError
 from memfs.fs import registry
+from memfs.fs.gate import kernel_queue_poll
 from memfs.fs.ops import MountOptions, Operations
 from memfs.fs.syncer import Durability
 from memfs.search import store_searcher
@@ -96,6 +97,7 @@ async def _serve(store: Store, ops: Operations) -> None:
         nursery.start_soon(warm_search_index)
         ops.durability = Durability()
         nursery.start_soon(ops.durability.run)
+        nursery.start_soon(ops.gate.run)
         if ops.cluster is not None:  # the follower and the fast path: a NATS connection on this loop
             from memfs.cluster.follow import Follower
             from memfs.cluster.wire import Connection
@@ -141,6 +143,7 @@ def run(config) -> int:
         if config.cluster.enabled:  # after the fork: the NATS thread must live in the server
             ops.cluster = start_cluster(config, store)
         pyfuse3.init(ops, str(mountpoint), fuse_options(config, store.root))
+        ops.gate.queued = kernel_queue_poll()
     except BaseException:
         if ops.cluster is not None:
             ops.cluster.stop()

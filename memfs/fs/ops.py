@@ -38,6 +38,7 @@ from memfs import views
 from memfs.errors import MemfsError, NotFound, ValidationError
 from memfs.fs import content
 from memfs.fs.errors import fail, guarded, log
+from memfs.fs.gate import WriteGate
 from memfs.fs.nodes import DIR_KINDS, DYNAMIC_KINDS, SESSION_CHILDREN, InodeTable, K, Node, child
 from memfs.store.appender import LineAppender
 from memfs.store.meta import parse_rfc3339
@@ -108,6 +109,7 @@ class Operations(pyfuse3.Operations):
         self.cluster = None  # a memfs.cluster.node.ClusterNode in cluster mode (SPEC §9), set before mounting
         self.nats = None  # with it, a memfs.cluster.wire.Connection: the event loop's own NATS connection
         self.durability = None  # a memfs.fs.syncer.Durability while mounted: fsync mode's waits
+        self.gate = WriteGate()  # appends give way to queued requests (its queue poll is set at mount)
         self._mtimes: dict[Node, tuple[tuple[int, int], int]] = {}  # generated file → (content key, mtime)
 
     # --- helpers -----------------------------------------------------------------------------
@@ -134,6 +136,7 @@ class Operations(pyfuse3.Operations):
 
     async def _served(self, node: Node, fn: Callable, *args):
         """``fn(*args)``, inline when :meth:`_inline` says so, else on a worker thread."""
+        self.gate.note_other()
         if self._inline(node):
             return fn(*args)
         return await off_loop(fn, *args)
@@ -518,6 +521,19 @@ class Operations(pyfuse3.Operations):
             return off_loop(self._write, handle, off, buf)
         if handle.session.may_block_append(len(buf), buf.count(b"\n") + 1):
             return off_loop(self._write, handle, off, buf)
+        if self.gate.busy():  # other requests wait: they go first (memfs.fs.gate)
+            return self._write_in_turn(handle, off, buf)
+        return self._write(handle, off, buf)
+
+    async def _write_in_turn(self, handle: OpenFile, off: int, buf: bytes) -> int:
+        n = await self.gate.turn(self._write_unless_blocking, handle, off, buf)
+        if n is None:  # it may wait for the disk now (another write of the session went first)
+            return await off_loop(self._write, handle, off, buf)
+        return n
+
+    def _write_unless_blocking(self, handle: OpenFile, off: int, buf: bytes) -> int | None:
+        if handle.session.may_block_append(len(buf), buf.count(b"\n") + 1):
+            return None
         return self._write(handle, off, buf)
 
     async def _write_published(self, handle: OpenFile, off: int, buf: bytes) -> int:
@@ -647,8 +663,11 @@ class Operations(pyfuse3.Operations):
     # --- attributes and statistics -------------------------------------------------------------
 
     def _xattrs(self, node: Node) -> dict[bytes, bytes]:
-        if node.kind is K.ROOT and self.cluster is not None:  # the mount's own cluster state (memfs mounts)
-            return {b"user.memfs.cluster": self.cluster.describe().encode(),
+        if node.kind is K.ROOT and self.cluster is None:  # the mount's own state
+            return {b"user.memfs.writes_gated": str(self.gate.gated).encode()}  # memfs.fs.gate
+        if node.kind is K.ROOT:  # the mount's own cluster state (memfs mounts)
+            return {b"user.memfs.writes_gated": str(self.gate.gated).encode(),
+                    b"user.memfs.cluster": self.cluster.describe().encode(),
                     b"user.memfs.cluster_lag": f"{self.cluster.lag():.3f}".encode(),
                     # the follower: the checkpoint it resumed after, and what it delivered since
                     b"user.memfs.cluster_resumed_after": str(self.cluster.resumed_after).encode(),
