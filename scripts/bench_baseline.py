@@ -16,9 +16,15 @@ tree whose processes would import another memfs), interleaved round by round, so
   (``scripts/bench_durability.py``'s workload), medians of the per-round rates;
 * the event cap: ``memfs append`` of ``--cap-turns`` turns of 11 events at the default cap
   (10,000, ``evict_to`` 0.9) and uncapped, with each tree's CLI, the median of the per-round
-  capped / uncapped ratios (``scripts/bench_store.py``'s workload).
+  capped / uncapped ratios (``scripts/bench_store.py``'s workload);
+* concurrent writers: 4 writers into 4 sessions of a ``write``-mode mount of each tree, one
+  300-byte ``write()`` per event, the median of the per-round total rates;
+* responsiveness: each tree's own ``scripts/bench_responsive.py`` (quiet, (a), (b)), run by
+  turns, the medians of its p50 and p99.
 
-Usage: ``.venv/bin/python scripts/bench_baseline.py --baseline DIR [--rounds R] [--json FILE]``
+``--parts`` runs only some of them (default: all).
+
+Usage: ``.venv/bin/python scripts/bench_baseline.py --baseline DIR [--rounds R] [--parts ...] [--json FILE]``
 """
 
 from __future__ import annotations
@@ -158,6 +164,56 @@ def fsync_rates(trees: dict[str, Path], rounds: int, events: int) -> dict[str, d
         subprocess.run(["rm", "-rf", str(work)], check=False)
 
 
+def concurrent_rates(trees: dict[str, Path], rounds: int, events: int) -> dict[str, float]:
+    """Per tree: the median total rate of 4 writers into 4 sessions of a ``write``-mode mount."""
+    from bench_durability import run_threads
+
+    work = Path(tempfile.mkdtemp(prefix="memfs-bench-conc-"))
+    servers = {}
+    sessions: dict[str, list[Path]] = {}
+    try:
+        for name, tree in trees.items():
+            servers[name] = mount_tree(work, name, tree, "write")
+            mnt = servers[name][1]
+            sessions[name] = []
+            for i in range(4):
+                (mnt / "sessions" / f"c{i}").mkdir()
+                sessions[name].append(mnt / "sessions" / f"c{i}" / "events.jsonl")
+            run_threads(sessions[name], 200, False)  # warm-up
+        got: dict[str, list[float]] = {name: [] for name in trees}
+        for _ in range(rounds):
+            for name in trees:
+                got[name].append(run_threads(sessions[name], events, False))
+        return {name: statistics.median(rates) for name, rates in got.items()}
+    finally:
+        for proc, mnt in servers.values():
+            stop_server(proc, mnt)
+        subprocess.run(["rm", "-rf", str(work)], check=False)
+
+
+RESPONSIVE = ("quiet", "(a) 4 writers through cap rewrites", "(b) warm-up rescanning a stale log")
+
+
+def responsiveness(trees: dict[str, Path], rounds: int) -> dict[str, dict[str, float]]:
+    """Per tree and condition of ``bench_responsive.py`` (each tree's own): median p50 and p99."""
+    got: dict[str, dict[str, list[dict]]] = {name: {c: [] for c in RESPONSIVE} for name in trees}
+    with tempfile.TemporaryDirectory(prefix="memfs-bench-resp-") as work:
+        for _ in range(rounds):
+            for name, tree in trees.items():
+                out = Path(work) / f"{name}.json"
+                subprocess.run([sys.executable, str(tree / "scripts" / "bench_responsive.py"), "--json", str(out)],
+                               check=True, capture_output=True, **tree_run(tree))
+                results = json.loads(out.read_text())["results"]
+                for condition in RESPONSIVE:
+                    got[name][condition].append(results[condition])
+    return {name: {f"{c} {q}": statistics.median(r[f"{q}_ms"] for r in runs)
+                   for c, runs in conditions.items() for q in ("p50", "p99")}
+            for name, conditions in got.items()}
+
+
+PARTS = ("fsync", "capped", "library", "mount", "concurrent", "responsive")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", required=True, type=Path, help="a checkout to compare against")
@@ -166,6 +222,8 @@ def main() -> int:
     ap.add_argument("--writes", type=int, default=2_000, help="mount writes per target and round")
     ap.add_argument("--cap-turns", type=int, default=20_000, help="turns of 11 events for the capped append")
     ap.add_argument("--fsync-events", type=int, default=400, help="fsync-mode writes per writer and round")
+    ap.add_argument("--concurrent-events", type=int, default=2_000, help="writes per writer and round, 4 writers")
+    ap.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="which comparisons to run")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     trees = {"baseline": args.baseline.resolve(), "this": ROOT}
@@ -173,30 +231,60 @@ def main() -> int:
         check_tree(tree)
     results: dict[str, float] = {}
 
-    fsync = fsync_rates(trees, args.rounds, args.fsync_events)
-    for kind in ("1 writer", "8x8"):
-        for name in trees:
-            results[f"mount fsync, {kind} ({name}) ev/s"] = fsync[name][kind]
-        results[f"mount fsync, {kind}: this / baseline"] = fsync["this"][kind] / fsync["baseline"][kind]
-    capped = capped_ratios(trees, args.cap_turns, max(1, args.rounds // 2))
-    for name in trees:
-        results[f"memfs append at the default cap / uncapped ({name})"] = capped[name]["ratio"]
-    for key in ("capped ev/s", "uncapped ev/s"):
-        for name in trees:
-            results[f"memfs append, {key.replace(' ev/s', '')} ({name}) ev/s"] = capped[name][key]
+    parts = set(args.parts)
 
-    best: dict[tuple, float] = {}
-    for _ in range(args.rounds):
-        for config in LIBRARY_CONFIGS:
-            for name, tree in trees.items():
-                got = library_rate(tree, *config, args.events)
-                best[(name, *config)] = max(best.get((name, *config), 0.0), got)
-    for mode, kind in LIBRARY_CONFIGS:
-        label = f"library {kind} append, {mode}"
+    if "fsync" in parts:
+        fsync = fsync_rates(trees, args.rounds, args.fsync_events)
+        for kind in ("1 writer", "8x8"):
+            for name in trees:
+                results[f"mount fsync, {kind} ({name}) ev/s"] = fsync[name][kind]
+            results[f"mount fsync, {kind}: this / baseline"] = fsync["this"][kind] / fsync["baseline"][kind]
+    if "capped" in parts:
+        capped = capped_ratios(trees, args.cap_turns, max(1, args.rounds // 2))
         for name in trees:
-            results[f"{label} ({name}) ev/s"] = best[(name, mode, kind)]
-        results[f"{label}: this / baseline"] = best[("this", mode, kind)] / best[("baseline", mode, kind)]
+            results[f"memfs append at the default cap / uncapped ({name})"] = capped[name]["ratio"]
+        for key in ("capped ev/s", "uncapped ev/s"):
+            for name in trees:
+                results[f"memfs append, {key.replace(' ev/s', '')} ({name}) ev/s"] = capped[name][key]
+    if "concurrent" in parts:
+        conc = concurrent_rates(trees, args.rounds, args.concurrent_events)
+        for name in trees:
+            results[f"mount, 4 writers into 4 sessions ({name}) ev/s"] = conc[name]
+        results["mount, 4 writers into 4 sessions: this / baseline"] = conc["this"] / conc["baseline"]
+    if "responsive" in parts:
+        resp = responsiveness(trees, max(1, args.rounds // 2))
+        for key in resp["this"]:
+            for name in trees:
+                results[f"responsiveness {key} ({name}) ms"] = resp[name][key]
 
+    if "library" in parts:
+        best: dict[tuple, float] = {}
+        for _ in range(args.rounds):
+            for config in LIBRARY_CONFIGS:
+                for name, tree in trees.items():
+                    got = library_rate(tree, *config, args.events)
+                    best[(name, *config)] = max(best.get((name, *config), 0.0), got)
+        for mode, kind in LIBRARY_CONFIGS:
+            label = f"library {kind} append, {mode}"
+            for name in trees:
+                results[f"{label} ({name}) ev/s"] = best[(name, mode, kind)]
+            results[f"{label}: this / baseline"] = best[("this", mode, kind)] / best[("baseline", mode, kind)]
+
+    if "mount" in parts:
+        mount_singles(trees, args, results)
+
+    width = max(map(len, results))
+    print(f"baseline: {trees['baseline']}; library best of {args.rounds} rounds, mount medians of "
+          f"{args.rounds * 3} rounds")
+    for key, value in results.items():
+        print(f"{key:<{width}}  {value:,.3f}" if value < 100 else f"{key:<{width}}  {value:,.0f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"baseline": str(trees["baseline"]), "results": results}, indent=2))
+    return 0
+
+
+def mount_singles(trees: dict[str, Path], args, results: dict[str, float]) -> None:
+    """Single appends through a ``write``-mode mount of each tree and through nullfs."""
     work = Path(tempfile.mkdtemp(prefix="memfs-bench-bl-"))
     writer_cpus, server_cpus = placement()
     if writer_cpus:
@@ -233,15 +321,6 @@ def main() -> int:
         for proc, mnt in servers.values():
             stop_server(proc, mnt)
         subprocess.run(["rm", "-rf", str(work)], check=False)
-
-    width = max(map(len, results))
-    print(f"baseline: {trees['baseline']}; library best of {args.rounds} rounds, mount medians of "
-          f"{args.rounds * 3} rounds")
-    for key, value in results.items():
-        print(f"{key:<{width}}  {value:,.3f}" if value < 100 else f"{key:<{width}}  {value:,.0f}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"baseline": str(trees["baseline"]), "results": results}, indent=2))
-    return 0
 
 
 if __name__ == "__main__":
