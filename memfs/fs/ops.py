@@ -519,15 +519,15 @@ class Operations(pyfuse3.Operations):
                     handle.append_mode or off == handle.next_off):
                 return self._write_published(handle, off, buf)
             return off_loop(self._write, handle, off, buf)
-        if handle.session.may_block_append(len(buf), buf.count(b"\n") + 1):
-            return off_loop(self._write, handle, off, buf)
         if self.gate.busy():  # other requests wait: they go first (memfs.fs.gate)
             return self._write_in_turn(handle, off, buf)
+        if handle.session.may_block_append(len(buf), buf.count(b"\n") + 1):
+            return off_loop(self._write, handle, off, buf)
         return self._write(handle, off, buf)
 
     async def _write_in_turn(self, handle: OpenFile, off: int, buf: bytes) -> int:
         n = await self.gate.turn(self._write_unless_blocking, handle, off, buf)
-        if n is None:  # it may wait for the disk now (another write of the session went first)
+        if n is None:  # it may wait for the disk: a worker thread
             return await off_loop(self._write, handle, off, buf)
         return n
 
@@ -663,23 +663,30 @@ class Operations(pyfuse3.Operations):
     # --- attributes and statistics -------------------------------------------------------------
 
     def _xattrs(self, node: Node) -> dict[bytes, bytes]:
-        if node.kind is K.ROOT and self.cluster is None:  # the mount's own state
-            return {b"user.memfs.writes_gated": str(self.gate.gated).encode()}  # memfs.fs.gate
-        if node.kind is K.ROOT:  # the mount's own cluster state (memfs mounts)
-            return {b"user.memfs.writes_gated": str(self.gate.gated).encode(),
-                    b"user.memfs.cluster": self.cluster.describe().encode(),
-                    b"user.memfs.cluster_lag": f"{self.cluster.lag():.3f}".encode(),
-                    # the follower: the checkpoint it resumed after, and what it delivered since
-                    b"user.memfs.cluster_resumed_after": str(self.cluster.resumed_after).encode(),
-                    b"user.memfs.cluster_delivered": str(self.cluster.delivered_count).encode(),
-                    # delivered messages waiting for the applier (bounded by [cluster] backlog)
-                    b"user.memfs.cluster_backlog": str(self.cluster.backlog()).encode(),
-                    # the event loop's own connection: the server it speaks to (- : none now),
-                    # and how many appends it published
-                    b"user.memfs.cluster_direct": ((self.nats and self.nats.connected_url) or "-").encode(),
-                    b"user.memfs.cluster_direct_appends": str(self.cluster.fast_appends).encode()}
+        if node.kind is K.ROOT:  # the mount's own state
+            values = {b"user.memfs.writes_gated": str(self.gate.gated).encode()}  # memfs.fs.gate
+            if self.cluster is not None:
+                values.update(self._cluster_xattrs())
+            return values
         if node.kind is not K.SESSION:
             return {}
+        return self._session_xattrs(node)
+
+    def _cluster_xattrs(self) -> dict[bytes, bytes]:
+        """The mount's cluster state (memfs mounts)."""
+        return {b"user.memfs.cluster": self.cluster.describe().encode(),
+                b"user.memfs.cluster_lag": f"{self.cluster.lag():.3f}".encode(),
+                # the follower: the checkpoint it resumed after, and what it delivered since
+                b"user.memfs.cluster_resumed_after": str(self.cluster.resumed_after).encode(),
+                b"user.memfs.cluster_delivered": str(self.cluster.delivered_count).encode(),
+                # delivered messages waiting for the applier (bounded by [cluster] backlog)
+                b"user.memfs.cluster_backlog": str(self.cluster.backlog()).encode(),
+                # the event loop's own connection: the server it speaks to (- : none now),
+                # and how many appends it published
+                b"user.memfs.cluster_direct": ((self.nats and self.nats.connected_url) or "-").encode(),
+                b"user.memfs.cluster_direct_appends": str(self.cluster.fast_appends).encode()}
+
+    def _session_xattrs(self, node: Node) -> dict[bytes, bytes]:
         session = self._session(node)
         m = session.manifest
         values = {
