@@ -30,6 +30,7 @@ Usage: ``.venv/bin/python scripts/bench_baseline.py --baseline DIR [--rounds R] 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -136,59 +137,55 @@ def mount_tree(work: Path, name: str, tree: Path, durability: str, cpus=None) ->
                          **tree_run(tree)), mnt)
 
 
-def fsync_rates(trees: dict[str, Path], rounds: int, events: int) -> dict[str, dict[str, float]]:
-    """Per tree: medians of ``fsync``-mode mount rates, one writer and 8 writers × 8 sessions."""
-    from bench_durability import THREADS, run_threads
+@contextlib.contextmanager
+def tree_sessions(trees: dict[str, Path], durability: str, n: int, warm: int):
+    """Per tree a new store mounted with that tree's memfs in ``durability`` mode and ``n``
+    new sessions in it: yields ``{tree name: [their events.jsonl]}`` (each written ``warm``
+    events first); unmounts and removes everything after."""
+    from bench_durability import run_threads
 
-    work = Path(tempfile.mkdtemp(prefix="memfs-bench-fsync-"))
+    work = Path(tempfile.mkdtemp(prefix=f"memfs-bench-{durability}-"))
     servers = {}
     sessions: dict[str, list[Path]] = {}
     try:
         for name, tree in trees.items():
-            servers[name] = mount_tree(work, name, tree, "fsync")
+            servers[name] = mount_tree(work, name, tree, durability)
             mnt = servers[name][1]
             sessions[name] = []
-            for i in range(THREADS):
+            for i in range(n):
                 (mnt / "sessions" / f"s{i}").mkdir()
                 sessions[name].append(mnt / "sessions" / f"s{i}" / "events.jsonl")
-            run_threads(sessions[name], 50, False)  # warm-up
+            run_threads(sessions[name], warm, False)  # warm-up
+        yield sessions
+    finally:
+        for proc, mnt in servers.values():
+            stop_server(proc, mnt)
+        subprocess.run(["rm", "-rf", str(work)], check=False)
+
+
+def fsync_rates(trees: dict[str, Path], rounds: int, events: int) -> dict[str, dict[str, float]]:
+    """Per tree: medians of ``fsync``-mode mount rates, one writer and 8 writers × 8 sessions."""
+    from bench_durability import THREADS, run_threads
+
+    with tree_sessions(trees, "fsync", THREADS, 50) as sessions:
         got: dict[str, dict[str, list[float]]] = {name: {"1 writer": [], "8x8": []} for name in trees}
         for _ in range(rounds):
             for name in trees:
                 got[name]["1 writer"].append(run_threads(sessions[name][:1], events, False))
                 got[name]["8x8"].append(run_threads(sessions[name], events, False))
-        return {name: {k: statistics.median(v) for k, v in rates.items()} for name, rates in got.items()}
-    finally:
-        for proc, mnt in servers.values():
-            stop_server(proc, mnt)
-        subprocess.run(["rm", "-rf", str(work)], check=False)
+    return {name: {k: statistics.median(v) for k, v in rates.items()} for name, rates in got.items()}
 
 
 def concurrent_rates(trees: dict[str, Path], rounds: int, events: int) -> dict[str, float]:
     """Per tree: the median total rate of 4 writers into 4 sessions of a ``write``-mode mount."""
     from bench_durability import run_threads
 
-    work = Path(tempfile.mkdtemp(prefix="memfs-bench-conc-"))
-    servers = {}
-    sessions: dict[str, list[Path]] = {}
-    try:
-        for name, tree in trees.items():
-            servers[name] = mount_tree(work, name, tree, "write")
-            mnt = servers[name][1]
-            sessions[name] = []
-            for i in range(4):
-                (mnt / "sessions" / f"c{i}").mkdir()
-                sessions[name].append(mnt / "sessions" / f"c{i}" / "events.jsonl")
-            run_threads(sessions[name], 200, False)  # warm-up
+    with tree_sessions(trees, "write", 4, 200) as sessions:
         got: dict[str, list[float]] = {name: [] for name in trees}
         for _ in range(rounds):
             for name in trees:
                 got[name].append(run_threads(sessions[name], events, False))
-        return {name: statistics.median(rates) for name, rates in got.items()}
-    finally:
-        for proc, mnt in servers.values():
-            stop_server(proc, mnt)
-        subprocess.run(["rm", "-rf", str(work)], check=False)
+    return {name: statistics.median(rates) for name, rates in got.items()}
 
 
 RESPONSIVE = ("quiet", "(a) 4 writers through cap rewrites", "(b) warm-up rescanning a stale log")
