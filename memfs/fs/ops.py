@@ -521,17 +521,16 @@ class Operations(pyfuse3.Operations):
             return off_loop(self._write, handle, off, buf)
         if self.gate.busy():  # other requests wait: they go first (memfs.fs.gate)
             return self._write_in_turn(handle, off, buf)
-        if handle.session.may_block_append(len(buf), buf.count(b"\n") + 1):
-            return off_loop(self._write, handle, off, buf)
-        return self._write(handle, off, buf)
+        n = self._write_unless_blocking(handle, off, buf)
+        return off_loop(self._write, handle, off, buf) if n is None else n
 
     async def _write_in_turn(self, handle: OpenFile, off: int, buf: bytes) -> int:
         n = await self.gate.turn(self._write_unless_blocking, handle, off, buf)
-        if n is None:  # it may wait for the disk: a worker thread
-            return await off_loop(self._write, handle, off, buf)
-        return n
+        return await off_loop(self._write, handle, off, buf) if n is None else n
 
     def _write_unless_blocking(self, handle: OpenFile, off: int, buf: bytes) -> int | None:
+        """The append on the event loop, or None when it may wait for the disk (then it goes
+        to a worker thread)."""
         if handle.session.may_block_append(len(buf), buf.count(b"\n") + 1):
             return None
         return self._write(handle, off, buf)
@@ -640,17 +639,18 @@ class Operations(pyfuse3.Operations):
         if handle is not None and handle.reader is not None:
             handle.reader.close()
             handle.reader = None
-        if handle is not None and handle.appender is not None and handle.appender.partial and handle.close_failed:
-            log.warning("release: final line of %s (%d bytes) dropped: its close() failed",
-                        handle.session.name, len(handle.appender.partial))
-            handle.appender.partial = bytearray()
-        elif handle is not None and handle.appender is not None and handle.appender.partial:
-            try:
-                handle.appender.close()
-            except MemfsError:
-                pass  # recorded in rejected.jsonl; nobody is left to tell
-            except OSError as exc:  # release is not guarded: an escaping error ends the mount
-                log.warning("release: final line of %s lost: %s", handle.session.name, exc)
+        if handle is not None and handle.appender is not None and handle.appender.partial:
+            if handle.close_failed:
+                log.warning("release: final line of %s (%d bytes) dropped: its close() failed",
+                            handle.session.name, len(handle.appender.partial))
+                handle.appender.partial = bytearray()
+            else:
+                try:
+                    handle.appender.close()
+                except MemfsError:
+                    pass  # recorded in rejected.jsonl; nobody is left to tell
+                except OSError as exc:  # release is not guarded: an escaping error ends the mount
+                    log.warning("release: final line of %s lost: %s", handle.session.name, exc)
         if handle is not None and handle.session is not None:
             try:
                 if handle.writing:
