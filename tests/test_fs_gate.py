@@ -16,6 +16,7 @@ from mounting import event, mounted, needs_fuse
 
 pytestmark = needs_fuse
 
+
 def turn_lines(me: str, k: int) -> list[bytes]:
     items = [event("item.completed", item={"id": f"{me}-{k}-{i}", "type": "agent_message", "text": f"{me} {k} {i}"})
              for i in range(3)]
