@@ -91,7 +91,8 @@ def test_concurrent_writers_are_gated_and_every_line_lands_once_in_order(tmp_pat
                 assert manifest["event_count"] == len(expected)
             assert manifest["turn_count"] == n
 
-        # one writer alone never finds requests queued: its writes go at once
+        # one writer alone finds no requests queued: its writes go at once (but the first may
+        # meet the RELEASE of the manifest read just before, which the kernel sends async)
         before = gated(m.mnt)
         fd = os.open(sessions / "idle" / "events.jsonl", os.O_WRONLY | os.O_APPEND)
         try:
@@ -100,7 +101,7 @@ def test_concurrent_writers_are_gated_and_every_line_lands_once_in_order(tmp_pat
                     assert os.write(fd, line) == len(line)
         finally:
             os.close(fd)
-        assert gated(m.mnt) == before
+        assert gated(m.mnt) - before <= 1
     assert m.proc.returncode == 0
 
 
