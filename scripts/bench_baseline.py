@@ -248,7 +248,9 @@ def main() -> int:
         for name in trees:
             results[f"mount, 4 writers into 4 sessions ({name}) ev/s"] = conc[name]
         results["mount, 4 writers into 4 sessions: this / baseline"] = conc["this"] / conc["baseline"]
-    if "responsive" in parts:
+    if "responsive" in parts and not all((tree / "scripts" / "bench_responsive.py").exists() for tree in trees.values()):
+        print("responsiveness: skipped, a tree has no scripts/bench_responsive.py", file=sys.stderr)
+    elif "responsive" in parts:
         resp = responsiveness(trees, max(1, args.rounds // 2))
         for key in resp["this"]:
             for name in trees:
