@@ -29,6 +29,7 @@ from memfs.fs import registry
 from memfs.fs.gate import kernel_queue_poll
 from memfs.fs.ops import MountOptions, Operations
 from memfs.fs.syncer import Durability
+from memfs.pace import background
 from memfs.search import store_searcher
 from memfs.store.paths import pid_alive, sanitize
 from memfs.store.rejected import set_max_rejected_bytes
@@ -87,13 +88,22 @@ async def _serve(store: Store, ops: Operations) -> None:
             warm = getattr(ops.searcher, "warm", None)
             if warm is None:
                 return
-            for name in await trio.to_thread.run_sync(store.names):
+
+            def warm_one(name: str) -> None:  # idle-priority work: it gives way to requests
+                with background(ops.pacer):
+                    warm([name])
+
+            names = await trio.to_thread.run_sync(store.names)
+            ops.warm_pending = len(names)
+            for name in names:
                 try:  # one session per thread call: shutdown need not wait for the rest
-                    await trio.to_thread.run_sync(warm, [name])
+                    await trio.to_thread.run_sync(warm_one, name)
                 except Exception:
                     log.exception("session %s: warming the search index failed", name)
+                ops.warm_pending -= 1
 
         nursery.start_soon(stop_on_signal)
+        ops.pacer.watch()  # (this thread is the event loop's)
         nursery.start_soon(warm_search_index)
         ops.durability = Durability()
         nursery.start_soon(ops.durability.run)
@@ -108,6 +118,7 @@ async def _serve(store: Store, ops: Operations) -> None:
         try:
             await pyfuse3.main()
         finally:
+            ops.pacer.close()  # unmounting: background work no longer gives way
             nursery.cancel_scope.cancel()
     ops.durability.close()  # (a session's last release already made it durable)
     ops.durability = ops.nats = None

@@ -40,6 +40,7 @@ from memfs.fs import content
 from memfs.fs.errors import fail, guarded, log
 from memfs.fs.gate import WriteGate
 from memfs.fs.nodes import DIR_KINDS, DYNAMIC_KINDS, SESSION_CHILDREN, InodeTable, K, Node, child
+from memfs.pace import Pacer
 from memfs.store.appender import LineAppender
 from memfs.store.meta import parse_rfc3339
 from memfs.store.paths import open_nofollow, refuse_symlink
@@ -110,6 +111,8 @@ class Operations(pyfuse3.Operations):
         self.nats = None  # with it, a memfs.cluster.wire.Connection: the event loop's own NATS connection
         self.durability = None  # a memfs.fs.syncer.Durability while mounted: fsync mode's waits
         self.gate = WriteGate()  # appends give way to queued requests (its queue poll is set at mount)
+        self.pacer = Pacer()  # background work gives way to the loop (it watches the loop at mount)
+        self.warm_pending = None  # sessions the search index's warm-up has still to index (once listed)
         self._mtimes: dict[Node, tuple[tuple[int, int], int]] = {}  # generated file → (content key, mtime)
 
     # --- helpers -----------------------------------------------------------------------------
@@ -139,7 +142,28 @@ class Operations(pyfuse3.Operations):
         self.gate.note_other()
         if self._inline(node):
             return fn(*args)
-        return await off_loop(fn, *args)
+        return await self._off_loop(fn, *args)
+
+    async def _off_loop(self, fn: Callable, *args):
+        """``fn(*args)`` on a worker thread, the calling task waiting (not cancellable: a
+        started append or persist always completes and its result is the reply). A lighter hop
+        than ``trio.to_thread.run_sync`` — no capacity limiter, no thread renaming, no context
+        copy — for the requests that must wait for the disk (a ``fsync``-mode append is one
+        such hop per ``write()``). The number of threads is bounded by pyfuse3's
+        ``max_tasks``. While a request is served this way, background work does not give way
+        to the loop (:mod:`memfs.pace`: the request may be waiting for it)."""
+        task = trio.lowlevel.current_task()
+        token = trio.lowlevel.current_trio_token()
+
+        def deliver(result) -> None:
+            token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+
+        self.pacer.hops += 1
+        try:
+            trio.lowlevel.start_thread_soon(functools.partial(fn, *args), deliver)
+            return await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+        finally:
+            self.pacer.hops -= 1
 
     def _versioned(self, node: Node) -> Node:
         """``events.jsonl`` is a new file in the mount whenever the log is replaced (SPEC §3.7: a
@@ -201,8 +225,12 @@ class Operations(pyfuse3.Operations):
         if query is None or self.searcher is None:
             raise fail("ENOENT")
         with trio.move_on_after(SEARCH_TIMEOUT) as scope:
-            results = await trio.to_thread.run_sync(
-                self.searcher, query.text, node.session, query.k, query.min_score, abandon_on_cancel=True)
+            self.pacer.hops += 1  # (a hop, as in _off_loop; abandoned at the timeout)
+            try:
+                results = await trio.to_thread.run_sync(
+                    self.searcher, query.text, node.session, query.k, query.min_score, abandon_on_cancel=True)
+            finally:
+                self.pacer.hops -= 1
         if scope.cancelled_caught:
             raise fail("ETIMEDOUT")
         return content.render_results(results, query.format)
@@ -260,7 +288,7 @@ class Operations(pyfuse3.Operations):
         if kind is K.QUERY:
             size, mtime = len(await self._query_bytes(node)), time.time_ns()
         elif not self._inline(node) or (kind in SLOW_KINDS and not views.is_current(self._session(node))):
-            size, mtime = await trio.to_thread.run_sync(self._size, node)
+            size, mtime = await self._off_loop(self._size, node)
         else:
             size, mtime = self._size(node)
         attr = pyfuse3.EntryAttributes()
@@ -351,7 +379,7 @@ class Operations(pyfuse3.Operations):
         if node.kind not in DIR_KINDS:
             raise fail("ENOTDIR")
         fh = self._new_fh()
-        self.dirs[fh] = await trio.to_thread.run_sync(self._listing, node)
+        self.dirs[fh] = await self._off_loop(self._listing, node)
         return fh
 
     @guarded
@@ -382,7 +410,7 @@ class Operations(pyfuse3.Operations):
     @guarded
     async def mkdir(self, parent_inode, name, mode, ctx):
         session = self._session_entry(parent_inode, name)
-        await trio.to_thread.run_sync(self.store.create, session)
+        await self._off_loop(self.store.create, session)
         attr = await self._attr(Node(K.SESSION, session))
         self.inodes.remember(attr.st_ino)
         return attr
@@ -390,7 +418,7 @@ class Operations(pyfuse3.Operations):
     @guarded
     async def rmdir(self, parent_inode, name, ctx):
         session = self._session_entry(parent_inode, name)
-        await trio.to_thread.run_sync(self.store.remove, session)
+        await self._off_loop(self.store.remove, session)
         self.inodes.drop_session(session)
         views.forget(self.store.root / session)
         for node in [n for n in self._mtimes if n.session == session]:
@@ -460,7 +488,7 @@ class Operations(pyfuse3.Operations):
             handle.snapshot = await self._query_bytes(node)
         else:
             slow = not self._inline(node) or (node.kind in SLOW_KINDS and not views.is_current(self._session(node)))
-            handle.snapshot = await trio.to_thread.run_sync(self._content, node) if slow else self._content(node)
+            handle.snapshot = await self._off_loop(self._content, node) if slow else self._content(node)
             if node.kind is not K.README:
                 self._content_mtime(node, handle.snapshot)
         fh = self._new_fh()
@@ -500,7 +528,7 @@ class Operations(pyfuse3.Operations):
             return os.pread(handle.fd, size, off)
         reader = handle.reader
         if reader.may_block():  # bytes to write first, the end to learn from disk, a busy session
-            return await off_loop(reader.read, off, size)
+            return await self._off_loop(reader.read, off, size)
         return reader.read(off, size)
 
     @guarded
@@ -518,15 +546,15 @@ class Operations(pyfuse3.Operations):
             if not appender.partial and buf.find(b"\n") == len(buf) - 1 and (
                     handle.append_mode or off == handle.next_off):
                 return self._write_published(handle, off, buf)
-            return off_loop(self._write, handle, off, buf)
+            return self._off_loop(self._write, handle, off, buf)
         if self.gate.busy():  # other requests wait: they go first (memfs.fs.gate)
             return self._write_in_turn(handle, off, buf)
         n = self._write_unless_blocking(handle, off, buf)
-        return off_loop(self._write, handle, off, buf) if n is None else n
+        return self._off_loop(self._write, handle, off, buf) if n is None else n
 
     async def _write_in_turn(self, handle: OpenFile, off: int, buf: bytes) -> int:
         n = await self.gate.turn(self._write_unless_blocking, handle, off, buf)
-        return await off_loop(self._write, handle, off, buf) if n is None else n
+        return await self._off_loop(self._write, handle, off, buf) if n is None else n
 
     def _write_unless_blocking(self, handle: OpenFile, off: int, buf: bytes) -> int | None:
         """The append on the event loop, or None when it may wait for the disk (then it goes
@@ -555,7 +583,7 @@ class Operations(pyfuse3.Operations):
                 cluster.finish_fast(rep, session, None, None)
                 rep = None
         if rep is None:
-            return await off_loop(self._write, handle, off, buf)
+            return await self._off_loop(self._write, handle, off, buf)
         answered = False
 
         def commit(ack) -> bool:  # on the connection's receive loop, as soon as the reply is read
@@ -569,7 +597,7 @@ class Operations(pyfuse3.Operations):
             if not answered:  # no reply in time, no connection, or cancelled: only release
                 cluster.finish_fast(rep, session, record, None)
         if not committed:
-            return await off_loop(self._write, handle, off, buf)
+            return await self._off_loop(self._write, handle, off, buf)
         handle.next_off = off + len(buf)
         return len(buf)
 
@@ -577,7 +605,7 @@ class Operations(pyfuse3.Operations):
         """An ``fsync``-mode ``write()``: commit without the sync (on a worker thread only when
         the commit itself may block), then wait for the syncer (:mod:`memfs.fs.syncer`)."""
         if handle.session.may_block_append(len(buf), buf.count(b"\n") + 1, sync=False):
-            n = await off_loop(self._write, handle, off, buf)
+            n = await self._off_loop(self._write, handle, off, buf)
         else:
             n = self._write(handle, off, buf)
         await self.durability.durable(handle.session)
@@ -601,7 +629,7 @@ class Operations(pyfuse3.Operations):
         appender = handle.appender
         try:
             if self.cluster is not None or handle.session.may_block_append(len(appender.partial), sync=appender.sync):
-                await off_loop(appender.close)
+                await self._off_loop(appender.close)
             else:
                 appender.close()
         except OSError:
@@ -615,7 +643,7 @@ class Operations(pyfuse3.Operations):
     async def fsync(self, fh, datasync):
         handle = self.files.get(fh)
         if handle is not None and handle.session is not None and not handle.session.read_only:
-            await trio.to_thread.run_sync(handle.session.flush)
+            await self._off_loop(handle.session.flush)
 
     def close_files(self) -> None:
         """At unmount: release every file still open (the kernel may not have sent each
@@ -628,7 +656,7 @@ class Operations(pyfuse3.Operations):
         handle = self.files.pop(fh, None)
         if handle is not None and (handle.appender is not None or handle.session is not None):
             # a final fragment's commit, the last handle's persist: may wait for the disk
-            await off_loop(self._release, handle)
+            await self._off_loop(self._release, handle)
         else:
             self._release(handle)
 
@@ -664,7 +692,11 @@ class Operations(pyfuse3.Operations):
 
     def _xattrs(self, node: Node) -> dict[bytes, bytes]:
         if node.kind is K.ROOT:  # the mount's own state
-            values = {b"user.memfs.writes_gated": str(self.gate.gated).encode()}  # memfs.fs.gate
+            values = {b"user.memfs.writes_gated": str(self.gate.gated).encode(),  # memfs.fs.gate
+                      b"user.memfs.background_waits": str(self.pacer.waits).encode(),  # memfs.pace
+                      b"user.memfs.background_waited_ms": str(self.pacer.waited_ns // 1_000_000).encode()}
+            if self.warm_pending is not None:
+                values[b"user.memfs.warm_pending"] = str(self.warm_pending).encode()
             if self.cluster is not None:
                 values.update(self._cluster_xattrs())
             return values
@@ -730,22 +762,6 @@ class Operations(pyfuse3.Operations):
         st.f_files = len(self.inodes)
         st.f_namemax = 255
         return st
-
-
-async def off_loop(fn: Callable, *args):
-    """``fn(*args)`` on a worker thread, the calling task waiting (not cancellable: a started
-    append or persist always completes and its result is the reply). A lighter hop than
-    ``trio.to_thread.run_sync`` — no capacity limiter, no thread renaming, no context copy —
-    for the requests that must wait for the disk (a ``fsync``-mode append is one such hop per
-    ``write()``). The number of threads is bounded by pyfuse3's ``max_tasks``."""
-    task = trio.lowlevel.current_task()
-    token = trio.lowlevel.current_trio_token()
-
-    def deliver(result) -> None:
-        token.run_sync_soon(trio.lowlevel.reschedule, task, result)
-
-    trio.lowlevel.start_thread_soon(functools.partial(fn, *args), deliver)
-    return await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
 
 
 @functools.lru_cache(maxsize=4096)

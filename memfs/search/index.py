@@ -71,6 +71,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from memfs.pace import pace
 from memfs.search.bm25 import idf, recency_factor, term_score
 from memfs.search.tokenize import query_tokens, tokenize
 
@@ -218,6 +219,8 @@ class SearchIndex:
         first_local = len(s.facts)
         lengths = []
         for fact in facts:
+            if not (gid - first_gid) & 511:
+                pace()  # (background work gives way to the event loop: memfs.pace)
             text = fact["fact"]
             tokens = tokenize(text)
             s.facts.append((text, fact.get("turn"), fact.get("offset")))

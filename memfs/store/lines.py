@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
+from memfs.pace import pace
+
 CHUNK = 1 << 18  # 256 KiB: bigger chunks cost more in page faults than they save in calls
 
 
@@ -15,10 +17,12 @@ def scan_chunks(fd: int, start: int, end: int, chunk: int = CHUNK) -> Iterator[t
 
     Reads ``chunk`` bytes at a time with ``pread`` (memory stays bounded by the chunk and the
     longest line); an unterminated tail is not yielded. A batch per chunk rather than a
-    generator step per line: the rescan's loop is the hot path of an open.
+    generator step per line: the rescan's loop is the hot path of an open. Background work
+    gives way to the event loop between chunks (:mod:`memfs.pace`).
     """
     pos, carry, carry_off = start, bytearray(), start
     while pos < end:
+        pace()
         data = os.pread(fd, min(chunk, end - pos), pos)
         if not data:
             break

@@ -1,0 +1,112 @@
+"""Background work gives way to the event loop (issue 14, (b): an idle session stays fast while
+the mount's warm-up rescans and folds a large stale session).
+
+The mount's warm-up (opening every session and indexing its memory view for search) is Python
+work on a worker thread: a rescan and a fold of a 126 MB log hold the GIL for about 3 s of CPU.
+The event loop shares the GIL with it, and every system call a request makes (reading
+``/dev/fuse``, an ``lstat``, the reply) hands the GIL to the worker for up to the switch
+interval: a ``stat`` + ``cat`` of an idle session took 5–7 ms at p99 while the warm-up ran,
+0.9 ms without it. No switch interval, thread priority or sleep *inside* the requests' window
+fixes that on two cores; the worker has to be off the GIL while requests are served.
+
+So long loops call :func:`pace` between chunks of their work (:func:`memfs.store.lines.scan_chunks`
+once per 256 KiB chunk — every rescan, tail and fold goes through it; the search index every
+few hundred facts). On a thread that runs inside :func:`background`, it asks the thread's
+:class:`Pacer`, which gives way while the foreground is busy; everywhere else it does nothing.
+
+Decisions recorded here:
+
+* **Busy** means the event loop's thread used CPU (``pthread_getcpuclockid``: its own CPU
+  clock, read without touching the request path) since the pacer last looked, at least
+  ``BUSY_NS``. Giving way, the background thread sleeps in steps of ``STEP`` and goes on after
+  the first step the loop was idle. A loop serving requests without pause therefore holds
+  background work back for as long as it does: the warm-up is idle-priority work, and what it
+  has not done yet a request does itself when it needs it (the first search indexes the
+  sessions it reads, as without a warm-up).
+* **No priority inversion:** background work never gives way while a request is being served on
+  a worker thread (:attr:`Pacer.hops`, counted by the event loop). Such a request may be waiting
+  for what the background thread holds — the session's open, its views' state, the search
+  index — and must not wait for the loop to fall idle.
+* After :meth:`Pacer.close` (unmounting) nothing gives way.
+* The mount reports how often and how long background work gave way as the root's
+  ``user.memfs.background_waits`` and ``user.memfs.background_waited_ms``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+
+STEP = 0.001  # seconds a background thread sleeps between looks while it gives way
+BUSY_NS = 20_000  # the loop used this much CPU since the last look: it is serving requests
+
+_local = threading.local()
+
+
+class Pacer:
+    """When background threads give way: while :meth:`watch`'s thread (the event loop) is busy
+    and no request is served on a worker thread. One per mount."""
+
+    def __init__(self) -> None:
+        self.clock: int | None = None  # the watched thread's CPU-time clock
+        self.hops = 0  # requests being served on worker threads (only the loop changes it)
+        self.closed = False
+        self.waits = 0  # times background work gave way
+        self._waited_ns = 0  # for how long in all, the wait going on now left out
+        self._since = 0  # time.monotonic_ns() when the wait going on now began (0: none)
+        self._seen = 0  # the watched thread's CPU time at the last look
+
+    def watch(self) -> None:
+        """Watch the calling thread (the event loop's) from now on."""
+        clock = time.pthread_getcpuclockid(threading.get_ident())
+        self._seen = time.clock_gettime_ns(clock)
+        self.clock = clock
+
+    def close(self) -> None:
+        self.closed = True
+
+    def _busy(self) -> bool:
+        try:
+            cpu = time.clock_gettime_ns(self.clock)
+        except OSError:  # (the watched thread ended: nothing to give way to)
+            return False
+        busy, self._seen = cpu - self._seen >= BUSY_NS, cpu
+        return busy
+
+    def give_way(self) -> None:
+        """Return at once while the loop is idle; else sleep until it was idle for a step."""
+        if self.clock is None or not self._busy() or self.closed or self.hops:
+            return
+        self._since = start = time.monotonic_ns()
+        self.waits += 1
+        while not self.closed and not self.hops:
+            time.sleep(STEP)
+            if not self._busy():
+                break
+        self._since = 0
+        self._waited_ns += time.monotonic_ns() - start
+
+    @property
+    def waited_ns(self) -> int:
+        """For how long background work gave way in all, the wait going on now included."""
+        since = self._since
+        return self._waited_ns + (time.monotonic_ns() - since if since else 0)
+
+
+@contextmanager
+def background(pacer: Pacer):
+    """Run the body as background work of ``pacer`` on this thread: its :func:`pace` calls
+    give way to the foreground."""
+    _local.pacer = pacer
+    try:
+        yield
+    finally:
+        _local.pacer = None
+
+
+def pace() -> None:
+    """A point where long work may give way (see the module); nothing outside :func:`background`."""
+    pacer = getattr(_local, "pacer", None)
+    if pacer is not None:
+        pacer.give_way()

@@ -1,0 +1,87 @@
+"""The mount's search-index warm-up gives way to requests (memfs/pace.py): while an idle
+session is read without pause, the warm-up of a large stale session waits; a request that
+needs that session is answered all the same; once the reads stop, the warm-up finishes and
+search finds the session's facts."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import memfs
+from memfs.samples import sized_message
+from mounting import event, mounted, needs_fuse, sh
+
+pytestmark = needs_fuse
+
+
+def root_xattr(mnt, name: str) -> str | None:
+    try:
+        return os.getxattr(mnt, f"user.memfs.{name}").decode()
+    except OSError:
+        return None
+
+
+def stale_session(store, name: str, mb: int, last_text: str) -> int:
+    """A session whose ``mb`` MB log no metadata describes (opening it rescans it); its last
+    turn says ``last_text``. Returns its number of events."""
+    with memfs.open_session(store, name, durability="write", max_events=0) as h:
+        h.append(event("turn.started").encode() + b"\n")
+        h.append(event("turn.completed", usage={}).encode() + b"\n")
+    chunk = (event("turn.started") + "\n").encode() + sized_message(1) * 30 + \
+        (event("turn.completed", usage={}) + "\n").encode()
+    turns = mb * 1024 * 1024 // len(chunk)
+    last = [event("turn.started"), event("item.completed", item={"id": "z", "type": "agent_message", "text": last_text}),
+            event("turn.completed", usage={})]
+    with open(store / name / "events.jsonl", "ab") as f:  # behind the metadata's back
+        for _ in range(turns):
+            f.write(chunk)
+        f.write("".join(line + "\n" for line in last).encode())
+    (store / name / "manifest.json").unlink()
+    return 2 + turns * 32 + 3
+
+
+def test_the_warm_up_gives_way_to_reads_and_finishes_after_them(tmp_path):
+    store = tmp_path / "store"
+    with memfs.open_session(store, "idle", durability="write") as h:
+        h.append(event("turn.started").encode() + b"\n")
+        h.append(event("turn.completed", usage={}).encode() + b"\n")
+    events = stale_session(store, "big", 24, "the zebra quartz migration finished")
+    with mounted(store, tmp_path / "mnt") as m:
+        manifest = m.mnt / "sessions" / "idle" / "manifest.json"
+        stop = threading.Event()
+        reads = [0]
+
+        def reader():  # stat + cat of an idle session, without pause
+            while not stop.is_set():
+                os.stat(manifest)
+                assert json.loads(manifest.read_bytes())["event_count"] == 2
+                reads[0] += 1
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 60
+            while int(root_xattr(m.mnt, "background_waits") or 0) == 0:
+                assert thread.is_alive() and time.monotonic() < deadline, \
+                    f"the warm-up never gave way (pending: {root_xattr(m.mnt, 'warm_pending')})"
+                time.sleep(0.01)
+            # a request for the session the warm-up holds is answered while the reads go on: the
+            # warm-up stops giving way while it is served (without that, it waited 40 s here)
+            big = sh("cat sessions/big/manifest.json", cwd=m.mnt, timeout=20).stdout
+            assert json.loads(big)["event_count"] == events
+            assert thread.is_alive()
+        finally:
+            stop.set()
+            thread.join(60)
+        assert reads[0] > 0
+        deadline = time.monotonic() + 60
+        while root_xattr(m.mnt, "warm_pending") != "0":
+            assert time.monotonic() < deadline, f"the warm-up did not finish: {root_xattr(m.mnt, 'warm_pending')}"
+            time.sleep(0.01)
+        assert int(root_xattr(m.mnt, "background_waited_ms")) > 0
+        hits = [json.loads(line) for line in sh('cat "search/zebra quartz"', cwd=m.mnt).stdout.splitlines()]
+        assert [h["chunk_id"].split(":")[0] for h in hits] == ["big"]
+        assert hits[0]["snippet"] == "the zebra quartz migration finished"

@@ -1,0 +1,119 @@
+"""Background work gives way to a busy event loop (memfs/pace.py), without a mount: a thread
+that burns CPU stands for the loop, another runs as background work and calls pace()."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from memfs.pace import STEP, Pacer, background, pace
+
+
+def wait_for(condition, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.001)
+
+
+class Loop:
+    """A thread the pacer watches; it uses CPU until told to idle (it then sleeps on an event,
+    still alive) or to stop."""
+
+    def __init__(self, pacer: Pacer):
+        self.stop = threading.Event()
+        self.idling = threading.Event()
+        watching = threading.Event()
+
+        def run():
+            pacer.watch()
+            watching.set()
+            while not self.stop.is_set():
+                if self.idling.is_set():
+                    self.stop.wait()
+                else:
+                    sum(range(200))
+
+        self.thread = threading.Thread(target=run)
+        self.thread.start()
+        assert watching.wait(30)
+
+    def end(self):
+        self.stop.set()
+        self.thread.join(30)
+
+
+def in_background(pacer: Pacer, passed: threading.Event, waits: int = 1) -> threading.Thread:
+    """Background work that calls pace() until it has given way (the pacer counted ``waits``
+    waits), then sets ``passed``. (A look that finds the loop used little CPU since the
+    previous look, as when the machine is busy, is idle: so it looks again.)"""
+    def work():
+        with background(pacer):
+            while pacer.waits < waits:
+                pace()
+            passed.set()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    return thread
+
+
+def test_background_work_waits_while_the_loop_is_busy_and_goes_on_when_it_is_idle():
+    pacer = Pacer()
+    loop = Loop(pacer)
+    passed = threading.Event()
+    try:
+        worker = in_background(pacer, passed)
+        wait_for(lambda: pacer.waits == 1, "the background thread to give way")
+        loop.idling.set()
+        assert passed.wait(30)  # an idle step of the loop lets it go on
+        worker.join(30)
+        assert pacer.waits == 1 and pacer.waited_ns >= STEP * 1e9  # it slept a step at least
+        assert loop.thread.is_alive()
+    finally:
+        loop.end()
+
+
+def test_a_request_on_a_worker_thread_or_unmounting_ends_the_wait():
+    """A request served on a worker thread may wait for what the background work holds: while
+    one is (``hops``), nothing gives way; after close() (unmounting) neither."""
+    pacer = Pacer()
+    loop = Loop(pacer)
+    try:
+        passed = threading.Event()
+        worker = in_background(pacer, passed)
+        wait_for(lambda: pacer.waits == 1, "the background thread to give way")
+        pacer.hops += 1  # (the loop's own count, changed here as the loop would)
+        assert passed.wait(30)
+        worker.join(30)
+        passed.clear()
+        with background(pacer):  # while the request is served: no wait at all
+            for _ in range(100):
+                pace()
+        assert pacer.waits == 1
+        pacer.hops -= 1
+        passed.clear()
+        worker = in_background(pacer, passed, waits=2)
+        wait_for(lambda: pacer.waits == 2, "the background thread to give way again")
+        pacer.close()
+        assert passed.wait(30)
+        worker.join(30)
+    finally:
+        loop.end()
+
+
+def test_pace_does_nothing_outside_background_work():
+    pacer = Pacer()
+    loop = Loop(pacer)
+    try:
+        pace()  # this thread is not background work: no wait, whatever the loop does
+        assert pacer.waits == 0
+    finally:
+        loop.end()
+
+
+def test_an_unwatched_pacer_never_waits():
+    pacer = Pacer()  # (a store used without a mount: no loop to give way to)
+    with background(pacer):
+        pace()
+    assert pacer.waits == 0
