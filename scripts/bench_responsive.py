@@ -11,7 +11,11 @@ Three conditions, each on its own mount of its own store, in one run:
 * (b) the mount's warm-up rescans a large stale session: a ``--big-mb`` (default 120) MB log
   whose metadata is gone (written for its first events, then removed), so opening it rescans it; the
   probe runs from the moment the mount is up for twice the time a rescan of that log takes
-  (measured first through the library) plus a second.
+  (measured first through the library) plus a second. The warm-up is idle-priority work that
+  gives way to requests (``memfs/pace.py``), so the condition also reports for how long it
+  gave way while the probe ran (``warm_gave_way_s``, from the root's
+  ``user.memfs.background_waited_ms``) and how long after the probe stopped it finished
+  (``warm_done_after_s``).
 
 Each condition also reports ``slowest_cpu_wait``: of the time of its slowest 1% of probes, the
 share the probing thread itself spent waiting for a CPU (``/proc/thread-self/schedstat``) —
@@ -171,9 +175,23 @@ def stale_warmup(work: Path, n_max: int, big_mb: int, warm_seconds: float) -> di
         result = summary(samples)
         result["log_MB"] = size_mb
         result["rescan_s"] = rescan
+        waited = root_xattr(mnt, "background_waited_ms")
+        if waited is not None:  # (a tree without memfs/pace.py does not say)
+            result["warm_gave_way_s"] = int(waited) / 1000
+            t = time.monotonic()
+            while root_xattr(mnt, "warm_pending") != "0" and time.monotonic() - t < 120:
+                time.sleep(0.01)
+            result["warm_done_after_s"] = time.monotonic() - t
         return result
     finally:
         stop_server(proc, mnt)
+
+
+def root_xattr(mnt: Path, name: str) -> str | None:
+    try:
+        return os.getxattr(mnt, f"user.memfs.{name}").decode()
+    except OSError:
+        return None
 
 
 def main() -> int:
