@@ -19,6 +19,18 @@ from store_helpers import DONE, START, disk_index, env, log_lines, msg, open_s, 
 HELPERS = {"PYTHONPATH": os.path.dirname(__file__)}
 
 
+@pytest.fixture(autouse=True, params=["in-order", "overlapped"])
+def overlap(request, monkeypatch):
+    """Every test runs both ways a rewrite does its disk steps (``memfs.store.evict._disk_steps``):
+    in order on the rewriting thread (a small log, as all of these are) and overlapped on the
+    store's worker threads (a log of a megabyte or more); crash scripts read the environment."""
+    import memfs.store.evict as evict
+
+    value = evict.OVERLAP_BYTES if request.param == "in-order" else 0
+    monkeypatch.setattr(evict, "OVERLAP_BYTES", value)
+    monkeypatch.setenv("MEMFS_TEST_OVERLAP_BYTES", str(value))
+
+
 def summaries(sdir):
     derived = sdir / "derived"
     return sorted(derived.glob("eviction-summary-*.json")) if derived.exists() else []
@@ -179,6 +191,7 @@ def test_group_commit_waiters_survive_cap_rewrites(tmp_path):
 CRASH = textwrap.dedent("""
     import os, sys, memfs
     import memfs.store.evict as evict
+    evict.OVERLAP_BYTES = int(os.environ["MEMFS_TEST_OVERLAP_BYTES"])  # (the fixture's way)
     from store_helpers import START, msg, turn
     root, step, interval = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     h = memfs.open_session(root, "s", max_events=10, durability="write", metadata_interval=interval)
@@ -433,6 +446,7 @@ def test_records_outside_turns_make_fewer_turns_enough(tmp_path):
 AMORTIZED_CRASH = textwrap.dedent("""
     import os, signal, sys, memfs
     import memfs.store.evict as evict
+    evict.OVERLAP_BYTES = int(os.environ["MEMFS_TEST_OVERLAP_BYTES"])  # (the fixture's way)
     from store_helpers import START, msg, turn
     root, step, interval = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     h = memfs.open_session(root, "s", max_events=20, evict_to=0.55, durability="write",
@@ -597,6 +611,7 @@ def test_a_failing_hook_in_a_batch_keeps_the_evictions_before_it(tmp_path):
 BATCH_CRASH = textwrap.dedent("""
     import os, signal, sys, memfs
     import memfs.store.evict as evict
+    evict.OVERLAP_BYTES = int(os.environ["MEMFS_TEST_OVERLAP_BYTES"])  # (the fixture's way)
     from store_helpers import START, msg, turn
     root, step, interval = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     h = memfs.open_session(root, "s", max_events=10, evict_to=0.5, durability="write", metadata_interval=interval)

@@ -205,6 +205,14 @@ def in_background(fn: Callable, *args) -> "Future":
             return _pool.submit(fn, *args)
         except RuntimeError:  # interpreter shutdown
             pass
+    return run_now(fn, *args)
+
+
+def run_now(fn: Callable, *args) -> "Future":
+    """``fn(*args)`` on this thread, now; its outcome as a finished future (what
+    :func:`in_background` returns, for a caller that decides per call whether to overlap)."""
+    from concurrent.futures import Future
+
     done: Future = Future()
     try:
         done.set_result(fn(*args))
