@@ -6,8 +6,9 @@ work on a worker thread: a rescan and a fold of a 126 MB log hold the GIL for ab
 The event loop shares the GIL with it, and every system call a request makes (reading
 ``/dev/fuse``, an ``lstat``, the reply) hands the GIL to the worker for up to the switch
 interval: a ``stat`` + ``cat`` of an idle session took 5–12 ms at p99 while the warm-up ran
-(``scripts/bench_responsive.py`` (b)), under 1 ms without it. No switch interval, thread priority or sleep *inside* the requests' window
-fixes that on two cores; the worker has to be off the GIL while requests are served.
+(``scripts/bench_responsive.py`` (b)), under 1 ms without it. No switch interval, thread
+priority or sleep *inside* the requests' window fixes that on two cores; the worker has to be
+off the GIL while requests are served.
 
 So long loops call :func:`pace` between chunks of their work (:func:`memfs.store.lines.scan_chunks`
 once per 256 KiB chunk — every rescan, tail and fold goes through it; the search index every

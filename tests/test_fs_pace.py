@@ -33,7 +33,8 @@ def stale_session(store, name: str, mb: int, last_text: str) -> int:
     chunk = (event("turn.started") + "\n").encode() + sized_message(1) * 30 + \
         (event("turn.completed", usage={}) + "\n").encode()
     turns = mb * 1024 * 1024 // len(chunk)
-    last = [event("turn.started"), event("item.completed", item={"id": "z", "type": "agent_message", "text": last_text}),
+    last = [event("turn.started"),
+            event("item.completed", item={"id": "z", "type": "agent_message", "text": last_text}),
             event("turn.completed", usage={})]
     with open(store / name / "events.jsonl", "ab") as f:  # behind the metadata's back
         for _ in range(turns):
