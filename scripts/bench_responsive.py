@@ -3,7 +3,7 @@
 
 The probe: ``stat`` + read of an idle session's ``manifest.json`` (the syscalls of ``stat f;
 cat f``: stat, open, fstat, read to EOF, close), timed one after another; p50, p99, max.
-Three conditions, each on its own mount of its own store, in one run:
+Four conditions, each on its own mount of its own store, in one run:
 
 * quiet: nothing else happens (the reference);
 * (a) 4 writer threads drive 4 other sessions through cap rewrites (``--max-events``, default
@@ -17,12 +17,19 @@ Three conditions, each on its own mount of its own store, in one run:
   ``user.memfs.background_waited_ms``) and how long after the probe stopped it finished
   (``warm_done_after_s``).
 
+* (c) a request opens another large stale session: once the mount's warm-up is done, a
+  ``--big-mb`` MB stale session appears in the store (written behind the server's back, as by
+  another process), and 0.2 s into the probe a client reads its ``manifest.json`` — a request,
+  so its rescan runs at full speed on a worker thread (SPEC §6 asks the idle session to stay
+  under 2 ms p99 while other sessions rescan; the issue's goals are (a) and (b)). The probe
+  runs until that read returned and half a second more; ``request_s`` is the read's time.
+
 Each condition also reports ``slowest_cpu_wait``: of the time of its slowest 1% of probes, the
 share the probing thread itself spent waiting for a CPU (``/proc/thread-self/schedstat``) —
 on a machine with two cores the client competes with the server, its worker threads and the
 writers, and no server can answer faster than its client gets to run.
 
-Goal: p99 ≤ 2 ms in (a) and (b). Nothing is asserted; ``--json FILE`` writes the results.
+Goal: p99 ≤ 2 ms in (a) and (b) (issue 14), and in (c) (SPEC §6). Nothing is asserted; ``--json FILE`` writes the results.
 
 Usage: ``.venv/bin/python scripts/bench_responsive.py [--samples N] [--json FILE]``
 """
@@ -151,16 +158,7 @@ def evicting(work: Path, n: int, max_events: int) -> dict:
 def stale_warmup(work: Path, n_max: int, big_mb: int, warm_seconds: float) -> dict:
     store, mnt = work / "b-store", work / "b-mnt"
     idle_session(store)
-    with memfs.open_session(store, "big", durability="write", max_events=0) as h:
-        h.append(event("turn.started"))
-        h.append(event("turn.completed", usage={}))
-    line = sized_message(1)
-    chunk = event("turn.started") + line * 30 + event("turn.completed", usage={})
-    with open(store / "big" / "events.jsonl", "ab") as f:  # behind the metadata's back: stale
-        for _ in range(big_mb * 1024 * 1024 // len(chunk)):
-            f.write(chunk)
-    (store / "big" / "manifest.json").unlink()  # stale: no metadata describes the log, opening rescans it
-    size_mb = os.path.getsize(store / "big" / "events.jsonl") / 1e6
+    size_mb = stale_session(store, "big", big_mb)
     t = time.monotonic()
     with memfs.open_session(store, "big", read_only=True) as h:  # how long the warm-up's rescan takes
         assert not h.open_report.fast_path
@@ -187,6 +185,58 @@ def stale_warmup(work: Path, n_max: int, big_mb: int, warm_seconds: float) -> di
         stop_server(proc, mnt)
 
 
+def stale_session(store: Path, name: str, big_mb: int) -> float:
+    """A session ``name`` whose ``big_mb`` MB log no metadata describes (written for its first
+    events, then extended and its manifest removed): opening it rescans it. Its size in MB."""
+    with memfs.open_session(store, name, durability="write", max_events=0) as h:
+        h.append(event("turn.started"))
+        h.append(event("turn.completed", usage={}))
+    chunk = event("turn.started") + sized_message(1) * 30 + event("turn.completed", usage={})
+    with open(store / name / "events.jsonl", "ab") as f:  # behind the metadata's back: stale
+        for _ in range(big_mb * 1024 * 1024 // len(chunk)):
+            f.write(chunk)
+    (store / name / "manifest.json").unlink()
+    return os.path.getsize(store / name / "events.jsonl") / 1e6
+
+
+def stale_request(work: Path, n_max: int, big_mb: int) -> dict:
+    store, mnt = work / "c-store", work / "c-mnt"
+    idle_session(store)
+    proc = mount(store, mnt, work / "c.log", "--max-events", "0")
+    try:
+        manifest = mnt / "sessions" / "idle" / "manifest.json"
+        deadline = time.monotonic() + 60
+        while root_xattr(mnt, "warm_pending") not in (None, "0") and time.monotonic() < deadline:
+            time.sleep(0.01)  # (a tree that reports no warm-up: its warm-up of one small session)
+        size_mb = stale_session(store, "big", big_mb)  # after the warm-up: only a request opens it
+        for _ in range(50):
+            stat_and_read(manifest)
+        took: list[float] = []
+
+        def request() -> None:
+            t = time.monotonic()
+            (mnt / "sessions" / "big" / "manifest.json").read_bytes()
+            took.append(time.monotonic() - t)
+
+        client = threading.Timer(0.2, request)
+        samples = []
+        client.start()
+        done_at = None
+        while len(samples) < n_max:
+            samples.append(probe(manifest))
+            if took and done_at is None:
+                done_at = time.monotonic()
+            if done_at is not None and time.monotonic() - done_at > 0.5:
+                break
+        client.join()
+        result = summary(samples)
+        result["log_MB"] = size_mb
+        result["request_s"] = took[0] if took else float("nan")
+        return result
+    finally:
+        stop_server(proc, mnt)
+
+
 def root_xattr(mnt: Path, name: str) -> str | None:
     try:
         return os.getxattr(mnt, f"user.memfs.{name}").decode()
@@ -207,7 +257,8 @@ def main() -> int:
         results = {"quiet": quiet(work, args.samples),
                    "(a) 4 writers through cap rewrites": evicting(work, args.samples, args.max_events),
                    "(b) warm-up rescanning a stale log": stale_warmup(work, 10 * args.samples, args.big_mb,
-                                                                      args.warm_seconds)}
+                                                                      args.warm_seconds),
+                   "(c) a request rescanning a stale log": stale_request(work, 10 * args.samples, args.big_mb)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("probe: stat + open/fstat/read/close of an idle session's manifest.json")
@@ -217,7 +268,8 @@ def main() -> int:
         print(f"{name:<38} p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  max {r['max_ms']:.1f} ms  ({extra})")
     goals = {goal: {"met": results[key]["p99_ms"] <= 2, "measured": f"{results[key]['p99_ms']:.1f} ms"}
              for goal, key in (("(a) p99 <= 2 ms", "(a) 4 writers through cap rewrites"),
-                               ("(b) p99 <= 2 ms", "(b) warm-up rescanning a stale log"))}
+                               ("(b) p99 <= 2 ms", "(b) warm-up rescanning a stale log"),
+                               ("(c) p99 <= 2 ms (SPEC §6)", "(c) a request rescanning a stale log"))}
     report_goals(results, goals, args.json)
     return 0
 
