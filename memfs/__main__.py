@@ -2,4 +2,5 @@
 
 from memfs.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # (not when a helper process imports it as its parent's main module)
+    raise SystemExit(main())

@@ -86,3 +86,45 @@ def test_the_warm_up_gives_way_to_reads_and_finishes_after_them(tmp_path):
         hits = [json.loads(line) for line in sh('cat "search/zebra quartz"', cwd=m.mnt).stdout.splitlines()]
         assert [h["chunk_id"].split(":")[0] for h in hits] == ["big"]
         assert hits[0]["snippet"] == "the zebra quartz migration finished"
+
+
+def children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` now (from /proc)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(entry))
+    return found
+
+
+def test_a_request_rescan_of_a_large_log_runs_in_the_helper_and_leaves_no_process(tmp_path):
+    """A session that appears behind the server's back after its warm-up is opened by a request:
+    its 20 MB log is rescanned by the mount's helper process (memfs/store/rescanner.py), whose
+    result is the session's true count; at unmount the helper goes with the server."""
+    store = tmp_path / "store"
+    with memfs.open_session(store, "idle", durability="write") as h:
+        h.append(event("turn.started").encode() + b"\n")
+    with mounted(store, tmp_path / "mnt") as m:
+        deadline = time.monotonic() + 60
+        while root_xattr(m.mnt, "warm_pending") != "0":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert root_xattr(m.mnt, "helper_rescans") == "0"  # (the idle session is small)
+        events = stale_session(store, "late", 20, "the late session's last words")
+        big = json.loads(sh("cat sessions/late/manifest.json", cwd=m.mnt).stdout)
+        assert (big["event_count"], big["in_turn"]) == (events, False)
+        assert root_xattr(m.mnt, "helper_rescans") == "1"
+        helpers = children(m.proc.pid)
+        assert helpers, "the helper process runs while the mount serves"
+        assert json.loads(sh("cat sessions/late/manifest.json", cwd=m.mnt).stdout)["event_count"] == events
+        assert root_xattr(m.mnt, "helper_rescans") == "1"  # held open now: no second rescan
+    deadline = time.monotonic() + 30
+    while any(os.path.exists(f"/proc/{pid}") for pid in helpers):
+        assert time.monotonic() < deadline, f"left running after unmount: {helpers}"
+        time.sleep(0.01)

@@ -31,8 +31,10 @@ from memfs.fs.ops import MountOptions, Operations
 from memfs.fs.syncer import Durability
 from memfs.pace import background
 from memfs.search import store_searcher
+from memfs.store import rescanner
 from memfs.store.paths import pid_alive, sanitize
 from memfs.store.rejected import set_max_rejected_bytes
+from memfs.store.rescanner import RescanHelper
 from memfs.store.root import Store, StoreSettings
 
 log = logging.getLogger("memfs.fs")
@@ -175,6 +177,8 @@ def run(config) -> int:
         "log": str(log_file) if log_file else None, "session": config.session, "read_only": config.read_only,
         "cluster": config.cluster.stream if config.cluster.enabled else None})
     _keep_shutdown_whole()
+    ops.rescanner = RescanHelper()  # a request's rescan of a large log runs off the GIL
+    rescanner.use(ops.rescanner)
     try:
         trio.run(_serve, store, ops)
     finally:
@@ -187,6 +191,8 @@ def run(config) -> int:
             finally:
                 store.close()  # every session flushed, persisted and unlocked, whatever happened above
         finally:
+            rescanner.use(None)
+            ops.rescanner.close()
             pyfuse3.close(unmount=True)
             registry.unregister(record)
     log.info("unmounted %s", mountpoint)

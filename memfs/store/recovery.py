@@ -17,11 +17,13 @@ from pathlib import Path
 
 from memfs.errors import SymlinkRefused
 from memfs.events import Kind, decode_stored
+from memfs.store import rescanner
 from memfs.store.lines import CHUNK, scan_chunks
 from memfs.store.machine import TurnState, apply, renumber
 from memfs.store.meta import CapMarker, ManifestRead, TurnIndex, file_key, now_rfc3339, read_manifest
 from memfs.store.paths import CAP_MARKER, MANIFEST, TURNS, TURNS_CACHE, open_nofollow, read_fd, read_file, refuse_symlink
 from memfs.store.rejected import record_rejected
+
 
 TORN_TAIL = "torn-tail"  # the reason rejected.jsonl gives for an unterminated last line (§3.3)
 
@@ -120,7 +122,11 @@ def recover(session_dir: Path, fd: int | None, session_id: str, writable: bool) 
         status = manifest.status if manifest is not None else "active"
         state = TurnState(status=status)
         if fd is not None:
-            end = scan_into(state, fd, 0, file_len, report)
+            got = _helped_rescan(fd, file_len, status, report)
+            if got is not None:
+                state, end = got
+            else:
+                end = scan_into(state, fd, 0, file_len, report)
             report.scanned_bytes = file_len
             file_len = end  # (writable: the same; read-only: without a line being written)
         if marker is not None and marker.matches(file_len):
@@ -180,6 +186,21 @@ def scan_into(state: TurnState, fd: int, start: int, end: int, report: OpenRepor
         report.scanned_lines += scanned
         report.skipped_lines += skipped
     return offset
+
+
+def _helped_rescan(fd: int, file_len: int, status: str, report: OpenReport) -> tuple[TurnState, int] | None:
+    """The full rescan of a large log by this process's rescan helper, if it has one
+    (:mod:`memfs.store.rescanner`): ``(state, end)``, or None to rescan here."""
+    helper = rescanner.current()
+    if helper is None or file_len < rescanner.MIN_BYTES:
+        return None
+    got = helper.scan(fd, file_len, status)
+    if got is None:
+        return None
+    state, end, scanned, skipped = got
+    report.scanned_lines += scanned
+    report.skipped_lines += skipped
+    return state, end
 
 
 def rescan(fd: int, file_len: int, report: OpenReport, status: str = "active") -> TurnState:
