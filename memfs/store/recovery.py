@@ -24,7 +24,6 @@ from memfs.store.meta import CapMarker, ManifestRead, TurnIndex, file_key, now_r
 from memfs.store.paths import CAP_MARKER, MANIFEST, TURNS, TURNS_CACHE, open_nofollow, read_fd, read_file, refuse_symlink
 from memfs.store.rejected import record_rejected
 
-
 TORN_TAIL = "torn-tail"  # the reason rejected.jsonl gives for an unterminated last line (§3.3)
 
 
