@@ -93,6 +93,8 @@ class RescanHelper:
             return None
         try:
             with self._lock:
+                if self._closed:  # (closed since the check above: no new worker)
+                    return None
                 if self._pool is None:
                     import multiprocessing
                     from concurrent.futures import ProcessPoolExecutor
@@ -107,7 +109,8 @@ class RescanHelper:
                 log.warning("rescans of large logs run in-process from now on: the helper failed (%s)",
                             self.broken)
             return None
-        self.rescans += 1
+        with self._lock:
+            self.rescans += 1
         return got
 
     def close(self) -> None:
