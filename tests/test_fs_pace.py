@@ -69,10 +69,13 @@ def test_the_warm_up_gives_way_to_reads_and_finishes_after_them(tmp_path):
                 assert thread.is_alive() and time.monotonic() < deadline, \
                     f"the warm-up never gave way (pending: {root_xattr(m.mnt, 'warm_pending')})"
                 time.sleep(0.01)
-            # a request for the session the warm-up holds is answered while the reads go on: the
-            # warm-up stops giving way while it is served (without that, it waited 40 s here)
-            big = sh("cat sessions/big/manifest.json", cwd=m.mnt, timeout=20).stdout
-            assert json.loads(big)["event_count"] == events
+            # a request that needs what the warm-up holds (its fold of the big session: the
+            # views' state) is answered while the reads go on: the warm-up stops giving way
+            # while it is served (without that, such a request waited 40 s here)
+            view = json.loads(sh("cat sessions/big/derived/memory.json", cwd=m.mnt, timeout=20).stdout)
+            assert "the zebra quartz migration finished" in json.dumps(view)
+            big = json.loads(sh("cat sessions/big/manifest.json", cwd=m.mnt, timeout=20).stdout)
+            assert big["event_count"] == events
             assert thread.is_alive()
         finally:
             stop.set()
