@@ -177,8 +177,8 @@ def run(config) -> int:
         "log": str(log_file) if log_file else None, "session": config.session, "read_only": config.read_only,
         "cluster": config.cluster.stream if config.cluster.enabled else None})
     _keep_shutdown_whole()
-    ops.rescanner = RescanHelper()  # a request's rescan of a large log runs off the GIL
-    rescanner.use(ops.rescanner)
+    helper = RescanHelper()  # a request's rescan of a large log runs off the GIL
+    rescanner.use(helper)
     try:
         trio.run(_serve, store, ops)
     finally:
@@ -192,7 +192,7 @@ def run(config) -> int:
                 store.close()  # every session flushed, persisted and unlocked, whatever happened above
         finally:
             rescanner.use(None)
-            ops.rescanner.close()
+            helper.close()
             pyfuse3.close(unmount=True)
             registry.unregister(record)
     log.info("unmounted %s", mountpoint)

@@ -41,6 +41,7 @@ from memfs.fs.errors import fail, guarded, log
 from memfs.fs.gate import WriteGate
 from memfs.fs.nodes import DIR_KINDS, DYNAMIC_KINDS, SESSION_CHILDREN, InodeTable, K, Node, child
 from memfs.pace import Pacer
+from memfs.store import rescanner
 from memfs.store.appender import LineAppender
 from memfs.store.meta import parse_rfc3339
 from memfs.store.paths import open_nofollow, refuse_symlink
@@ -113,7 +114,6 @@ class Operations(pyfuse3.Operations):
         self.gate = WriteGate()  # appends give way to queued requests (its queue poll is set at mount)
         self.pacer = Pacer()  # background work gives way to the loop (it watches the loop at mount)
         self.warm_pending = None  # sessions the search index's warm-up has still to index (once listed)
-        self.rescanner = None  # the mount's memfs.store.rescanner.RescanHelper, while it serves
         self._mtimes: dict[Node, tuple[tuple[int, int], int]] = {}  # generated file → (content key, mtime)
 
     # --- helpers -----------------------------------------------------------------------------
@@ -698,8 +698,9 @@ class Operations(pyfuse3.Operations):
                       b"user.memfs.background_waited_ms": str(self.pacer.waited_ns // 1_000_000).encode()}
             if self.warm_pending is not None:
                 values[b"user.memfs.warm_pending"] = str(self.warm_pending).encode()
-            if self.rescanner is not None:  # memfs.store.rescanner: large logs' rescans in its process
-                values[b"user.memfs.helper_rescans"] = str(self.rescanner.rescans).encode()
+            helper = rescanner.current()  # the mount's: large logs' rescans in its process
+            if helper is not None:
+                values[b"user.memfs.helper_rescans"] = str(helper.rescans).encode()
             if self.cluster is not None:
                 values.update(self._cluster_xattrs())
             return values
