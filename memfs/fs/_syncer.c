@@ -68,9 +68,13 @@ static void *worker(void *arg) {
         else
             s->done = j;
         s->done_tail = j;
+        /* Tell the loop after unlocking: woken while the mutex is held, its done() would
+         * only block on it. */
+        pthread_mutex_unlock(&s->mu);
         uint64_t one = 1;
         ssize_t w = write(s->efd, &one, sizeof one); /* cannot fail short of overflow */
         (void)w;
+        pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -173,8 +177,11 @@ static PyObject *Syncer_submit(Syncer *s, PyObject *args) {
     else
         s->queue = j;
     s->queue_tail = j;
-    pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
+    /* Signalled after unlocking: a thread woken while the mutex is held would wake only to
+     * wait for it (two more futex calls and a context switch per job). A waiting thread
+     * cannot miss the job: it looks at the queue under the mutex before it waits. */
+    pthread_cond_signal(&s->cv);
     Py_RETURN_NONE;
 }
 
