@@ -11,7 +11,14 @@ within seconds, so each goal is the median of the ratios of neighbours in time):
 * memfs ``fsync`` mount, 8 writers into 8 sessions of the same mount (8 threads of this
   process: ``write()`` releases the GIL); goal ≥ 0.6 of native 8 × 8;
 * library, 8 threads appending to one ``fsync`` session (group commit); goal ≥ 3× one native
-  sync per event (native 1 thread).
+  sync per event (native 1 thread);
+* the floor of the first goal: ``scripts/nullfs.py`` with ``NULLFS_FLOOR_SYNC`` — a pyfuse3
+  server that validates the line, ``write()``s it and ``fdatasync``s inline before replying,
+  one writer. It is the least an ``fsync``-mode append through any pyfuse3 server does (one
+  FUSE round trip around native ``write``+``fdatasync``), so ``floor 1 writer / native 1
+  thread`` is the most the first goal's ratio can be on this machine and stack, and ``mount 1
+  writer / floor 1 writer`` is what memfs's own work (its commit, the hop to the syncer and
+  back) leaves of it.
 
 All files live in one directory on the same filesystem (``--dir``, default a temporary
 directory in /tmp). Nothing is asserted; ``--json FILE`` writes ``{"results", "goals"}``.
@@ -91,12 +98,19 @@ def main() -> int:
     create = os.O_WRONLY | os.O_APPEND | os.O_CREAT
     store, mnt = work / "store", work / "mnt"
     mnt.mkdir()
-    proc = None
+    proc = floor = None
     handle = None
     rates: dict[str, list[float]] = {k: [] for k in (
         "native 1 thread", "native 8 threads x 8 files", "memfs fsync mount, 1 writer",
-        "memfs fsync mount, 8 writers x 8 sessions", "library fsync, 8 threads, 1 session")}
+        "memfs fsync mount, 8 writers x 8 sessions", "library fsync, 8 threads, 1 session",
+        "floor: pyfuse3 write+fdatasync inline, 1 writer")}
     try:
+        floor_mnt = work / "floor"
+        floor_mnt.mkdir()
+        floor = start_server([sys.executable, str(ROOT / "scripts" / "nullfs.py"), str(floor_mnt)], floor_mnt,
+                             work / "floor.log", env={**os.environ, "NULLFS_DIRECT_IO": "1",
+                                                      "NULLFS_FLOOR": str(work / "floor.jsonl"),
+                                                      "NULLFS_FLOOR_SYNC": "1"})
         proc = start_server([sys.executable, "-m", "memfs", "mount", str(store), str(mnt), "--durability", "fsync",
                              "--max-events", "0", "--log-level", "WARNING"], mnt, work / "server.log")
         sessions = []
@@ -107,6 +121,7 @@ def main() -> int:
         n = args.events
         run_threads([native / "warm"], 50, True, create)  # warm-up
         run_threads(sessions, 50, False)
+        run_threads([floor_mnt / "sink"], 50, False)
         for _ in range(args.rounds):
             rates["native 1 thread"].append(run_threads([native / "one"], n, True, create))
             rates["memfs fsync mount, 1 writer"].append(run_threads(sessions[:1], n, False))  # the mount syncs
@@ -114,11 +129,15 @@ def main() -> int:
                 run_threads([native / f"f{i}" for i in range(THREADS)], n, True, create))
             rates["memfs fsync mount, 8 writers x 8 sessions"].append(run_threads(sessions, n, False))
             rates["library fsync, 8 threads, 1 session"].append(library_group_commit(handle, n))
+            rates["floor: pyfuse3 write+fdatasync inline, 1 writer"].append(
+                run_threads([floor_mnt / "sink"], n, False))  # the floor server syncs
     finally:
         if handle is not None:
             handle.close()
         if proc is not None:
             stop_server(proc, mnt)
+        if floor is not None:
+            stop_server(floor, floor_mnt)
     results = {f"{k} ev/s": statistics.median(v) for k, v in rates.items()}
 
     def ratio(a: str, b: str) -> float:
@@ -127,6 +146,10 @@ def main() -> int:
     results["mount 1 writer / native 1 thread"] = ratio("memfs fsync mount, 1 writer", "native 1 thread")
     results["mount 8x8 / native 8x8"] = ratio("memfs fsync mount, 8 writers x 8 sessions", "native 8 threads x 8 files")
     results["library 8 threads / native 1 thread"] = ratio("library fsync, 8 threads, 1 session", "native 1 thread")
+    results["floor 1 writer / native 1 thread"] = ratio("floor: pyfuse3 write+fdatasync inline, 1 writer",
+                                                        "native 1 thread")
+    results["mount 1 writer / floor 1 writer"] = ratio("memfs fsync mount, 1 writer",
+                                                      "floor: pyfuse3 write+fdatasync inline, 1 writer")
     goals = {goal: {"met": results[key] >= target, "measured": f"{results[key]:.2f}"}
              for goal, key, target in (
                  ("fsync mount, 1 writer >= 0.66 of native 1 thread", "mount 1 writer / native 1 thread", 0.66),

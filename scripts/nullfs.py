@@ -11,6 +11,11 @@ Usage: python scripts/nullfs.py MOUNTPOINT    (foreground; SIGINT/SIGTERM unmoun
            (each write is validated with memfs.events.parse_line and appended to FILE with one
            write(): the least work any `write`-mode append must do, and none of the rest —
            no turn state, no metadata, no line splitting. A calibration point, not a design.)
+       NULLFS_FLOOR=FILE NULLFS_FLOOR_SYNC=1 python scripts/nullfs.py MOUNTPOINT
+           (the same, plus fdatasync(FILE) before each reply, inline on the event loop: the
+           least an `fsync`-mode append through any pyfuse3 server must do — one FUSE round
+           trip around write()+fdatasync(). It blocks its loop: a calibration point for one
+           writer, not a design.)
 """
 import errno
 import os
@@ -29,6 +34,7 @@ SINK_NAME = b"sink"
 SINK_INODE = pyfuse3.ROOT_INODE + 1
 STAMP_NS = time.time_ns()
 FLOOR_FILE = os.environ.get("NULLFS_FLOOR")
+FLOOR_SYNC = os.environ.get("NULLFS_FLOOR_SYNC") == "1"
 
 
 class NullFS(pyfuse3.Operations):
@@ -90,7 +96,10 @@ class FloorFS(NullFS):
 
     async def write(self, fh, off, buf):
         self.parse_line(buf)
-        return os.write(self.fd, buf)
+        n = os.write(self.fd, buf)
+        if FLOOR_SYNC:
+            os.fdatasync(self.fd)
+        return n
 
     async def release(self, fh):
         pass
