@@ -3,11 +3,14 @@
 
 The probe: ``stat`` + read of an idle session's ``manifest.json`` (the syscalls of ``stat f;
 cat f``: stat, open, fstat, read to EOF, close), timed one after another; p50, p99, max.
-Four conditions, each on its own mount of its own store, in one run:
+Five conditions, each on its own mount of its own store, in one run:
 
 * quiet: nothing else happens (the reference);
 * (a) 4 writer threads drive 4 other sessions through cap rewrites (``--max-events``, default
   500: a rewrite every few turns), one ``write()`` per line;
+* (a0) the reference of (a), run right after it: the same 4 writers on a mount without a cap
+  (the issue's "no cap" peer). It is not a goal: what (a) costs beyond it is the cap's
+  rewrites; what it costs beyond quiet is four writers that never pause on two cores;
 * (b) the mount's warm-up rescans a large stale session: a ``--big-mb`` (default 120) MB log
   whose metadata is gone (written for its first events, then removed), so opening it rescans it; the
   probe runs from the moment the mount is up for twice the time a rescan of that log takes
@@ -111,10 +114,10 @@ def quiet(work: Path, n: int) -> dict:
         stop_server(proc, mnt)
 
 
-def evicting(work: Path, n: int, max_events: int) -> dict:
-    store, mnt = work / "a-store", work / "a-mnt"
+def evicting(work: Path, n: int, max_events: int, name: str = "a") -> dict:
+    store, mnt = work / f"{name}-store", work / f"{name}-mnt"
     idle_session(store)
-    proc = mount(store, mnt, work / "a.log", "--max-events", str(max_events))
+    proc = mount(store, mnt, work / f"{name}.log", "--max-events", str(max_events))
     stop = threading.Event()
     turns = [0] * 4
 
@@ -139,7 +142,7 @@ def evicting(work: Path, n: int, max_events: int) -> dict:
             th.start()
         manifest = mnt / "sessions" / "idle" / "manifest.json"
         deadline = time.monotonic() + 10
-        while sum(turns) * 10 < 4 * max_events * 2 and time.monotonic() < deadline:  # past the cap everywhere
+        while sum(turns) * 10 < 4 * (max_events or 500) * 2 and time.monotonic() < deadline:  # past the cap everywhere
             stat_and_read(manifest)
         samples = [probe(manifest) for _ in range(n)]
         stop.set()
@@ -257,6 +260,7 @@ def main() -> int:
     try:
         results = {"quiet": quiet(work, args.samples),
                    "(a) 4 writers through cap rewrites": evicting(work, args.samples, args.max_events),
+                   "(a0) the same 4 writers, no cap": evicting(work, args.samples, 0, "a0"),
                    "(b) warm-up rescanning a stale log": stale_warmup(work, 10 * args.samples, args.big_mb,
                                                                       args.warm_seconds),
                    "(c) a request rescanning a stale log": stale_request(work, 10 * args.samples, args.big_mb)}
