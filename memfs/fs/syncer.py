@@ -113,12 +113,34 @@ Syncer, IMPL = _choose()
 
 
 class _Job:
-    __slots__ = ("goal", "done", "error")
+    """One ``fdatasync`` in flight: the tasks waiting for it are rescheduled when it ends (a
+    list and ``trio.lowlevel`` rather than a ``trio.Event``: this runs once per ``write()``)."""
+
+    __slots__ = ("goal", "waiting", "finished", "error")
 
     def __init__(self, goal: int):
         self.goal = goal
-        self.done = trio.Event()
+        self.waiting: list = []
+        self.finished = False
         self.error = 0
+
+    async def wait(self) -> None:
+        if self.finished:
+            return
+        task = trio.lowlevel.current_task()
+        self.waiting.append(task)
+
+        def abort(_):
+            self.waiting.remove(task)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def finish(self) -> None:
+        self.finished = True
+        for task in self.waiting:
+            trio.lowlevel.reschedule(task)
+        self.waiting = []
 
 
 class Durability:
@@ -144,7 +166,7 @@ class Durability:
                     job.error = err
                 else:
                     handle.end_sync(job.goal)
-                job.done.set()
+                job.finish()
 
     async def durable(self, handle) -> None:
         """Return once ``handle``'s session is durable up to what was written when called."""
@@ -166,7 +188,7 @@ class Durability:
                     del self._jobs[key], self._by_tag[tag]
                     raise
                 self.syncs += 1
-            await job.done.wait()
+            await job.wait()
             if job.error:
                 raise OSError(job.error, f"fdatasync: {os.strerror(job.error)}")
             if job.goal >= target:
