@@ -40,6 +40,13 @@ from memfs.store.root import Store, StoreSettings
 log = logging.getLogger("memfs.fs")
 
 SWITCH_INTERVAL = 0.0005  # seconds a thread may hold the GIL while another waits for it (see run)
+# pyfuse3 reads requests in worker tasks: a task whose handler waits (an fsync-mode write for its
+# sync, a hop to a worker thread) keeps its task, and when no task is left to read, another is
+# started; a task that finds more than ``min_tasks`` others idle ends, freeing its 1 MiB receive
+# buffer. With pyfuse3's default of 1, 8 fsync-mode writers made the loop start a task for one
+# write in three and grow and trim the heap (brk) for one in eight; 16 idle tasks (at most 16
+# receive buffers, resident only as far as requests filled them) keep them.
+MIN_TASKS = 16
 
 
 def fuse_options(config, store_root: Path | None = None) -> set[str]:
@@ -118,7 +125,7 @@ async def _serve(store: Store, ops: Operations) -> None:
             Follower(ops.nats, ops.cluster)
             nursery.start_soon(ops.nats.run)
         try:
-            await pyfuse3.main()
+            await pyfuse3.main(min_tasks=MIN_TASKS)
         finally:
             ops.pacer.close()  # unmounting: background work no longer gives way
             nursery.cancel_scope.cancel()
