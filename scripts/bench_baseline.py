@@ -20,7 +20,10 @@ tree whose processes would import another memfs), interleaved round by round, so
 * concurrent writers: 4 writers into 4 sessions of a ``write``-mode mount of each tree, one
   300-byte ``write()`` per event, the median of the per-round total rates;
 * responsiveness: each tree's own ``scripts/bench_responsive.py`` (quiet, (a), (b)), run by
-  turns, the medians of its p50 and p99.
+  turns, the medians of its p50 and p99;
+* group commit: 8 threads appending to one ``fsync`` session of each tree's library
+  (``scripts/bench_durability.py``'s workload), each round in a fresh process that first times
+  native ``write``+``fdatasync`` (1 thread) beside it; the median of the per-round ratios.
 
 ``--parts`` runs only some of them (default: all).
 
@@ -71,6 +74,46 @@ shutil.rmtree(root)
 """
 
 LIBRARY_CONFIGS = [("write", "single"), ("buffered", "single"), ("write", "many")]
+
+GROUP_COMMIT = r"""
+import os, sys, tempfile, threading, time, shutil
+import memfs
+from memfs.samples import sized_message
+n, threads = int(sys.argv[1]), 8
+lines = [sized_message(i) for i in range(1000)]
+root = tempfile.mkdtemp(prefix="memfs-bl-gc-")
+fd = os.open(os.path.join(root, "native"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+t = time.perf_counter()
+for i in range(n):
+    os.write(fd, lines[i % 1000])
+    os.fdatasync(fd)
+native = n / (time.perf_counter() - t)
+os.close(fd)
+h = memfs.open_session(root, "g", durability="fsync", max_events=0)
+work = lambda k: [h.append(lines[(i + k) % 1000]) for i in range(n)]
+pool = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+t = time.perf_counter()
+for th in pool:
+    th.start()
+for th in pool:
+    th.join()
+rate = n * threads / (time.perf_counter() - t)
+h.close()
+shutil.rmtree(root)
+print(rate, rate / native)
+"""
+
+
+def group_commit(trees: dict[str, Path], rounds: int, n: int) -> dict[str, dict[str, float]]:
+    """Per tree: medians of the library's 8-thread ``fsync`` rate and of its ratio to native."""
+    got: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
+    for _ in range(rounds):
+        for name, tree in trees.items():
+            out = subprocess.run([sys.executable, "-c", GROUP_COMMIT, str(n)], check=True, capture_output=True,
+                                 text=True, **tree_run(tree)).stdout.split()
+            got[name].append((float(out[0]), float(out[1])))
+    return {name: {"ev/s": statistics.median(r for r, _ in runs), "ratio": statistics.median(q for _, q in runs)}
+            for name, runs in got.items()}
 
 
 def tree_run(tree: Path) -> dict:
@@ -208,7 +251,7 @@ def responsiveness(trees: dict[str, Path], rounds: int) -> dict[str, dict[str, f
             for name, conditions in got.items()}
 
 
-PARTS = ("fsync", "capped", "library", "mount", "concurrent", "responsive")
+PARTS = ("fsync", "capped", "library", "mount", "concurrent", "responsive", "groupcommit")
 
 
 def main() -> int:
@@ -255,6 +298,13 @@ def main() -> int:
         for key in resp["this"]:
             for name in trees:
                 results[f"responsiveness {key} ({name}) ms"] = resp[name][key]
+
+    if "groupcommit" in parts:
+        gc = group_commit(trees, args.rounds, args.fsync_events)
+        for name in trees:
+            results[f"library group commit, 8 threads ({name}) ev/s"] = gc[name]["ev/s"]
+            results[f"library group commit, 8 threads / native 1 thread ({name})"] = gc[name]["ratio"]
+        results["library group commit: this / baseline"] = gc["this"]["ratio"] / gc["baseline"]["ratio"]
 
     if "library" in parts:
         best: dict[tuple, float] = {}
