@@ -158,15 +158,18 @@ class Durability:
         fd = self.syncer.fileno()
         while True:
             await trio.lowlevel.wait_readable(fd)
-            for tag, err in self.syncer.done():
-                key, job, handle = self._by_tag.pop(tag)
-                if self._jobs.get(key) is job:
-                    del self._jobs[key]
-                if err:
-                    job.error = err
-                else:
-                    handle.end_sync(job.goal)
-                job.finish()
+            self._deliver()
+
+    def _deliver(self) -> None:
+        for tag, err in self.syncer.done():
+            key, job, handle = self._by_tag.pop(tag)
+            if self._jobs.get(key) is job:
+                del self._jobs[key]
+            if err:
+                job.error = err
+            else:
+                handle.end_sync(job.goal)
+            job.finish()
 
     async def durable(self, handle) -> None:
         """Return once ``handle``'s session is durable up to what was written when called."""
@@ -188,6 +191,8 @@ class Durability:
                     del self._jobs[key], self._by_tag[tag]
                     raise
                 self.syncs += 1
+            if len(self._by_tag) > 1:  # others' syncs may have ended: deliver them now, not a
+                self._deliver()        # pass of the loop and a task switch later (run)
             await job.wait()
             if job.error:
                 raise OSError(job.error, f"fdatasync: {os.strerror(job.error)}")
