@@ -71,7 +71,8 @@ class LogFile:
     does not move.
     """
 
-    __slots__ = ("fd", "flushed_len", "pending", "synced", "dropped", "_lock", "_cv", "_syncing", "_waiters")
+    __slots__ = ("fd", "flushed_len", "pending", "synced", "dropped", "_lock", "_cv", "_idle_waits", "_syncing",
+                 "_waiters")
 
     def __init__(self, fd: int | None, length: int):
         self.fd = fd
@@ -81,6 +82,7 @@ class LogFile:
         self.dropped = 0  # bytes cut from the front by this process's cap rewrites
         self._lock = threading.Lock()
         self._cv = threading.Condition(self._lock)  # replace() waits on it for a sync to end
+        self._idle_waits = 0  # threads waiting on _cv (notified only then: a sync ends once per fdatasync)
         self._syncing = False
         self._waiters: list = []  # (target, a held lock its sync_to caller waits to acquire)
 
@@ -148,7 +150,8 @@ class LogFile:
     def _wake(self, everyone: bool = False) -> None:
         """Wake the waiters the sync position covers, and the first of the rest to run the
         next sync unless one runs (caller holds the lock)."""
-        self._cv.notify_all()  # replace() waiting for the sync to end
+        if self._idle_waits:
+            self._cv.notify_all()  # replace() waiting for the sync to end
         waiters = self._waiters
         if not waiters:
             return
@@ -167,16 +170,25 @@ class LogFile:
         """None when durable up to sync position ``target``; else ``(fd, goal)`` for a caller
         that syncs ``fd`` itself and then calls :meth:`end_sync` (see
         :meth:`SessionHandle.begin_sync <memfs.store.session.SessionHandle.begin_sync>`)."""
-        with self._cv:
+        with self._lock:
             if self.synced >= target or self.fd is None:
                 return None
             return self.fd, self.position
 
     def end_sync(self, goal: int) -> None:
-        with self._cv:
+        with self._lock:
             if goal > self.synced:
                 self.synced = goal
                 self._wake()
+
+    def _wait_idle(self) -> None:
+        """Wait until no ``fdatasync`` of :meth:`sync_to` runs (caller holds the lock)."""
+        while self._syncing:
+            self._idle_waits += 1
+            try:
+                self._cv.wait()
+            finally:
+                self._idle_waits -= 1
 
     def durable(self) -> None:
         """Write the pending bytes and return once the whole log is on disk."""
@@ -186,9 +198,8 @@ class LogFile:
     def replace(self, fd: int, cut: int) -> None:
         """The log was replaced by its bytes from ``cut`` on, durable and open as ``fd``
         (caller holds the session's mutex; nothing is pending)."""
-        with self._cv:
-            while self._syncing:  # a group-commit fdatasync may still use the old descriptor
-                self._cv.wait()
+        with self._lock:
+            self._wait_idle()  # a group-commit fdatasync may still use the old descriptor
             old, self.fd = self.fd, fd
             self.dropped += cut
             self.flushed_len -= cut
@@ -199,9 +210,8 @@ class LogFile:
         """The log is (again) the file open as ``fd``, ``length`` bytes long — read afresh from
         disk, as another process may have written it (nothing is pending). Sync positions keep
         growing: none of its bytes counts as synced by this process yet."""
-        with self._cv:
-            while self._syncing:
-                self._cv.wait()
+        with self._lock:
+            self._wait_idle()
             old, self.fd = self.fd, fd
             self.dropped = self.synced = self.dropped + self.flushed_len
             self.flushed_len = length
@@ -212,9 +222,8 @@ class LogFile:
         """Close the descriptor once no ``fdatasync`` uses it."""
         if self.fd is None:
             return
-        with self._cv:
-            while self._syncing:
-                self._cv.wait()
+        with self._lock:
+            self._wait_idle()
             fd, self.fd = self.fd, None
         os.close(fd)
 
