@@ -172,9 +172,6 @@ static void raise_exception(PyObject *exc)
 
 /* --- the log file ------------------------------------------------------------------------ */
 
-/* LogFile.write_pending: write the pending bytes whole (a short write is continued, EINTR
- * retried after the signal handlers ran, as os.write does); on an OSError cut the file back
- * to flushed_len and keep the bytes pending. 0, or -1 with an exception set. */
 /* A write of at most this many bytes (one line, a turn of short lines: a few microseconds
  * into the page cache) is made holding the interpreter lock. Releasing it there let every
  * other thread waiting for it run first — a convoy of hand-offs per line: 8 threads appending
@@ -185,6 +182,9 @@ static void raise_exception(PyObject *exc)
  * releases it: which thread runs when is not part of the commit's specification. */
 #define HOLD_GIL_WRITE 4096
 
+/* LogFile.write_pending: write the pending bytes whole (a short write is continued, EINTR
+ * retried after the signal handlers ran, as os.write does); on an OSError cut the file back
+ * to flushed_len and keep the bytes pending. 0, or -1 with an exception set. */
 static int write_pending(PyObject *log)
 {
     PyObject *data = get(log, &LOG, L_PENDING);
