@@ -72,7 +72,7 @@ class LogFile:
     """
 
     __slots__ = ("fd", "flushed_len", "pending", "synced", "dropped", "_lock", "_cv", "_idle_waits", "_syncing",
-                 "_waiters")
+                 "_waiters", "_baton")
 
     def __init__(self, fd: int | None, length: int):
         self.fd = fd
@@ -85,6 +85,7 @@ class LogFile:
         self._idle_waits = 0  # threads waiting on _cv (notified only then: a sync ends once per fdatasync)
         self._syncing = False
         self._waiters: list = []  # (target, a held lock its sync_to caller waits to acquire)
+        self._baton: list = []  # covered callers' locks, released one by one (the last first)
 
     @property
     def length(self) -> int:
@@ -118,7 +119,10 @@ class LogFile:
         caller runs ``fdatasync`` while the others wait for it and share its result. When it
         ends, only the callers it covered are woken, and one more to run the next sync (the
         others sleep on: waking every waiter made each take the interpreter lock in turn
-        only to wait again)."""
+        only to wait again). The covered callers are woken one by the other, oldest first
+        (each, once it runs, wakes the next): woken at once, they queued for the interpreter
+        lock together with the next sync's caller. Side by side, 8 threads on one session,
+        5 runs of 12 rounds: 0.99–1.14 of waking them at once, median 1.05."""
         lock = self._lock
         with lock:
             while self.synced < target:
@@ -128,9 +132,11 @@ class LogFile:
                     self._waiters.append((target, waiter))
                     lock.release()
                     try:
-                        waiter.acquire()  # released by _wake
+                        waiter.acquire()  # released by _wake, or by the caller woken before
                     finally:
                         lock.acquire()
+                        if self._baton:  # wake the next caller the last sync covered
+                            self._baton.pop().release()
                     continue
                 self._syncing = True
                 goal, fd = self.position, self.fd
@@ -156,15 +162,25 @@ class LogFile:
         if not waiters:
             return
         synced, keep, next_one = self.synced, [], self._syncing
+        covered = []
         for target, waiter in waiters:
             if everyone or target <= synced:
-                waiter.release()
+                covered.append(waiter)
             elif not next_one:
                 waiter.release()
                 next_one = True
             else:
                 keep.append((target, waiter))
         self._waiters = keep
+        if everyone:
+            covered += self._baton
+            self._baton = []
+            for waiter in covered:
+                waiter.release()
+        elif covered:
+            covered.reverse()  # popped from the end: the oldest first
+            covered.pop().release()
+            self._baton = covered + self._baton if self._baton else covered
 
     def begin_sync(self, target: int) -> tuple[int, int] | None:
         """None when durable up to sync position ``target``; else ``(fd, goal)`` for a caller
