@@ -75,6 +75,8 @@ shutil.rmtree(root)
 
 LIBRARY_CONFIGS = [("write", "single"), ("buffered", "single"), ("write", "many")]
 
+# bench_durability.py's library workload, written out: importing that module would put this
+# tree's root first on sys.path, and the baseline's process would then import this tree's memfs.
 GROUP_COMMIT = r"""
 import os, sys, tempfile, threading, time, shutil
 import memfs
