@@ -142,7 +142,8 @@ def evicting(work: Path, n: int, max_events: int, name: str = "a") -> dict:
             th.start()
         manifest = mnt / "sessions" / "idle" / "manifest.json"
         deadline = time.monotonic() + 10
-        while sum(turns) * 10 < 4 * (max_events or 500) * 2 and time.monotonic() < deadline:  # past the cap everywhere
+        # past the cap everywhere ((a0), no cap: as long as (a) at its default --max-events)
+        while sum(turns) * 10 < 4 * (max_events or 500) * 2 and time.monotonic() < deadline:
             stat_and_read(manifest)
         samples = [probe(manifest) for _ in range(n)]
         stop.set()
