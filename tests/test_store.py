@@ -21,6 +21,7 @@ import pytest
 import memfs
 from memfs.errors import LineTooLong, ReadOnlySession, SessionBusy, SessionClosed, SymlinkRefused, TurnNotFound, ValidationError
 from memfs.events import SCHEMA_VERSION
+from memfs.store import paths
 from memfs.store.appender import LineAppender
 from refcounts import bytes_kept
 from store_helpers import (wait_until, DONE, FAILED, START, THREAD_DONE, THREAD_START, disk_index, disk_manifest, env, log_lines,
@@ -627,8 +628,6 @@ def test_append_takes_its_arguments_as_a_method_does(tmp_path):
 
 def test_atomic_write_makes_the_rename_durable(tmp_path, monkeypatch):
     """A metadata replace fsyncs the temp file, renames it, then fsyncs the directory."""
-    from memfs.store import paths
-
     calls = []
     real_fsync, real_rename = os.fsync, os.rename
     monkeypatch.setattr(os, "fsync", lambda fd: calls.append(("fsync", os.path.isdir(f"/proc/self/fd/{fd}")))
@@ -637,6 +636,20 @@ def test_atomic_write_makes_the_rename_durable(tmp_path, monkeypatch):
     paths.atomic_write(tmp_path / "f.json", b"{}")
     assert calls == [("fsync", False), ("rename", None), ("fsync", True)]
     assert (tmp_path / "f.json").read_bytes() == b"{}"
+
+
+def test_background_pending_counts_work_until_it_ends():
+    """``paths.background_pending()`` counts the in_background calls not finished yet (a test
+    that fills a disk waits for it: a replaced log's close frees blocks)."""
+    wait_until(lambda: paths.background_pending() == 0, "earlier tests' background work done")
+    release = threading.Event()
+    futures = [paths.in_background(release.wait, 10) for _ in range(3)]
+    assert paths.background_pending() == 3
+    release.set()
+    assert all(f.result(10) for f in futures)
+    wait_until(lambda: paths.background_pending() == 0, "background work done")
+
+
 def test_the_commit_runs_the_twin_asked_for(session, pytestconfig):
     """``--impl`` (MEMFS_IMPL) decides which commit runs; in the normal run it is the compiled
     one, which setup.py builds: a missing build must not pass for the C run."""
@@ -692,6 +705,10 @@ def test_the_commit_keeps_no_references(full_disk):
                     assert exc.accepted == 1
                     outcomes["cap_errors"] += 1
                 put(h, [DONE])
+        # the disk must stay full: wait for the rewrites' closes of replaced logs (they free
+        # blocks) and for any persist that holds some
+        wait_until(lambda: paths.background_pending() == 0 and all(
+            h.stats()["persist_idle"] for h in (capped, buffered, failing)), "background work done")
         filler = fill()
         try:
             for i in range(500):

@@ -187,6 +187,7 @@ def replace_with(tmp: Path, path: Path) -> None:
 _pool = None  # a concurrent.futures.ThreadPoolExecutor, made on first use
 _pool_pid = 0
 _pool_lock = threading.Lock()
+_pending = 0  # in_background calls not finished yet (under _pool_lock)
 
 
 def in_background(fn: Callable, *args) -> "Future":
@@ -197,15 +198,33 @@ def in_background(fn: Callable, *args) -> "Future":
     threads) ``fn`` runs here, now. Its outcome is the returned future's."""
     from concurrent.futures import Future, ThreadPoolExecutor  # (not at import: most uses never need it)
 
-    global _pool, _pool_pid
+    global _pool, _pool_pid, _pending
     with _pool_lock:
         if _pool is None or _pool_pid != os.getpid():  # (a forked child has no workers)
-            _pool, _pool_pid = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memfs-store"), os.getpid()
+            _pool, _pool_pid, _pending = (ThreadPoolExecutor(max_workers=4, thread_name_prefix="memfs-store"),
+                                          os.getpid(), 0)
         try:
-            return _pool.submit(fn, *args)
+            future = _pool.submit(fn, *args)
         except RuntimeError:  # interpreter shutdown
-            pass
-    return run_now(fn, *args)
+            future = None
+        else:
+            _pending += 1
+    if future is None:
+        return run_now(fn, *args)
+    future.add_done_callback(_finished)
+    return future
+
+
+def _finished(_future) -> None:
+    global _pending
+    with _pool_lock:
+        _pending -= 1
+
+
+def background_pending() -> int:
+    """How many :func:`in_background` calls of this process have not finished: e.g. closes of
+    replaced logs whose blocks a full disk is still waiting for."""
+    return _pending
 
 
 def run_now(fn: Callable, *args) -> "Future":
