@@ -1,8 +1,8 @@
 """Writes give way to the other requests queued with them (issue 14: an idle session stays
 fast while others write).
 
-The kernel hands FUSE requests to the server in arrival order, and pyfuse3 reads one request
-per pass of the event loop. Agents append without pause: with four of them writing, the loop
+The kernel hands FUSE requests to the server in arrival order, one per read of ``/dev/fuse``
+(:mod:`memfs.fs.reader`). Agents append without pause: with four of them writing, the loop
 is busy all the time, and a ``stat`` of an idle session waited in the kernel's queue behind
 one ``write()`` of each writer — about 0.4 ms per request, 2.7 ms at the median for ``stat`` +
 ``cat`` of a small file (``scripts/bench_responsive.py``, (a)).
@@ -34,8 +34,6 @@ Decisions recorded here:
 from __future__ import annotations
 
 import collections
-import os
-import select
 import time
 
 import outcome
@@ -45,27 +43,12 @@ MAX_YIELDS = 8  # passes a write lets go by while requests wait in the kernel
 RECENT = 0.02  # seconds: requests other than writes were served lately, the gate is on
 
 
-def kernel_queue_poll():
-    """A function that says whether requests wait in the kernel for this process's FUSE
-    session (the descriptor of ``/dev/fuse`` it reads them from), or None if there is none."""
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{name}") != "/dev/fuse":
-                continue
-        except OSError:  # (the listing's own descriptor, closed meanwhile)
-            continue
-        poller = select.poll()
-        poller.register(int(name), select.POLLIN)
-        return lambda: bool(poller.poll(0))
-    return None
-
-
 class WriteGate:
     """Writes run after the queued requests (see the module). :meth:`run` is a task of the
     server's nursery; a plain write handler asks :meth:`busy`, then awaits :meth:`turn`."""
 
     def __init__(self, queued=None):
-        self.queued = queued  # kernel_queue_poll()
+        self.queued = queued  # whether requests wait in the kernel (memfs.fs.reader.RequestReader.queued)
         self._waiting: collections.deque = collections.deque()  # (task, fn, args)
         self._parked = None  # the run() task, while nothing waits
         self._running = False

@@ -26,8 +26,8 @@ import trio
 from memfs import views
 from memfs.errors import MemfsError
 from memfs.fs import registry
-from memfs.fs.gate import kernel_queue_poll
 from memfs.fs.ops import MountOptions, Operations
+from memfs.fs.reader import RequestReader, fuse_device_fd
 from memfs.fs.syncer import Durability
 from memfs.pace import background
 from memfs.search import store_searcher
@@ -91,6 +91,8 @@ async def _serve(store: Store, ops: Operations) -> None:
                 async for signum in signals:
                     log.info("signal %s: unmounting", signal.Signals(signum).name)
                     pyfuse3.terminate()
+                    if ops.reader is not None:
+                        ops.reader.close()
                     return
 
         async def warm_search_index():
@@ -125,6 +127,8 @@ async def _serve(store: Store, ops: Operations) -> None:
             Follower(ops.nats, ops.cluster)
             nursery.start_soon(ops.nats.run)
         try:
+            if ops.reader is not None:
+                ops.reader.install()  # queued requests are read at once (memfs/fs/reader.py)
             await pyfuse3.main(min_tasks=MIN_TASKS)
         finally:
             ops.pacer.close()  # unmounting: background work no longer gives way
@@ -163,7 +167,10 @@ def run(config) -> int:
         if config.cluster.enabled:  # after the fork: the NATS thread must live in the server
             ops.cluster = start_cluster(config, store)
         pyfuse3.init(ops, str(mountpoint), fuse_options(config, store.root))
-        ops.gate.queued = kernel_queue_poll()
+        fd = fuse_device_fd()
+        if fd is not None:
+            ops.reader = RequestReader(fd, MIN_TASKS)
+            ops.gate.queued = ops.reader.queued
     except BaseException:
         if ops.cluster is not None:
             ops.cluster.stop()

@@ -112,6 +112,7 @@ class Operations(pyfuse3.Operations):
         self.nats = None  # with it, a memfs.cluster.wire.Connection: the event loop's own NATS connection
         self.durability = None  # a memfs.fs.syncer.Durability while mounted: fsync mode's waits
         self.gate = WriteGate()  # appends give way to queued requests (its queue poll is set at mount)
+        self.reader = None  # the RequestReader pyfuse3's tasks wait in (memfs.fs.reader; set at mount)
         self.pacer = Pacer()  # background work gives way to the loop (it watches the loop at mount)
         self.warm_pending = None  # sessions the search index's warm-up has still to index (once listed)
         self._mtimes: dict[Node, tuple[tuple[int, int], int]] = {}  # generated file → (content key, mtime)
@@ -696,6 +697,9 @@ class Operations(pyfuse3.Operations):
             values = {b"user.memfs.writes_gated": str(self.gate.gated).encode(),  # memfs.fs.gate
                       b"user.memfs.background_waits": str(self.pacer.waits).encode(),  # memfs.pace
                       b"user.memfs.background_waited_ms": str(self.pacer.waited_ns // 1_000_000).encode()}
+            if self.reader is not None:  # memfs.fs.reader: requests read at once / after a wait
+                values[b"user.memfs.requests_read_at_once"] = str(self.reader.read_at_once).encode()
+                values[b"user.memfs.requests_read_after_wait"] = str(self.reader.read_after_wait).encode()
             if self.warm_pending is not None:
                 values[b"user.memfs.warm_pending"] = str(self.warm_pending).encode()
             helper = rescanner.current()  # the mount's: large logs' rescans in its process
