@@ -31,10 +31,25 @@ Decisions recorded here:
 * After :meth:`Pacer.close` (unmounting) nothing gives way.
 * The mount reports how often and how long background work gave way as the root's
   ``user.memfs.background_waits`` and ``user.memfs.background_waited_ms``.
+
+**Worker threads run below the event loop** (:func:`lower_workers`, which the mount calls).
+Pacing keeps background work off the GIL; it cannot keep disk work off the CPU, and some work
+cannot give way, because a writer waits for it: with 4 agents driving sessions through cap
+rewrites, the rewrites' and persists' threads used about half a CPU, mostly in the kernel, and
+on two cores the event loop then waited for a CPU, not for the GIL (``bench_responsive.py``
+(a)). So in the mount each worker thread lowers its own CPU priority by ``WORKER_NICE`` nice
+levels (Linux: ``setpriority`` of a thread id affects that thread only) once, before its first
+piece of work (:func:`worker_started`): request hops (``Operations._off_loop``), the warm-up,
+the metadata persister and the store's background pool (:func:`memfs.store.paths.in_background`).
+The loop then gets the CPU first when both want it, and the workers still get what the loop
+leaves. Not lowered: ``fsync`` mode's syncer threads, which spend their time in ``fdatasync``
+and whose wakeup is a write's reply. Raising a priority back needs a privilege, so a lowered
+thread stays lowered; no process other than the mount lowers anything.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from contextlib import contextmanager
@@ -42,7 +57,10 @@ from contextlib import contextmanager
 STEP = 0.001  # seconds a background thread sleeps between looks while it gives way
 BUSY_NS = 20_000  # the loop used this much CPU since the last look: it is serving requests
 
+WORKER_NICE = 10  # nice levels the mount's worker threads run below its event loop
+
 _local = threading.local()
+_worker_nice = 0  # what lower_workers asked (0: worker threads keep the process's priority)
 
 
 class Pacer:
@@ -111,3 +129,29 @@ def pace() -> None:
     pacer = getattr(_local, "pacer", None)
     if pacer is not None:
         pacer.give_way()
+
+
+def lower_workers(increment: int = WORKER_NICE) -> None:
+    """From now on, worker threads run ``increment`` nice levels below the process's priority
+    (each when it calls :func:`worker_started`); see the module."""
+    global _worker_nice
+    _worker_nice = increment
+
+
+def worker_started() -> None:
+    """Called by a worker thread before its work: lower this thread's CPU priority as
+    :func:`lower_workers` asked, once per thread (a failure is ignored: the priority stays)."""
+    if not _worker_nice or getattr(_local, "lowered", False):
+        return
+    _local.lowered = True
+    tid = threading.get_native_id()
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + _worker_nice))
+    except OSError:
+        pass
+
+
+def as_worker(fn, *args):
+    """``fn(*args)`` after :func:`worker_started`: what a worker thread runs."""
+    worker_started()
+    return fn(*args)

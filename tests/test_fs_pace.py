@@ -131,3 +131,32 @@ def test_a_request_rescan_of_a_large_log_runs_in_the_helper_and_leaves_no_proces
     while any(os.path.exists(f"/proc/{pid}") for pid in helpers):
         assert time.monotonic() < deadline, f"left running after unmount: {helpers}"
         time.sleep(0.01)
+
+
+def thread_nices(pid: int) -> dict[int, int]:
+    """Each thread of ``pid``: its nice value (``/proc/<pid>/task/<tid>/stat``, field 19)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                out[int(tid)] = int(f.read().rsplit(")", 1)[1].split()[16])
+        except (OSError, IndexError):  # (a thread that ended meanwhile)
+            continue
+    return out
+
+
+def test_the_mount_runs_its_worker_threads_below_its_event_loop(tmp_path):
+    # cap rewrites (request hops), their persists (the persister) and the store's pool run
+    # on worker threads; each lowers its own priority; the event loop (the main thread) keeps
+    # the process's
+    with mounted(tmp_path / "store", tmp_path / "mnt", "--max-events", "20") as m:
+        s = m.mnt / "sessions" / "w"
+        os.mkdir(s)
+        for _ in range(30):  # a turn per append: past the cap of 20 every few turns
+            with open(s / "events.jsonl", "a") as f:
+                f.write(f"{event('turn.started')}\n{event('turn.completed', usage={})}\n")
+        assert json.loads((s / "manifest.json").read_bytes())["retained_turn_base"] > 1  # rewrites happened
+        nices = thread_nices(m.proc.pid)
+        base = nices.pop(m.proc.pid)
+        assert base == os.getpriority(os.PRIO_PROCESS, 0)
+        assert any(n == min(19, base + 10) for n in nices.values()), nices

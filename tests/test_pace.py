@@ -117,3 +117,32 @@ def test_an_unwatched_pacer_never_waits():
     with background(pacer):
         pace()
     assert pacer.waits == 0
+
+
+def test_worker_threads_lower_their_own_priority_once_and_only_when_asked():
+    import os
+
+    from memfs.pace import lower_workers, worker_started
+
+    def nice_after_start() -> int:
+        out = []
+
+        def run():
+            worker_started()
+            worker_started()  # (once per thread: a second call lowers nothing more)
+            out.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+        t = threading.Thread(target=run)
+        t.start()
+        t.join(30)
+        return out[0]
+
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert nice_after_start() == base  # nothing asked: a library process's threads keep theirs
+    lower_workers(3)
+    try:
+        assert nice_after_start() == min(19, base + 3)
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base  # the caller's own stays
+    finally:
+        lower_workers(0)
+    assert nice_after_start() == base

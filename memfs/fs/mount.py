@@ -29,7 +29,7 @@ from memfs.fs import registry
 from memfs.fs.ops import MountOptions, Operations
 from memfs.fs.reader import RequestReader, fuse_device_fd
 from memfs.fs.syncer import Durability
-from memfs.pace import background
+from memfs.pace import background, lower_workers, worker_started
 from memfs.search import store_searcher
 from memfs.store import rescanner
 from memfs.store.paths import pid_alive, sanitize
@@ -101,6 +101,7 @@ async def _serve(store: Store, ops: Operations) -> None:
                 return
 
             def warm_one(name: str) -> None:  # idle-priority work: it gives way to requests
+                worker_started()
                 with background(ops.pacer):
                     warm([name])
 
@@ -148,6 +149,7 @@ def run(config) -> int:
     # The event loop shares the GIL with the worker threads doing disk work (cap rewrites,
     # rescans): a shorter switch interval bounds how long a request waits for it (5 ms by default).
     sys.setswitchinterval(SWITCH_INTERVAL)
+    lower_workers()  # worker threads below the event loop (memfs/pace.py)
     store, ops = build(config)
     ready_w = None
     if config.daemon:

@@ -40,7 +40,7 @@ from memfs.fs import content
 from memfs.fs.errors import fail, guarded, log
 from memfs.fs.gate import WriteGate
 from memfs.fs.nodes import DIR_KINDS, DYNAMIC_KINDS, SESSION_CHILDREN, InodeTable, K, Node, child
-from memfs.pace import Pacer
+from memfs.pace import Pacer, as_worker
 from memfs.store import rescanner
 from memfs.store.appender import LineAppender
 from memfs.store.meta import parse_rfc3339
@@ -162,7 +162,7 @@ class Operations(pyfuse3.Operations):
 
         self.pacer.hops += 1
         try:
-            trio.lowlevel.start_thread_soon(functools.partial(fn, *args), deliver)
+            trio.lowlevel.start_thread_soon(functools.partial(as_worker, fn, *args), deliver)
             return await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
         finally:
             self.pacer.hops -= 1
@@ -229,8 +229,8 @@ class Operations(pyfuse3.Operations):
         with trio.move_on_after(SEARCH_TIMEOUT) as scope:
             self.pacer.hops += 1  # (a hop, as in _off_loop; abandoned at the timeout)
             try:
-                results = await trio.to_thread.run_sync(
-                    self.searcher, query.text, node.session, query.k, query.min_score, abandon_on_cancel=True)
+                results = await trio.to_thread.run_sync(as_worker, self.searcher, query.text, node.session, query.k,
+                                                        query.min_score, abandon_on_cancel=True)
             finally:
                 self.pacer.hops -= 1
         if scope.cancelled_caught:

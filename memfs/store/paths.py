@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from memfs.errors import SymlinkRefused
+from memfs.pace import worker_started
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -201,7 +202,8 @@ def in_background(fn: Callable, *args) -> "Future":
     global _pool, _pool_pid, _pending
     with _pool_lock:
         if _pool is None or _pool_pid != os.getpid():  # (a forked child has no workers)
-            _pool, _pool_pid, _pending = (ThreadPoolExecutor(max_workers=4, thread_name_prefix="memfs-store"),
+            _pool, _pool_pid, _pending = (ThreadPoolExecutor(max_workers=4, thread_name_prefix="memfs-store",
+                                                             initializer=worker_started),  # (memfs.pace)
                                           os.getpid(), 0)
         try:
             future = _pool.submit(fn, *args)

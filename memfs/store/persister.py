@@ -32,6 +32,8 @@ import os
 import threading
 import time
 
+from memfs.pace import worker_started
+
 log = logging.getLogger("memfs.store")
 
 RETRY_SECONDS = 1.0  # a failed persist is tried again this much later
@@ -132,6 +134,7 @@ class Persister:
             return session
 
     def _run(self) -> None:
+        worker_started()  # (in the mount: below its event loop; memfs.pace)
         while True:
             with self._cv:
                 session = self._next()
