@@ -190,7 +190,7 @@ def main() -> int:
     if irq_cpus and placements:
         results["memfs loop samples on the disk-interrupt CPUs (share)"] = (
             sum(cpu in irq_cpus for cpu in placements) / len(placements))
-    goals = {goal: {"met": results[key] >= target, "measured": f"{results[key]:.2f}"}
+    goals = {goal: {"met": results[key] >= target, "measured": f"{results[key]:.3f}"}
              for goal, key, target in (
                  ("fsync mount, 1 writer >= 0.66 of native 1 thread", "mount 1 writer / native 1 thread", 0.66),
                  ("fsync mount, 8 writers x 8 sessions >= 0.6 of native 8x8", "mount 8x8 / native 8x8", 0.6),
