@@ -91,8 +91,6 @@ async def _serve(store: Store, ops: Operations) -> None:
                 async for signum in signals:
                     log.info("signal %s: unmounting", signal.Signals(signum).name)
                     pyfuse3.terminate()
-                    if ops.reader is not None:
-                        ops.reader.close()
                     return
 
         async def warm_search_index():

@@ -32,9 +32,9 @@ readers grew the server by 66–89 MiB, against 22 MiB before and 35 MiB now
 (``tests/test_reliability_hardening.py`` allows 64).
 
 Ending is pyfuse3's: the tasks waiting in its function leave when ``pyfuse3.terminate()`` or the
-kernel ends the session. :meth:`RequestReader.close` (the mount calls it with
-``pyfuse3.terminate()``) only sends the tasks that come back after it out without reading.
-Where pyfuse3 has no such function, nothing is wrapped and pyfuse3 reads as before; the root's
+kernel ends the session, and a task coming back from a request stops before it asks again. (One
+that passed that check and reaches the checkpoint when ``terminate()`` runs may still read and
+serve a queued request, as a task in the middle of a request does.) Where pyfuse3 has no such function, nothing is wrapped and pyfuse3 reads as before; the root's
 ``user.memfs.requests_read_at_once`` then stays 0 (a test fails on it).
 """
 
@@ -70,7 +70,6 @@ class RequestReader:
         self._poll = poller.poll
         self._wait_readable = None  # pyfuse3's own wait, once installed
         self._waiting = 0  # tasks in it (as pyfuse3 counts them: its idle readers)
-        self.closed = False
         self.read_at_once = 0  # requests read without a wait (user.memfs.requests_read_at_once)
         self.read_after_wait = 0  # ... after pyfuse3's wait for epoll (requests_read_after_wait)
 
@@ -91,10 +90,8 @@ class RequestReader:
 
     async def wait(self) -> bool:
         """True when a request can be read without blocking; False when pyfuse3's task should
-        end (the session ended)."""
+        end (pyfuse3's own wait says the session ended)."""
         await trio.lowlevel.checkpoint()
-        if self.closed:
-            return False
         self._tasks.add(trio.lowlevel.current_task())
         if self._waiting >= (2 if len(self._tasks) >= self.pool else 1) and self._poll(0):
             self.read_at_once += 1
@@ -108,7 +105,3 @@ class RequestReader:
             return False
         finally:
             self._waiting -= 1
-
-    def close(self) -> None:
-        """The session ends (``pyfuse3.terminate()``): tasks that come back do not read."""
-        self.closed = True
