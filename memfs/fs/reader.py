@@ -34,7 +34,8 @@ readers grew the server by 66–89 MiB, against 22 MiB before and 35 MiB now
 Ending is pyfuse3's: the tasks waiting in its function leave when ``pyfuse3.terminate()`` or the
 kernel ends the session, and a task coming back from a request stops before it asks again. (One
 that passed that check and reaches the checkpoint when ``terminate()`` runs may still read and
-serve a queued request, as a task in the middle of a request does.) Where pyfuse3 has no such function, nothing is wrapped and pyfuse3 reads as before; the root's
+serve a queued request, as a task in the middle of a request does.) Where pyfuse3 has no such
+function, nothing is wrapped and pyfuse3 reads as before; the root's
 ``user.memfs.requests_read_at_once`` then stays 0 (a test fails on it).
 """
 
