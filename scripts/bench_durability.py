@@ -18,7 +18,13 @@ within seconds, so each goal is the median of the ratios of neighbours in time):
   FUSE round trip around native ``write``+``fdatasync``), so ``floor 1 writer / native 1
   thread`` is the most the first goal's ratio can be on this machine and stack, and ``mount 1
   writer / floor 1 writer`` is what memfs's own work (its commit, the hop to the syncer and
-  back) leaves of it.
+  back) leaves of it;
+* the reference of the library goal: ``scripts/groupcommit_ref.c``, the same 8 threads × 300-byte
+  appends to one file with the same group commit (a leader runs ``fdatasync`` for everything
+  written, its end wakes whom it covered), in C: no Python, no interpreter lock, no
+  validation. ``C reference / native 1 thread`` is what that algorithm reaches on this machine
+  and ``library / C reference`` what memfs's library keeps of it. It is compiled at the start
+  with the C compiler Python was built with; without one the row is left out.
 
 The fsync rows through the mount depend on where the kernel runs the server's event loop: on
 the CPU that takes the disk's interrupts (on the benchmark machine one CPU takes all of the
@@ -38,8 +44,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import shlex
 import statistics
+import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -118,6 +127,26 @@ def library_group_commit(handle, n: int) -> float:
     return n * THREADS / (time.perf_counter() - t)
 
 
+def build_reference(work: Path) -> Path | None:
+    """Compile ``scripts/groupcommit_ref.c`` into ``work``; None (and why, on stderr) when it
+    cannot be built here."""
+    exe = work / "groupcommit_ref"
+    cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
+    try:
+        subprocess.run([*cc, "-O2", "-o", str(exe), str(ROOT / "scripts" / "groupcommit_ref.c"), "-lpthread"],
+                       check=True, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"the C group-commit reference is left out: it does not build here ({exc})", file=sys.stderr)
+        return None
+    return exe
+
+
+def reference_group_commit(exe: Path, path: Path, n: int) -> float:
+    """Events per second of the C reference: THREADS threads × ``n`` appends to ``path``."""
+    out = subprocess.run([str(exe), str(path), str(THREADS), str(n)], check=True, capture_output=True, text=True)
+    return float(out.stdout.split()[0])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
@@ -137,7 +166,8 @@ def main() -> int:
     rates: dict[str, list[float]] = {k: [] for k in (
         "native 1 thread", "native 8 threads x 8 files", "memfs fsync mount, 1 writer",
         "memfs fsync mount, 8 writers x 8 sessions", "library fsync, 8 threads, 1 session",
-        "floor: pyfuse3 write+fdatasync inline, 1 writer")}
+        "floor: pyfuse3 write+fdatasync inline, 1 writer", "C reference: group commit, 8 threads, 1 file")}
+    reference = build_reference(work)
     try:
         floor_mnt = work / "floor"
         floor_mnt.mkdir()
@@ -167,6 +197,9 @@ def main() -> int:
             rates["library fsync, 8 threads, 1 session"].append(library_group_commit(handle, n))
             rates["floor: pyfuse3 write+fdatasync inline, 1 writer"].append(
                 run_threads([floor_mnt / "sink"], n, False))  # the floor server syncs
+            if reference is not None:
+                rates["C reference: group commit, 8 threads, 1 file"].append(
+                    reference_group_commit(reference, native / "reference", n))
     finally:
         if handle is not None:
             handle.close()
@@ -174,7 +207,7 @@ def main() -> int:
             stop_server(proc, mnt)
         if floor is not None:
             stop_server(floor, floor_mnt)
-    results = {f"{k} ev/s": statistics.median(v) for k, v in rates.items()}
+    results = {f"{k} ev/s": statistics.median(v) for k, v in rates.items() if v}
 
     def ratio(a: str, b: str) -> float:
         return statistics.median(x / y for x, y in zip(rates[a], rates[b]))
@@ -186,6 +219,11 @@ def main() -> int:
                                                         "native 1 thread")
     results["mount 1 writer / floor 1 writer"] = ratio("memfs fsync mount, 1 writer",
                                                       "floor: pyfuse3 write+fdatasync inline, 1 writer")
+    if reference is not None:
+        results["C reference 8 threads / native 1 thread"] = ratio("C reference: group commit, 8 threads, 1 file",
+                                                                   "native 1 thread")
+        results["library 8 threads / C reference"] = ratio("library fsync, 8 threads, 1 session",
+                                                           "C reference: group commit, 8 threads, 1 file")
     irq_cpus = disk_irq_cpus(work)
     if irq_cpus and placements:
         results["memfs loop samples on the disk-interrupt CPUs (share)"] = (
