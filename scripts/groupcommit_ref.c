@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,8 @@
 static pthread_mutex_t order = PTHREAD_MUTEX_INITIALIZER;  /* the file's order */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;     /* the sync state */
 static pthread_cond_t synced_cv = PTHREAD_COND_INITIALIZER;
-static int fd, syncing, failed;
+static int fd, syncing;
+static atomic_int failed;  /* an errno: every thread stops */
 static long written, synced, syncs, events;
 static char line[300];
 
