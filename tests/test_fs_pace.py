@@ -159,4 +159,16 @@ def test_the_mount_runs_its_worker_threads_below_its_event_loop(tmp_path):
         nices = thread_nices(m.proc.pid)
         base = nices.pop(m.proc.pid)
         assert base == os.getpriority(os.PRIO_PROCESS, 0)
-        assert any(n == min(19, base + 10) for n in nices.values()), nices
+        assert os.sched_getscheduler(m.proc.pid) == os.SCHED_OTHER  # the event loop's policy stays
+        lowered = min(19, base + 10)
+        assert any(n == lowered for n in nices.values()), nices
+        assert max(nices.values()) == lowered, nices  # a worker started by a worker is not lowered twice
+        policies = {}
+        for tid, n in nices.items():
+            try:
+                policies[tid] = (n, os.sched_getscheduler(tid))
+            except OSError:  # (a thread that ended meanwhile)
+                continue
+        # the lowered threads run as batch threads (they never preempt on wakeup); the others
+        # (the loop, fsync mode's syncer threads) keep the normal policy
+        assert all(p == (os.SCHED_BATCH if n == lowered else os.SCHED_OTHER) for n, p in policies.values()), policies

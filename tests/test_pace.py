@@ -122,27 +122,40 @@ def test_an_unwatched_pacer_never_waits():
 def test_worker_threads_lower_their_own_priority_once_and_only_when_asked():
     import os
 
-    from memfs.pace import lower_workers, worker_started
+    from memfs.pace import WORKER_POLICY, lower_workers, worker_started
 
-    def nice_after_start() -> int:
+    me = threading.get_native_id()
+    policy = os.sched_getscheduler(me)
+
+    def started(nested: bool = False) -> tuple[int, int]:
+        """A worker's nice value and policy once it called worker_started; ``nested``: of a
+        worker started by a worker (it inherits the first one's nice value and policy)."""
         out = []
 
-        def run():
+        def run(outer: bool = False):
             worker_started()
             worker_started()  # (once per thread: a second call lowers nothing more)
-            out.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+            if outer:
+                inner = threading.Thread(target=run)
+                inner.start()
+                inner.join(30)
+                return
+            tid = threading.get_native_id()
+            out.append((os.getpriority(os.PRIO_PROCESS, tid), os.sched_getscheduler(tid)))
 
-        t = threading.Thread(target=run)
+        t = threading.Thread(target=run, args=(nested,))
         t.start()
         t.join(30)
         return out[0]
 
-    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    assert nice_after_start() == base  # nothing asked: a library process's threads keep theirs
+    base = os.getpriority(os.PRIO_PROCESS, me)
+    assert started() == (base, policy)  # nothing asked: a library process's threads keep theirs
     lower_workers(3)
     try:
-        assert nice_after_start() == min(19, base + 3)
-        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base  # the caller's own stays
+        lowered = (min(19, base + 3), WORKER_POLICY if WORKER_POLICY is not None else policy)
+        assert started() == lowered
+        assert started(nested=True) == lowered  # lowered once, not by 3 more
+        assert (os.getpriority(os.PRIO_PROCESS, me), os.sched_getscheduler(me)) == (base, policy)  # the caller's stay
     finally:
         lower_workers(0)
-    assert nice_after_start() == base
+    assert started() == (base, policy)
