@@ -51,10 +51,10 @@ the lock or just handed it — behind other worker threads on the disk's interru
 a system-wide trace the other CPU was idle meanwhile in three of five such windows. (Two
 later system-wide traces, one of each tree, found few such waits in either — more than 1 ms:
 5 before, 10 after — the machine's phase decides how many there are.) Side by
-side with the code before (``bench_responsive.py``'s (a), five interleaved runs of 6–12
-rounds), the p99's medians went 2.98 → 1.89, 3.12 → 2.73, 2.94 → 2.93, 2.71 → 2.52 and
-3.33 → 2.78 ms, lower in 35 of 46 pairs; the writers made 2–11% fewer turns (their rewrites'
-threads get less CPU: the trade is the point). The nice level is absolute
+side with the code before (``bench_responsive.py``'s (a), six interleaved runs of 6–12
+rounds), the p99's medians went 2.98 → 1.89, 3.12 → 2.73, 2.94 → 2.93, 2.71 → 2.52,
+3.33 → 2.78 and 2.33 → 1.93 ms, lower in 43 of 54 pairs; the writers made 2–11% fewer turns
+(their rewrites' threads get less CPU: the trade is the point). The nice level is absolute
 (:func:`lower_workers` takes the event loop's and adds ``WORKER_NICE``): a worker started by a
 lowered worker inherits its nice value, and lowering that again had put some at 19. Not
 lowered: ``fsync`` mode's syncer threads, which spend their time in ``fdatasync``
