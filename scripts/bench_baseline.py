@@ -256,6 +256,18 @@ def responsiveness(trees: dict[str, Path], rounds: int) -> dict[str, dict[str, f
 PARTS = ("fsync", "capped", "library", "mount", "concurrent", "responsive", "groupcommit")
 
 
+def revision(tree: Path) -> str:
+    """The tree's checked-out commit, ``+`` when its tracked files differ from it; "unknown"
+    outside git. The report then says which code was compared, after the checkout is gone."""
+    try:
+        rev = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(tree), "diff", "--quiet", "HEAD"], capture_output=True).returncode
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return rev + ("+" if dirty else "")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", required=True, type=Path, help="a checkout to compare against")
@@ -325,12 +337,14 @@ def main() -> int:
         mount_singles(trees, args, results)
 
     width = max(map(len, results))
-    print(f"baseline: {trees['baseline']}; library best of {args.rounds} rounds, mount medians of "
-          f"{args.rounds * 3} rounds")
+    print(f"baseline: {trees['baseline']} ({revision(trees['baseline'])}), this: {revision(trees['this'])}; library "
+          f"best of {args.rounds} rounds, mount medians of {args.rounds * 3} rounds")
     for key, value in results.items():
         print(f"{key:<{width}}  {value:,.3f}" if value < 100 else f"{key:<{width}}  {value:,.0f}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"baseline": str(trees["baseline"]), "results": results}, indent=2))
+        Path(args.json).write_text(json.dumps({"baseline": str(trees["baseline"]),
+                                               "revisions": {name: revision(tree) for name, tree in trees.items()},
+                                               "results": results}, indent=2))
     return 0
 
 
