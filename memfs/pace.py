@@ -40,26 +40,26 @@ on two cores the event loop then waited for a CPU, not for the GIL (``bench_resp
 (a)). So in the mount each worker thread lowers its own CPU priority by ``WORKER_NICE`` nice
 levels (Linux: ``setpriority`` of a thread id affects that thread only) once, before its first
 piece of work (:func:`worker_started`): request hops (``Operations._off_loop``), the warm-up,
-the metadata persister and the store's background pool (:func:`memfs.store.paths.in_background`).
-The loop then gets the CPU first when both want it, and the workers still get what the loop
-leaves. Each also switches itself to Linux's ``SCHED_BATCH`` policy (:data:`WORKER_POLICY`):
-a batch thread that wakes does not preempt the thread running on its CPU. In a trace of the
-mount under (a)'s load (``perf sched timehist``), the loop waited on a futex (the interpreter
-lock's, by ``gdb``'s stacks) for more than 2 ms 28 times in 4 s; in the windows looked at, a
-worker thread sat runnable in a CPU's queue for 2.8–4.7 ms meanwhile — likely the one holding
-the lock or just handed it — behind other worker threads on the disk's interrupt CPU, and in
-a system-wide trace the other CPU was idle meanwhile in three of five such windows. (Two
-later system-wide traces, one of each tree, found few such waits in either — more than 1 ms:
-5 before, 10 after — the machine's phase decides how many there are.) Side by
-side with the code before (``bench_responsive.py``'s (a), six interleaved runs of 6–12
-rounds), the p99's medians went 2.98 → 1.89, 3.12 → 2.73, 2.94 → 2.93, 2.71 → 2.52,
+the metadata persister and the store's background pool
+(:func:`memfs.store.paths.in_background`). The loop then gets the CPU first when both want it,
+and the workers still get what the loop leaves. Each also switches itself to Linux's
+``SCHED_BATCH`` policy (:data:`WORKER_POLICY`): a batch thread that wakes does not preempt the
+thread running on its CPU. In a trace of the mount under (a)'s load (``perf sched timehist``),
+the loop waited on a futex (the interpreter lock's, by ``gdb``'s stacks) for more than 2 ms 28
+times in 4 s; in the windows looked at, a worker thread sat runnable in a CPU's queue for
+2.8–4.7 ms meanwhile — likely the one holding the lock or just handed it — behind other worker
+threads on the disk's interrupt CPU, and in a system-wide trace the other CPU was idle meanwhile
+in three of five such windows. (Two later system-wide traces, one of each tree, found few such
+waits in either — more than 1 ms: 5 before, 10 after — the machine's phase decides how many
+there are.) Side by side with the code before (``bench_responsive.py``'s (a), six interleaved
+runs of 6–12 rounds), the p99's medians went 2.98 → 1.89, 3.12 → 2.73, 2.94 → 2.93, 2.71 → 2.52,
 3.33 → 2.78 and 2.33 → 1.93 ms, lower in 43 of 54 pairs; the writers made 2–11% fewer turns
 (their rewrites' threads get less CPU: the trade is the point). The nice level is absolute
 (:func:`lower_workers` takes the event loop's and adds ``WORKER_NICE``): a worker started by a
-lowered worker inherits its nice value, and lowering that again had put some at 19. Not
-lowered: ``fsync`` mode's syncer threads, which spend their time in ``fdatasync``
-and whose wakeup is a write's reply (as batch threads, 8 writers into 8 sessions ran at 0.83
-of the rate with them normal, in 10 interleaved rounds). Raising a priority back needs a privilege, so a lowered
+lowered worker inherits its nice value, and lowering that again had put some at 19. Not lowered:
+``fsync`` mode's syncer threads, which spend their time in ``fdatasync`` and whose wakeup is a
+write's reply (as batch threads, 8 writers into 8 sessions ran at 0.83 of the rate with them
+normal, in 10 interleaved rounds). Raising a priority back needs a privilege, so a lowered
 thread stays lowered; no process other than the mount lowers anything.
 """
 
@@ -77,8 +77,7 @@ WORKER_NICE = 10  # nice levels the mount's worker threads run below its event l
 WORKER_POLICY = getattr(os, "SCHED_BATCH", None)  # their scheduling policy (None: unchanged)
 
 _local = threading.local()
-_worker_nice = 0  # what lower_workers asked (0: worker threads keep the process's priority)
-_worker_level = 0  # the nice value worker threads take: the caller's of lower_workers + _worker_nice
+_worker_level: int | None = None  # the nice value worker threads take (None: they keep theirs)
 
 
 class Pacer:
@@ -154,22 +153,23 @@ def lower_workers(increment: int = WORKER_NICE) -> None:
     (the event loop's; each when it calls :func:`worker_started`); see the module. The level is
     absolute: a thread started by a lowered thread inherits its nice value and is not lowered
     twice."""
-    global _worker_nice, _worker_level
-    _worker_nice = increment
-    _worker_level = min(19, os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) + increment)
+    global _worker_level
+    _worker_level = (min(19, os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) + increment)
+                     if increment else None)
 
 
 def worker_started() -> None:
     """Called by a worker thread before its work: lower this thread's CPU priority as
     :func:`lower_workers` asked, and switch it to :data:`WORKER_POLICY`, once per thread (a
     failure is ignored: the priority or the policy stays)."""
-    if not _worker_nice or getattr(_local, "lowered", False):
+    level = _worker_level
+    if level is None or getattr(_local, "lowered", False):
         return
     _local.lowered = True
     tid = threading.get_native_id()
     try:
-        if os.getpriority(os.PRIO_PROCESS, tid) < _worker_level:
-            os.setpriority(os.PRIO_PROCESS, tid, _worker_level)
+        if os.getpriority(os.PRIO_PROCESS, tid) < level:
+            os.setpriority(os.PRIO_PROCESS, tid, level)
     except OSError:
         pass
     if WORKER_POLICY is not None:
