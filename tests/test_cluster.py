@@ -359,6 +359,58 @@ def test_no_quorum_fails_appends_with_etimedout_keeps_reads_and_recovers(tmp_pat
         cluster.stop()
 
 
+def test_a_host_mounted_while_there_is_no_quorum_comes_up_once_the_cluster_is_back(tmp_path, request):
+    """A mount that joins while JetStream cannot answer (no quorum here; a cluster still electing
+    its leaders is the same) asks again every ``JOIN_ATTEMPT`` seconds, not once per the
+    configured timeout — 60 s here, as set to ride out elections: waiting that out kept such a
+    mount down for as long after the cluster was back. Its log says why it is not up yet."""
+    cluster = NatsCluster.started(tmp_path / "nats")  # its own cluster: this test kills two servers
+    stream, config = cluster_config(tmp_path, request, timeout=60)
+    try:
+        with ExitStack() as stack:
+            stack.callback(cluster.stop)
+            a = stack.enter_context(mounted(tmp_path / "sa", tmp_path / "A", "--cluster", cluster.urls,
+                                            "--config", str(config)))
+            os.mkdir(a.mnt / "sessions" / "j")
+            append(a.mnt, "j", event("thread.started", thread_id="t"), *turn(1, "Written before B joined."))
+            # kill -9 of the stream's leader and one more server: no quorum, and no server left
+            # that answers for the stream (a surviving leader answers stream info until it steps down)
+            leader = stream_leader(cluster.urls, stream)
+            killed = [s for s in cluster.servers if s.name == leader]
+            killed.append(next(s for s in cluster.servers if s.name != leader))
+            for s in killed:
+                s.kill()
+            wait_for(lambda: not cluster.meta_leader(), timeout=30, what="JetStream to lose its meta leader")
+            outcome = {}
+
+            def mount_b():  # (it returns once B is up, or raises after 45 s: less than the timeout)
+                try:
+                    outcome["b"] = start(tmp_path / "sb", tmp_path / "B", "--cluster", cluster.urls,
+                                         "--config", str(config), timeout=45)
+                except Exception as exc:
+                    outcome["error"] = exc
+
+            starting = threading.Thread(target=mount_b)
+            starting.start()
+            b_log = tmp_path / "B.log"
+            try:
+                wait_for(lambda: b_log.exists() and "JetStream did not answer within 2 s" in b_log.read_text(),
+                         timeout=30, what="B's log to say why it is not up")
+            finally:
+                for s in killed:  # back on the same ports and store directories
+                    s.start()
+                starting.join()
+            if "b" in outcome:
+                stack.callback(cleanup, outcome["b"])
+            assert "error" not in outcome, outcome.get("error")
+            b = outcome["b"]
+            same_replicas(a, b, "j", 4)  # B followed the stream from its start
+            append(b.mnt, "j", *turn(2, "Written on B after it joined."))
+            same_replicas(a, b, "j", 7)
+    finally:
+        cluster.stop()
+
+
 def test_host_killed_mid_turn_b_continues_a_catches_up(tmp_path, nats_cluster, request):
     stream, config = cluster_config(tmp_path, request)
     with ExitStack() as stack:

@@ -88,6 +88,11 @@ SIDECAR = "cluster.json"
 SIDECAR_WIDTH = 96  # the sidecar is rewritten in place at a fixed width (one small pwrite)
 MAX_FENCE_RETRIES = 100
 BATCH_MAX = 256  # messages per atomic batch (the server takes up to 1,000)
+# seconds the join waits for each JetStream API reply before it asks again (at most the
+# ``timeout``): a request made while JetStream has no leader (a cluster just started, no
+# quorum) is never answered, and waiting out a ``timeout`` raised to ride out elections (20 s)
+# kept the mount down that long after the cluster was back
+JOIN_ATTEMPT = 2.0
 
 
 def msg_id(host_id: str, session: str, expected: int, line: bytes) -> str:
@@ -198,24 +203,35 @@ class ClusterNode:
                                      reconnect_time_wait=0.25, disconnected_cb=disconnected,
                                      reconnected_cb=reconnected, error_cb=error)
         self.js = self.nc.jetstream(timeout=self.config.timeout)
+        attempt = min(self.config.timeout, JOIN_ATTEMPT)
+        join_js = self.nc.jetstream(timeout=attempt)
         deadline = time.monotonic() + self.config.timeout * 2
+        unanswered = 0
         while True:  # a cluster just started may answer 400/503, or not at all, until its leaders are elected
             try:
-                return await self._join()
+                return await self._join(join_js)
             except (APIError, nats.errors.TimeoutError, asyncio.TimeoutError) as exc:
                 if isinstance(exc, NotFoundError) or time.monotonic() > deadline:
                     raise
-                log.info("cluster: joining stream %s: %r (retrying)", self.config.stream, exc)
+                if isinstance(exc, APIError):  # (an answer: JetStream is electing its leaders)
+                    log.info("cluster: joining stream %s: %r (retrying)", self.config.stream, exc)
+                else:  # no answer: said once at the default level, since the mount is not up meanwhile
+                    unanswered += 1
+                    log.log(logging.WARNING if unanswered == 1 else logging.INFO,
+                            "cluster: joining stream %s: JetStream did not answer within %g s (no leader "
+                            "yet, or no quorum); asking again for up to %g s", self.config.stream, attempt,
+                            self.config.timeout * 2)
                 await asyncio.sleep(0.2)
 
-    async def _join(self) -> None:
+    async def _join(self, js) -> None:
         """Make sure the stream exists (and takes atomic batches); read where following starts
-        (the checkpoint). The follower itself runs on the event loop (:mod:`memfs.cluster.follow`)."""
+        (the checkpoint). The follower itself runs on the event loop (:mod:`memfs.cluster.follow`).
+        ``js``: the join's JetStream context (its requests time out after :data:`JOIN_ATTEMPT`)."""
         cfg = self.config
         try:
-            info = await self.js.stream_info(cfg.stream)
+            info = await js.stream_info(cfg.stream)
         except NotFoundError:
-            info = await self.js.add_stream(api.StreamConfig(
+            info = await js.add_stream(api.StreamConfig(
                 name=cfg.stream, subjects=[SUBJECT_PREFIX + ">"], num_replicas=cfg.effective_replicas,
                 storage=api.StorageType.FILE, duplicate_window=120.0, max_age=cfg.max_age or None,
                 max_bytes=cfg.max_bytes or None, allow_direct=True, allow_atomic=True))
@@ -224,7 +240,7 @@ class ClusterNode:
         if not self.atomic:  # a stream made before batches: allow them (an editable setting)
             try:
                 info.config.allow_atomic = True
-                self.atomic = bool((await self.js.update_stream(info.config)).config.allow_atomic)
+                self.atomic = bool((await js.update_stream(info.config)).config.allow_atomic)
             except APIError as exc:
                 log.warning("cluster: stream %s does not take atomic batches (%s): one publish per line",
                             cfg.stream, exc)
