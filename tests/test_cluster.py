@@ -397,11 +397,13 @@ def test_a_host_mounted_while_there_is_no_quorum_comes_up_once_the_cluster_is_ba
                 wait_for(lambda: b_log.exists() and "JetStream did not answer within 2 s" in b_log.read_text(),
                          timeout=30, what="B's log to say why it is not up")
             finally:
-                for s in killed:  # back on the same ports and store directories
-                    s.start()
-                starting.join()
-            if "b" in outcome:
-                stack.callback(cleanup, outcome["b"])
+                try:
+                    for s in killed:  # back on the same ports and store directories
+                        s.start()
+                finally:
+                    starting.join()
+                    if "b" in outcome:  # (unmounted whatever happens)
+                        stack.callback(cleanup, outcome["b"])
             assert "error" not in outcome, outcome.get("error")
             b = outcome["b"]
             same_replicas(a, b, "j", 4)  # B followed the stream from its start
