@@ -89,9 +89,9 @@ SIDECAR_WIDTH = 96  # the sidecar is rewritten in place at a fixed width (one sm
 MAX_FENCE_RETRIES = 100
 BATCH_MAX = 256  # messages per atomic batch (the server takes up to 1,000)
 # seconds the join waits for each JetStream API reply before it asks again (at most the
-# ``timeout``): a request made while JetStream has no leader (a cluster just started, no
-# quorum) is never answered, and waiting out a ``timeout`` raised to ride out elections (20 s)
-# kept the mount down that long after the cluster was back
+# ``timeout``): a request made while JetStream has no leader (a cluster starting, no quorum) is
+# often not answered at all, and waiting out a ``timeout`` raised to ride out elections (20 s)
+# kept the mount down that long after the cluster could answer
 JOIN_ATTEMPT = 2.0
 
 
@@ -215,7 +215,7 @@ class ClusterNode:
                     raise
                 if isinstance(exc, APIError):  # (an answer: JetStream is electing its leaders)
                     log.info("cluster: joining stream %s: %r (retrying)", self.config.stream, exc)
-                else:  # no answer: said once at the default level, since the mount is not up meanwhile
+                else:  # no answer: said once as a warning, since the mount is not up meanwhile
                     unanswered += 1
                     log.log(logging.WARNING if unanswered == 1 else logging.INFO,
                             "cluster: joining stream %s: JetStream did not answer within %g s (no leader "
