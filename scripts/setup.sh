@@ -55,7 +55,7 @@ if ! .venv/bin/python -c '' 2>/dev/null; then
 fi
 
 # --- 3. Python packages (skipped when the stamp matches the build inputs) --
-c_modules=(memfs/_contract memfs/store/_writer)  # the extensions setup.py builds
+c_modules=(memfs/_contract memfs/store/_writer memfs/fs/_syncer memfs/fs/_intake)  # the extensions setup.py builds
 hash=$(cat pyproject.toml setup.py "${c_modules[@]/%/.c}" | sha256sum | cut -d' ' -f1)
 built=1
 for m in "${c_modules[@]}"; do compgen -G "$m.*.so" >/dev/null || built=0; done

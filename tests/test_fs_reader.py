@@ -18,6 +18,10 @@ from mounting import event, is_mounted, mounted, needs_fuse
 
 pytestmark = needs_fuse
 
+# The reader takes requests for pyfuse3's tasks: all of them in the intake's twin, pyfuse3's own
+# reading (memfs/fs/intake.py); with the intake, those its threads queue for the loop
+TWIN = {"MEMFS_IMPL": "py"}
+
 WRITER = r"""
 import json, os, sys
 path, me, turns = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -48,7 +52,7 @@ def writers(sessions, names, turns: int) -> list[subprocess.Popen]:
 
 def test_queued_requests_are_read_at_once_and_every_line_lands_once_in_order(tmp_path):
     turns = 300
-    with mounted(tmp_path / "store", tmp_path / "mnt") as m:
+    with mounted(tmp_path / "store", tmp_path / "mnt", env=TWIN) as m:
         sessions = m.mnt / "sessions"
         names = [f"w{k}" for k in range(4)]
         procs = writers(sessions, names, turns)
@@ -74,14 +78,25 @@ def test_queued_requests_are_read_at_once_and_every_line_lands_once_in_order(tmp
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "fusermount -u"])
-def test_the_server_ends_with_its_tasks_waiting_in_the_reader(tmp_path, how):
+@pytest.mark.parametrize("reading", ["intake", "twin"])
+def test_the_server_ends_with_its_tasks_waiting_in_the_reader(tmp_path, how, reading):
     # 16 fsync-mode writers: up to 16 requests wait for their syncs at once, while the others'
     # are read; a task that found no request queued must never read (the loop would block
     # there, and the syncs' completions with it). Then both ways of ending end every task.
-    with mounted(tmp_path / "store", tmp_path / "mnt", "--durability", "fsync") as m:
+    # With the intake (memfs/fs/intake.py) its threads serve the writes, each waiting for its
+    # sync, and start more threads while they wait; the loop's tasks wait on its queue.
+    env = TWIN if reading == "twin" else {}
+    with mounted(tmp_path / "store", tmp_path / "mnt", "--durability", "fsync", env=env) as m:
         procs = writers(m.mnt / "sessions", [f"w{k}" for k in range(16)], 20)
         assert [p.wait(120) for p in procs] == [0] * 16
-        assert root_count(m.mnt, "requests_read_at_once") + root_count(m.mnt, "requests_read_after_wait") > 16 * 60
+        read = root_count(m.mnt, "requests_read_at_once") + root_count(m.mnt, "requests_read_after_wait")
+        if reading == "twin":
+            assert read > 16 * 60
+            assert "user.memfs.intake_writes" not in os.listxattr(m.mnt)
+        else:
+            assert root_count(m.mnt, "intake_writes") == 16 * 60
+            assert root_count(m.mnt, "intake_peak_threads") > 2  # more than it started with
+            assert 0 < read <= root_count(m.mnt, "intake_forwarded")  # the rest went to the loop
         if how == "SIGTERM":
             m.proc.send_signal(signal.SIGTERM)
         else:

@@ -14,6 +14,7 @@ import os
 import traceback
 from types import CoroutineType
 
+from memfs.fs import intake  # noqa: F401  (first: it must be loaded before pyfuse3)
 import pyfuse3
 
 from memfs.errors import MemfsError
@@ -63,24 +64,33 @@ def guarded(handler):
             return result
         except pyfuse3.FUSEError:
             raise
-        except MemfsError as exc:
-            log.info("%s%s: %s", name, _about(name, args), exc)
-            error = fuse_error(exc)
-            _drop_frames(exc)
-        except OSError as exc:
-            log.warning("%s%s: %s", name, _about(name, args), exc)
-            error = fuse_error(exc)
-            _drop_frames(exc)
         except Exception as exc:
-            log.exception("unexpected error in %s%s", name, _about(name, args))
-            error = pyfuse3.FUSEError(errno.EIO)
-            _drop_frames(exc)
+            error = refusal(name, args, exc)
         try:  # outside the except: the reply carries no context holding the failed request
             raise error
         finally:  # nor does its traceback, through this frame, hold the request's arguments
             error = args = None
 
     return wrapper
+
+
+def refusal(name: str, args: tuple, exc: Exception) -> pyfuse3.FUSEError:
+    """The reply to handler ``name`` called with ``args`` that raised ``exc``: a refused
+    request's reason is logged in one line, anything unexpected is ``EIO`` with its traceback
+    (:func:`guarded`, and the intake's writes: ``Operations.write_now``)."""
+    if isinstance(exc, pyfuse3.FUSEError):
+        return exc
+    if isinstance(exc, MemfsError):
+        log.info("%s%s: %s", name, _about(name, args), exc)
+        error = fuse_error(exc)
+    elif isinstance(exc, OSError):
+        log.warning("%s%s: %s", name, _about(name, args), exc)
+        error = fuse_error(exc)
+    else:
+        log.error("unexpected error in %s%s", name, _about(name, args), exc_info=exc)
+        error = pyfuse3.FUSEError(errno.EIO)
+    _drop_frames(exc)
+    return error
 
 
 def _drop_frames(exc: BaseException) -> None:

@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from memfs.fs import intake  # (first: it must be loaded before pyfuse3)
 import pyfuse3
 import trio
 
@@ -166,12 +167,23 @@ def run(config) -> int:
     try:
         if config.cluster.enabled:  # after the fork: the NATS thread must live in the server
             ops.cluster = start_cluster(config, store)
+        # the intake's threads read the requests (memfs/fs/intake.py); not in cluster mode,
+        # whose appends are published from the event loop's own NATS connection
+        queue_fd = intake.arm() if ops.cluster is None else None
         pyfuse3.init(ops, str(mountpoint), fuse_options(config, store.root))
         fd = fuse_device_fd()
+        if queue_fd is not None and not intake.took():
+            queue_fd = None  # pyfuse3 was bound to libfuse's own read: it reads, as the twin
+        if queue_fd is not None and fd is None:
+            raise MemfsError("the FUSE session's /dev/fuse descriptor was not found")
         if fd is not None:
-            ops.reader = RequestReader(fd, MIN_TASKS)
+            ops.reader = RequestReader(fd if queue_fd is None else queue_fd, MIN_TASKS)
             ops.gate.queued = ops.reader.queued
+        if queue_fd is not None:
+            ops.intake = True  # (before any request: opens then choose the intake's appends)
+            intake.start(fd, ops.write_now)
     except BaseException:
+        intake.stop()
         if ops.cluster is not None:
             ops.cluster.stop()
         store.close()
@@ -198,6 +210,7 @@ def run(config) -> int:
     finally:
         try:
             try:
+                intake.stop()  # its write in progress answered; no request is read from now on
                 views.flush()  # views copied to the backing store are written before we go
                 ops.close_files()  # files the kernel did not release yet hold sessions open
                 if ops.cluster is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from memfs.fs import intake  # noqa: F401  (first: it must be loaded before pyfuse3)
 import pyfuse3
 
 

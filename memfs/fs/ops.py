@@ -31,13 +31,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from memfs.fs import intake  # (first: it must be loaded before pyfuse3)
 import pyfuse3
 import trio
 
 from memfs import views
 from memfs.errors import MemfsError, NotFound, ValidationError
 from memfs.fs import content
-from memfs.fs.errors import fail, guarded, log
+from memfs.fs.errors import INJECTED_FAULTS, fail, guarded, log, refusal
 from memfs.fs.gate import WriteGate
 from memfs.fs.nodes import DIR_KINDS, DYNAMIC_KINDS, SESSION_CHILDREN, InodeTable, K, Node, child
 from memfs.pace import Pacer, as_worker
@@ -111,6 +112,7 @@ class Operations(pyfuse3.Operations):
         self.cluster = None  # a memfs.cluster.node.ClusterNode in cluster mode (SPEC §9), set before mounting
         self.nats = None  # with it, a memfs.cluster.wire.Connection: the event loop's own NATS connection
         self.durability = None  # a memfs.fs.syncer.Durability while mounted: fsync mode's waits
+        self.intake = False  # the intake's threads serve writes (memfs.fs.intake; set at mount)
         self.gate = WriteGate()  # appends give way to queued requests (its queue poll is set at mount)
         self.reader = None  # the RequestReader pyfuse3's tasks wait in (memfs.fs.reader; set at mount)
         self.pacer = Pacer()  # background work gives way to the loop (it watches the loop at mount)
@@ -511,7 +513,8 @@ class Operations(pyfuse3.Operations):
                 target = session
                 if self.cluster is not None:  # publish with the fence first, then the local commit
                     target = self.cluster.session(session)
-                # fsync mode: the loop commits, the syncer syncs (memfs.fs.syncer)
+                # fsync mode: the loop commits, the syncer syncs (memfs.fs.syncer); with the
+                # intake, the thread that read the write commits and syncs (write_now)
                 deferred = self.durability is not None and self.cluster is None and session.durability == "fsync"
                 handle.appender = LineAppender(target, max_line_bytes=self.store.settings.max_line_bytes, pid=pid,
                                                sync=not deferred)
@@ -553,6 +556,32 @@ class Operations(pyfuse3.Operations):
             return self._write_in_turn(handle, off, buf)
         n = self._write_unless_blocking(handle, off, buf)
         return self._off_loop(self._write, handle, off, buf) if n is None else n
+
+    def write_now(self, fh: int, off: int, buf: bytes) -> int:
+        """A ``write()`` read by the intake (:mod:`memfs.fs.intake`), served on its thread: the
+        append, waiting for whatever it waits for (a cap rewrite, the session's lock) — no event
+        loop is involved. Returns the bytes written, or ``-errno`` with the reason logged as
+        :func:`~memfs.fs.errors.guarded` does; in ``fsync`` mode, when the log is not yet
+        durable, ``(written, fd, end_sync, goal)``: the thread runs ``fdatasync`` on ``fd`` (a
+        duplicate) without the interpreter lock before it replies, and reports ``goal`` to
+        ``end_sync`` later (:func:`memfs.fs._intake`'s ``serve_write``)."""
+        try:
+            if INJECTED_FAULTS and "write" in INJECTED_FAULTS:
+                raise RuntimeError("injected fault in write (MEMFS_INJECT_FAULT)")
+            handle = self.files.get(fh)
+            if handle is None or handle.appender is None:
+                raise fail("EBADF")
+            n = self._write(handle, off, buf)
+            if handle.appender.sync:
+                return n
+            session = handle.session  # fsync mode: the intake's thread syncs (memfs/fs/_intake.c)
+            request = session.begin_sync(session.sync_position)
+            if request is None:
+                return n
+            fd, goal = request
+            return n, os.dup(fd), session.end_sync, goal  # (a cap rewrite may replace fd)
+        except Exception as exc:
+            return -refusal("write", (self, fh, off, buf), exc).errno
 
     async def _write_in_turn(self, handle: OpenFile, off: int, buf: bytes) -> int:
         n = await self.gate.turn(self._write_unless_blocking, handle, off, buf)
@@ -700,6 +729,10 @@ class Operations(pyfuse3.Operations):
             if self.reader is not None:  # memfs.fs.reader: requests read at once / after a wait
                 values[b"user.memfs.requests_read_at_once"] = str(self.reader.read_at_once).encode()
                 values[b"user.memfs.requests_read_after_wait"] = str(self.reader.read_after_wait).encode()
+            if self.intake:  # memfs.fs.intake: writes served on its threads, requests for the loop
+                for key, value in intake.stats().items():
+                    if key in ("writes", "forwarded", "threads", "peak_threads"):
+                        values[b"user.memfs.intake_" + key.encode()] = str(value).encode()
             if self.warm_pending is not None:
                 values[b"user.memfs.warm_pending"] = str(self.warm_pending).encode()
             helper = rescanner.current()  # the mount's: large logs' rescans in its process

@@ -1,0 +1,533 @@
+/*
+ * memfs.fs._intake — the mount's requests read from /dev/fuse by threads of its own.
+ *
+ * pyfuse3 reads each FUSE request on its trio event loop: a pass of the loop, a task switch
+ * and Python around every request, ~100 µs of CPU per request here. An `fsync`-mode append
+ * then also waited for a syncer thread, so one writer reached under half of native
+ * `write`+`fdatasync` (SPEC §6 forbids the loop itself to wait for the disk). With the intake,
+ * threads of this module read the requests instead:
+ *
+ *   a WRITE (in memfs only events.jsonl is ever open for writing) is served on the thread that
+ *   read it: it takes the interpreter lock, calls the Python callable given to start() as
+ *   callback(fh, offset, data) -> bytes written or -errno, which commits the line and, in
+ *   `fsync` mode, waits for its fdatasync (group commit, the interpreter lock released), and
+ *   writes the reply itself. A thread that takes a write while no other thread waits in
+ *   /dev/fuse starts one (up to max_threads), so a slow write never holds up other requests;
+ *   a thread that finds two others waiting when it is done ends.
+ *   anything else is queued, whole, for the event loop. pyfuse3's read loop takes it from the
+ *   queue: this module defines the two libfuse functions that loop calls,
+ *   fuse_session_fd() (pyfuse3 waits for its descriptor to become readable: here, an eventfd
+ *   counting the queued requests) and fuse_session_receive_buf() (here, a pop from the
+ *   queue). It is loaded with RTLD_GLOBAL before pyfuse3 (memfs/fs/intake.py), so the
+ *   dynamic linker binds pyfuse3's calls to these; until arm() they forward to libfuse's.
+ *
+ * The Python twin is pyfuse3's own reading (memfs/fs/intake.py says when each is used):
+ * MEMFS_IMPL=py, or a process where pyfuse3 was loaded first, serves every request on the
+ * loop as before.
+ *
+ * Ending: the kernel ends the session (unmount: a read fails with ENODEV), and the thread that
+ * sees it marks the queue ended: pyfuse3's tasks then get 0 from fuse_session_receive_buf and
+ * libfuse's exit flag is set, as libfuse's own read does. stop() ends the threads (a thread in
+ * the middle of a write finishes it first; one waiting in read() is woken by a signal of its
+ * own, INTAKE_SIGNAL, whose handler does nothing).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define FUSE_USE_VERSION 31
+#include <fuse3/fuse_lowlevel.h>
+#include <linux/fuse.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_THREADS 32
+#define MAX_IDLE 8                           /* a thread done with a request ends if as many wait */
+#define INTAKE_SIGNAL (SIGRTMIN + 7)         /* wakes a thread blocked in read() at stop() */
+/* A thread done with a request, while no thread serves a write, polls /dev/fuse for this long
+ * before it blocks in read(): a writer's next write() mostly comes within it, and is then read
+ * without a wakeup (a sleeping reader's costs 20-30 us here). Side by side with the code before
+ * the intake (scripts/bench_baseline.py, 5 rounds): single appends 0.91 of it without the spin,
+ * 2.41-2.47 with 30 or 50 us; one fsync writer 1.49 -> 1.54, 8 writers into 8 sessions
+ * 0.89 -> 1.04 with 50 us. No spin while writes are served: their threads need the CPUs. */
+#define SPIN_NS 50000
+
+typedef struct item {
+    struct item *next;
+    size_t len;
+    char data[];
+} item;
+
+/* --- state (one FUSE session per process) --------------------------------------------- */
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t exited_cv = PTHREAD_COND_INITIALIZER;
+static item *q_head, *q_tail;                /* requests for the event loop, oldest first */
+static int qfd = -1;                         /* eventfd (semaphore): one count per queued request */
+static atomic_int armed;                     /* the two libfuse functions serve the queue */
+static atomic_int ended;                     /* the kernel ended the session */
+static atomic_int stopping;
+static int devfd = -1;                       /* our duplicate of the session's /dev/fuse */
+static size_t bufsize;                       /* what libfuse reads with: max_write + a header */
+static PyObject *callback;                   /* callback(fh, off, data) -> n or -errno */
+static pthread_t threads[MAX_THREADS];
+static int live[MAX_THREADS];                /* slot in use */
+static int nthreads, idle, peak;             /* under mu */
+static atomic_llong n_writes, n_forwarded, n_fd_calls;
+static atomic_int busy;                      /* threads serving a write */
+
+static int (*real_receive)(struct fuse_session *, struct fuse_buf *);
+static int (*real_fd)(struct fuse_session *);
+static void (*real_exit)(struct fuse_session *);
+
+static void *libfuse_symbol(const char *name)
+{
+    void *lib = dlopen("libfuse3.so.3", RTLD_NOW | RTLD_NOLOAD);
+    void *sym = NULL;
+    if (lib != NULL) {
+        sym = dlvsym(lib, name, "FUSE_3.0");
+        if (sym == NULL)
+            sym = dlsym(lib, name);
+        dlclose(lib);
+    }
+    if (sym == NULL) {
+        fprintf(stderr, "memfs intake: libfuse3's %s not found\n", name);
+        abort();
+    }
+    return sym;
+}
+
+static void resolve(void)
+{
+    if (real_receive == NULL) {
+        real_fd = libfuse_symbol("fuse_session_fd");
+        real_exit = libfuse_symbol("fuse_session_exit");
+        real_receive = libfuse_symbol("fuse_session_receive_buf");
+    }
+}
+
+/* --- the two libfuse functions pyfuse3's loop calls ------------------------------------ */
+
+int fuse_session_fd(struct fuse_session *se)
+{
+    if (atomic_load(&armed)) {
+        atomic_fetch_add(&n_fd_calls, 1);
+        return qfd;
+    }
+    resolve();
+    return real_fd(se);
+}
+
+int fuse_session_receive_buf(struct fuse_session *se, struct fuse_buf *buf)
+{
+    uint64_t one;
+    item *it;
+
+    if (!atomic_load(&armed)) {
+        resolve();
+        return real_receive(se, buf);
+    }
+    it = NULL;
+    if (read(qfd, &one, sizeof one) == sizeof one) {
+        pthread_mutex_lock(&mu);
+        it = q_head;
+        if (it != NULL) {
+            q_head = it->next;
+            if (q_head == NULL)
+                q_tail = NULL;
+        }
+        pthread_mutex_unlock(&mu);
+    }
+    if (it == NULL) {  /* nothing queued (another task took it), or the end's count */
+        if (atomic_load(&ended)) {
+            resolve();
+            real_exit(se);
+            one = 1;
+            (void)!write(qfd, &one, sizeof one);  /* the other tasks waiting see it too */
+            return 0;
+        }
+        return -EINTR;  /* pyfuse3 waits again */
+    }
+    if (buf->mem == NULL || malloc_usable_size(buf->mem) < it->len) {
+        free(buf->mem);
+        buf->mem = malloc(it->len < 65536 ? 65536 : it->len);
+        if (buf->mem == NULL) {
+            free(it);
+            return -ENOMEM;
+        }
+    }
+    memcpy(buf->mem, it->data, it->len);
+    buf->size = it->len;
+    buf->flags = 0;
+    buf->pos = 0;
+    free(it);
+    return (int)buf->size;
+}
+
+/* --- the threads ------------------------------------------------------------------------ */
+
+static void forward(const char *data, size_t len)
+{
+    item *it = malloc(sizeof(item) + len);
+    uint64_t one = 1;
+    if (it == NULL)
+        return;  /* the request stays unanswered, as on any server out of memory */
+    it->next = NULL;
+    it->len = len;
+    memcpy(it->data, data, len);
+    pthread_mutex_lock(&mu);
+    if (q_tail != NULL)
+        q_tail->next = it;
+    else
+        q_head = it;
+    q_tail = it;
+    pthread_mutex_unlock(&mu);
+    (void)!write(qfd, &one, sizeof one);
+    atomic_fetch_add(&n_forwarded, 1);
+}
+
+static void end_session(void)
+{
+    uint64_t one = 1;
+    atomic_store(&ended, 1);
+    (void)!write(qfd, &one, sizeof one);
+}
+
+static void reply(uint64_t unique, int error, uint32_t written)
+{
+    struct fuse_out_header out = {.len = sizeof out, .error = error, .unique = unique};
+    struct fuse_write_out wo = {.size = written};
+    struct iovec iov[2] = {{&out, sizeof out}, {&wo, sizeof wo}};
+    int n = 1;
+    if (error == 0) {
+        out.len += sizeof wo;
+        n = 2;
+    }
+    /* ENOENT: the request was interrupted and withdrawn meanwhile; nothing to do */
+    (void)!writev(devfd, iov, n);
+}
+
+/* A thread's Python side: its thread state, and the last sync to report (see serve_write). */
+typedef struct {
+    PyThreadState *ts;
+    PyGILState_STATE gil;
+    PyObject *synced;  /* end_sync(goal) to call the next time this thread holds the lock */
+    PyObject *goal;
+} pyside;
+
+static void take_gil(pyside *py)
+{
+    PyObject *ret;
+    if (py->ts == NULL)
+        py->gil = PyGILState_Ensure();  /* this thread's Python state, kept until it ends */
+    else
+        PyEval_RestoreThread(py->ts);
+    if (py->synced != NULL) {
+        ret = PyObject_CallOneArg(py->synced, py->goal);
+        if (ret == NULL)
+            PyErr_WriteUnraisable(py->synced);
+        Py_XDECREF(ret);
+        Py_CLEAR(py->synced);
+        Py_CLEAR(py->goal);
+    }
+}
+
+/* Serve one WRITE on this thread (see the top of the file). The callback returns the bytes
+ * written, -errno, or (written, fd, end_sync, goal): fdatasync fd (a duplicate, closed here)
+ * before the reply; end_sync(goal) is called the next time this thread holds the interpreter
+ * lock (the log then knows it durable; until then a sync of its own would only be redundant),
+ * so that a write takes the lock once. */
+static void serve_write(const char *buf, size_t len, pyside *py)
+{
+    const struct fuse_in_header *in = (const void *)buf;
+    const struct fuse_write_in *arg = (const void *)(buf + sizeof *in);
+    const char *data = buf + sizeof *in + sizeof *arg;
+    long long result = -EIO;
+    int sync_fd = -1;
+    PyObject *args[3], *ret, *synced = NULL, *goal = NULL;
+
+    if (len < sizeof *in + sizeof *arg || len - sizeof *in - sizeof *arg < arg->size) {
+        reply(in->unique, -EIO, 0);
+        return;
+    }
+    take_gil(py);
+    args[0] = PyLong_FromUnsignedLongLong(arg->fh);
+    args[1] = PyLong_FromLongLong((long long)arg->offset);
+    args[2] = PyBytes_FromStringAndSize(data, arg->size);
+    if (args[0] != NULL && args[1] != NULL && args[2] != NULL) {
+        ret = PyObject_Vectorcall(callback, args, 3, NULL);
+        if (ret != NULL && PyTuple_Check(ret) && PyTuple_GET_SIZE(ret) == 4) {
+            result = PyLong_AsLongLong(PyTuple_GET_ITEM(ret, 0));
+            sync_fd = (int)PyLong_AsLong(PyTuple_GET_ITEM(ret, 1));
+            synced = PyTuple_GET_ITEM(ret, 2);
+            goal = PyTuple_GET_ITEM(ret, 3);
+            Py_INCREF(synced);
+            Py_INCREF(goal);
+        } else if (ret != NULL) {
+            result = PyLong_AsLongLong(ret);
+        }
+        Py_XDECREF(ret);
+    }
+    Py_XDECREF(args[0]);
+    Py_XDECREF(args[1]);
+    Py_XDECREF(args[2]);
+    if (PyErr_Occurred()) {
+        PyErr_WriteUnraisable(callback);
+        result = -EIO;
+    }
+    py->ts = PyEval_SaveThread();
+    if (sync_fd >= 0) {
+        if (fdatasync(sync_fd) != 0 && result >= 0)
+            result = -errno;  /* the lines are in the log, as when an append's own sync fails */
+        close(sync_fd);
+    }
+    if (synced != NULL) {
+        if (result >= 0) {  /* (references moved to py: released with the lock held) */
+            py->synced = synced;
+            py->goal = goal;
+        } else {
+            PyGILState_STATE g = PyGILState_Ensure();
+            Py_DECREF(synced);
+            Py_DECREF(goal);
+            PyGILState_Release(g);
+        }
+    }
+    atomic_fetch_add(&n_writes, 1);
+    if (result >= 0)
+        reply(in->unique, 0, (uint32_t)result);
+    else
+        reply(in->unique, (int)(result < -4095 ? -EIO : result), 0);
+}
+
+static int spawn_locked(void);
+
+static void *reader(void *slot_arg)
+{
+    int slot = (int)(intptr_t)slot_arg;
+    char *buf = malloc(bufsize);
+    pyside py = {NULL, PyGILState_UNLOCKED, NULL, NULL};
+    sigset_t only;
+
+    sigfillset(&only);
+    sigdelset(&only, INTAKE_SIGNAL);
+    pthread_sigmask(SIG_SETMASK, &only, NULL);
+    while (buf != NULL && !atomic_load(&stopping) && !atomic_load(&ended)) {
+        ssize_t n;
+        const struct fuse_in_header *in = (const void *)buf;
+        int keep;
+
+        if (atomic_load(&busy) == 0) {  /* the writer's next request is near */
+            struct timespec t0, t;
+            struct pollfd p = {devfd, POLLIN, 0};
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            do {
+                if (poll(&p, 1, 0) > 0)
+                    break;
+                clock_gettime(CLOCK_MONOTONIC, &t);
+            } while ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) < SPIN_NS
+                     && atomic_load(&busy) == 0);
+        }
+        pthread_mutex_lock(&mu);
+        idle++;
+        pthread_mutex_unlock(&mu);
+        n = atomic_load(&stopping) ? -1 : read(devfd, buf, bufsize);
+        if (n < 0 && atomic_load(&stopping))
+            errno = EINTR;
+        pthread_mutex_lock(&mu);
+        idle--;
+        if (n >= (ssize_t)sizeof *in && in->opcode == FUSE_WRITE && idle == 0)
+            spawn_locked();  /* someone must keep reading while this write waits */
+        pthread_mutex_unlock(&mu);
+        if (n < 0) {
+            if (errno == ENODEV) {
+                end_session();
+                break;
+            }
+            continue;  /* EINTR, EAGAIN; ENOENT: a request withdrawn before it was read */
+        }
+        if ((size_t)n < sizeof *in)
+            continue;
+        if (in->opcode == FUSE_WRITE) {
+            atomic_fetch_add(&busy, 1);
+            serve_write(buf, (size_t)n, &py);
+            atomic_fetch_sub(&busy, 1);
+            pthread_mutex_lock(&mu);
+            keep = idle < MAX_IDLE;
+            pthread_mutex_unlock(&mu);
+            if (!keep)
+                break;
+        } else {
+            forward(buf, (size_t)n);
+        }
+    }
+    free(buf);
+    if (py.ts != NULL) {
+        take_gil(&py);  /* (reports its last sync) */
+        PyGILState_Release(py.gil);
+    }
+    pthread_mutex_lock(&mu);
+    live[slot] = 0;
+    nthreads--;
+    pthread_cond_broadcast(&exited_cv);
+    pthread_mutex_unlock(&mu);
+    return NULL;
+}
+
+/* Start a reader (caller holds mu); 0 when none could be started. */
+static int spawn_locked(void)
+{
+    pthread_attr_t attr;
+    sigset_t all, old;
+    int slot, err;
+
+    if (atomic_load(&stopping) || nthreads >= MAX_THREADS)
+        return 0;
+    for (slot = 0; live[slot]; slot++)
+        ;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);  /* no signal reaches it before it chose its mask */
+    err = pthread_create(&threads[slot], &attr, reader, (void *)(intptr_t)slot);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (err != 0)
+        return 0;
+    live[slot] = 1;
+    nthreads++;
+    if (nthreads > peak)
+        peak = nthreads;
+    return 1;
+}
+
+static void on_signal(int sig)
+{
+    (void)sig;
+}
+
+/* --- the module's functions ---------------------------------------------------------------- */
+
+static PyObject *intake_arm(PyObject *self, PyObject *noargs)
+{
+    if (qfd < 0) {
+        qfd = eventfd(0, EFD_SEMAPHORE | EFD_NONBLOCK | EFD_CLOEXEC);
+        if (qfd < 0)
+            return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    atomic_store(&armed, 1);
+    return PyLong_FromLong(qfd);
+}
+
+static PyObject *intake_disarm(PyObject *self, PyObject *noargs)
+{
+    atomic_store(&armed, 0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *intake_start(PyObject *self, PyObject *args)
+{
+    int fd, threads, i, started = 0;
+    PyObject *cb;
+    struct sigaction sa;
+
+    if (!PyArg_ParseTuple(args, "iOi:start", &fd, &cb, &threads))
+        return NULL;
+    if (!atomic_load(&armed) || devfd >= 0) {
+        PyErr_SetString(PyExc_RuntimeError, "intake: not armed, or started already");
+        return NULL;
+    }
+    devfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (devfd < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;  /* no SA_RESTART: a read() it interrupts returns EINTR */
+    sigemptyset(&sa.sa_mask);
+    sigaction(INTAKE_SIGNAL, &sa, NULL);
+    bufsize = 256 * (size_t)sysconf(_SC_PAGESIZE) + 4096;
+
+    Py_INCREF(cb);
+    callback = cb;
+    atomic_store(&stopping, 0);
+    pthread_mutex_lock(&mu);
+    for (i = 0; i < (threads < 1 ? 1 : threads); i++)
+        started += spawn_locked();
+    pthread_mutex_unlock(&mu);
+    if (!started) {
+        PyErr_SetString(PyExc_OSError, "intake: no thread could be started");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *intake_stop(PyObject *self, PyObject *noargs)
+{
+    struct timespec until;
+    int i;
+
+    if (devfd < 0)
+        Py_RETURN_NONE;
+    atomic_store(&stopping, 1);
+    Py_BEGIN_ALLOW_THREADS  /* a thread finishing a write needs the interpreter lock */
+    pthread_mutex_lock(&mu);
+    while (nthreads > 0) {
+        for (i = 0; i < MAX_THREADS; i++)
+            if (live[i])
+                pthread_kill(threads[i], INTAKE_SIGNAL);
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 10 * 1000 * 1000;  /* again in 10 ms: a signal may precede its read() */
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&exited_cv, &mu, &until);
+    }
+    pthread_mutex_unlock(&mu);
+    Py_END_ALLOW_THREADS
+    close(devfd);
+    devfd = -1;
+    Py_CLEAR(callback);
+    Py_RETURN_NONE;
+}
+
+static PyObject *intake_stats(PyObject *self, PyObject *noargs)
+{
+    int threads, top;
+    pthread_mutex_lock(&mu);
+    threads = nthreads;
+    top = peak;
+    pthread_mutex_unlock(&mu);
+    return Py_BuildValue("{sLsLsLsisisi}", "writes", (long long)atomic_load(&n_writes),
+                         "forwarded", (long long)atomic_load(&n_forwarded),
+                         "fd_calls", (long long)atomic_load(&n_fd_calls),
+                         "threads", threads, "peak_threads", top, "armed", atomic_load(&armed));
+}
+
+static PyMethodDef methods[] = {
+    {"arm", intake_arm, METH_NOARGS,
+     "arm() -> fd: pyfuse3's fuse_session_fd() returns the queue's eventfd from now on"},
+    {"disarm", intake_disarm, METH_NOARGS, "disarm(): libfuse's own functions again (before start)"},
+    {"start", intake_start, METH_VARARGS,
+     "start(fuse_fd, callback, threads): read requests from fuse_fd on threads"},
+    {"stop", intake_stop, METH_NOARGS, "stop(): end the threads (a write in progress finishes)"},
+    {"stats", intake_stats, METH_NOARGS, "stats() -> dict of counters"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "memfs.fs._intake", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__intake(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,87 @@
+"""Who reads the mount's requests from ``/dev/fuse``: threads of the intake, or pyfuse3's loop.
+
+With the intake (``memfs/fs/_intake.c``, the default), threads of the server read every FUSE
+request. A ``write()`` — in memfs only ``events.jsonl`` is ever open for writing — is served
+on the thread that read it, through :meth:`Operations.write_now
+<memfs.fs.ops.Operations.write_now>`: the commit, and in ``fsync`` mode its ``fdatasync``
+(group commit, shared with the other threads appending to the session), then the reply, with
+no pass of the event loop. Every other request is queued for the event loop, where pyfuse3
+serves it as before (it waits on the queue's eventfd instead of ``/dev/fuse``). A thread that
+takes a write while no other thread is left waiting in ``/dev/fuse`` starts another, so a
+slow write (a sync, a cap rewrite, taking a session's lock) never holds up other requests,
+and the event loop never waits for the disk (SPEC §6). Measured on the benchmark machine, one
+``fsync`` writer through the mount: see the README ("The server never waits for the disk").
+
+The twin is pyfuse3's own reading: every request on the event loop, ``fsync``-mode syncs on
+the syncer's threads (:mod:`memfs.fs.syncer`), cap rewrites and first opens hopped to worker
+threads. It runs when ``MEMFS_IMPL=py`` (as the store's twins), when the compiled module is
+missing, in cluster mode (appends are published from the event loop's own NATS connection,
+``memfs.cluster.wire``), and when pyfuse3 was loaded before this module — the intake takes
+pyfuse3's read by defining the two libfuse functions its loop calls, which only works when
+it is loaded first, with ``RTLD_GLOBAL``; every module of ``memfs.fs`` that imports pyfuse3
+imports this one before it. :func:`arm` tells whether it took; :func:`stats` is what the
+mount's root reports (``user.memfs.intake_*``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def _load():
+    if os.environ.get("MEMFS_IMPL") == "py" or "pyfuse3" in sys.modules:
+        return None
+    flags = sys.getdlopenflags()
+    sys.setdlopenflags(flags | os.RTLD_GLOBAL)  # its two libfuse functions must come first
+    try:
+        from memfs.fs import _intake
+    except ImportError:
+        return None
+    finally:
+        sys.setdlopenflags(flags)
+    return _intake
+
+
+_intake = _load()
+THREADS = 2  # readers started with the mount; more start while writes wait (see the module)
+
+
+def available() -> bool:
+    """Whether this process can serve with the intake (see the module for when it cannot)."""
+    return _intake is not None
+
+
+def arm() -> int | None:
+    """Before ``pyfuse3.init``: make pyfuse3 wait on the intake's queue. Returns the queue's
+    descriptor, or None when the intake is not available."""
+    return _intake.arm() if _intake is not None else None
+
+
+def took() -> bool:
+    """After ``pyfuse3.init``: whether pyfuse3 asked the intake for its descriptor (it did not
+    when it had bound libfuse's own functions). If not, the intake is disarmed."""
+    if _intake is None:
+        return False
+    if _intake.stats()["fd_calls"]:
+        return True
+    _intake.disarm()
+    return False
+
+
+def start(fuse_fd: int, write_now) -> None:
+    """Start reading ``fuse_fd`` (the session's ``/dev/fuse``); writes go to ``write_now(fh,
+    offset, data) -> bytes written or -errno``."""
+    _intake.start(fuse_fd, write_now, THREADS)
+
+
+def stop() -> None:
+    """End the readers (a write in progress is finished and answered first)."""
+    if _intake is not None:
+        _intake.stop()
+
+
+def stats() -> dict:
+    """``writes`` served on the intake's threads, requests ``forwarded`` to the event loop,
+    ``threads`` now and at most (``peak_threads``)."""
+    return _intake.stats() if _intake is not None else {}
