@@ -16,10 +16,6 @@ from mounting import event, mounted, needs_fuse
 
 pytestmark = needs_fuse
 
-# The gate orders writes on the event loop: the intake's twin, pyfuse3's own reading
-# (memfs/fs/intake.py; with the intake, writes never reach the loop)
-TWIN = {"MEMFS_IMPL": "py"}
-
 
 def turn_lines(me: str, k: int) -> list[bytes]:
     items = [event("item.completed", item={"id": f"{me}-{k}-{i}", "type": "agent_message", "text": f"{me} {k} {i}"})
@@ -58,7 +54,7 @@ def gated(mnt) -> int:
 
 @pytest.mark.parametrize("max_events", [0, 300])
 def test_concurrent_writers_are_gated_and_every_line_lands_once_in_order(tmp_path, max_events):
-    with mounted(tmp_path / "store", tmp_path / "mnt", "--max-events", str(max_events), env=TWIN) as m:
+    with mounted(tmp_path / "store", tmp_path / "mnt", "--max-events", str(max_events)) as m:
         sessions = m.mnt / "sessions"
         os.mkdir(sessions / "idle")
         with open(sessions / "idle" / "events.jsonl", "a") as f:

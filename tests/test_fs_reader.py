@@ -18,8 +18,9 @@ from mounting import event, is_mounted, mounted, needs_fuse
 
 pytestmark = needs_fuse
 
-# The reader takes requests for pyfuse3's tasks: all of them in the intake's twin, pyfuse3's own
-# reading (memfs/fs/intake.py); with the intake, those its threads queue for the loop
+# The reader takes requests for pyfuse3's tasks: all of them in a `write`-mode mount, or in the
+# intake's twin; with the intake (an `fsync`-mode mount, memfs/fs/intake.py), those its threads
+# queue for the loop
 TWIN = {"MEMFS_IMPL": "py"}
 
 WRITER = r"""
@@ -52,7 +53,7 @@ def writers(sessions, names, turns: int) -> list[subprocess.Popen]:
 
 def test_queued_requests_are_read_at_once_and_every_line_lands_once_in_order(tmp_path):
     turns = 300
-    with mounted(tmp_path / "store", tmp_path / "mnt", env=TWIN) as m:
+    with mounted(tmp_path / "store", tmp_path / "mnt") as m:
         sessions = m.mnt / "sessions"
         names = [f"w{k}" for k in range(4)]
         procs = writers(sessions, names, turns)

@@ -9,11 +9,12 @@
  *
  *   a WRITE (in memfs only events.jsonl is ever open for writing) is served on the thread that
  *   read it: it takes the interpreter lock, calls the Python callable given to start() as
- *   callback(fh, offset, data) -> bytes written or -errno, which commits the line and, in
- *   `fsync` mode, waits for its fdatasync (group commit, the interpreter lock released), and
- *   writes the reply itself. A thread that takes a write while no other thread waits in
- *   /dev/fuse starts one (up to max_threads), so a slow write never holds up other requests;
- *   a thread that finds two others waiting when it is done ends.
+ *   callback(fh, offset, data), which commits the line (see serve_write for what it returns),
+ *   releases the lock, runs the fdatasync the callback asked for, and writes the reply itself.
+ *   A thread that takes a write while no other thread waits in /dev/fuse starts one (at most
+ *   MAX_THREADS), so a slow write never holds up other requests; a thread that finds MAX_IDLE
+ *   others waiting when it is done with a write ends (with 2, 8 writers into 8 sessions made
+ *   threads end and start again: 23 at the peak, and 6.9k against 10.8k ev/s with 8);
  *   anything else is queued, whole, for the event loop. pyfuse3's read loop takes it from the
  *   queue: this module defines the two libfuse functions that loop calls,
  *   fuse_session_fd() (pyfuse3 waits for its descriptor to become readable: here, an eventfd
@@ -21,9 +22,8 @@
  *   queue). It is loaded with RTLD_GLOBAL before pyfuse3 (memfs/fs/intake.py), so the
  *   dynamic linker binds pyfuse3's calls to these; until arm() they forward to libfuse's.
  *
- * The Python twin is pyfuse3's own reading (memfs/fs/intake.py says when each is used):
- * MEMFS_IMPL=py, or a process where pyfuse3 was loaded first, serves every request on the
- * loop as before.
+ * The Python twin is pyfuse3's own reading, which serves every request on the loop as before
+ * (memfs/fs/intake.py says when each is used: the intake only in `fsync`-mode mounts).
  *
  * Ending: the kernel ends the session (unmount: a read fails with ENODEV), and the thread that
  * sees it marks the queue ended: pyfuse3's tasks then get 0 from fuse_session_receive_buf and
@@ -40,7 +40,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -55,13 +54,6 @@
 #define MAX_THREADS 32
 #define MAX_IDLE 8                           /* a thread done with a request ends if as many wait */
 #define INTAKE_SIGNAL (SIGRTMIN + 7)         /* wakes a thread blocked in read() at stop() */
-/* A thread done with a request, while no thread serves a write, polls /dev/fuse for this long
- * before it blocks in read(): a writer's next write() mostly comes within it, and is then read
- * without a wakeup (a sleeping reader's costs 20-30 us here). Side by side with the code before
- * the intake (scripts/bench_baseline.py, 5 rounds): single appends 0.91 of it without the spin,
- * 2.41-2.47 with 30 or 50 us; one fsync writer 1.49 -> 1.54, 8 writers into 8 sessions
- * 0.89 -> 1.04 with 50 us. No spin while writes are served: their threads need the CPUs. */
-#define SPIN_NS 50000
 
 typedef struct item {
     struct item *next;
@@ -85,7 +77,6 @@ static pthread_t threads[MAX_THREADS];
 static int live[MAX_THREADS];                /* slot in use */
 static int nthreads, idle, peak;             /* under mu */
 static atomic_llong n_writes, n_forwarded, n_fd_calls;
-static atomic_int busy;                      /* threads serving a write */
 
 static int (*real_receive)(struct fuse_session *, struct fuse_buf *);
 static int (*real_fd)(struct fuse_session *);
@@ -327,17 +318,6 @@ static void *reader(void *slot_arg)
         const struct fuse_in_header *in = (const void *)buf;
         int keep;
 
-        if (atomic_load(&busy) == 0) {  /* the writer's next request is near */
-            struct timespec t0, t;
-            struct pollfd p = {devfd, POLLIN, 0};
-            clock_gettime(CLOCK_MONOTONIC, &t0);
-            do {
-                if (poll(&p, 1, 0) > 0)
-                    break;
-                clock_gettime(CLOCK_MONOTONIC, &t);
-            } while ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) < SPIN_NS
-                     && atomic_load(&busy) == 0);
-        }
         pthread_mutex_lock(&mu);
         idle++;
         pthread_mutex_unlock(&mu);
@@ -359,9 +339,7 @@ static void *reader(void *slot_arg)
         if ((size_t)n < sizeof *in)
             continue;
         if (in->opcode == FUSE_WRITE) {
-            atomic_fetch_add(&busy, 1);
             serve_write(buf, (size_t)n, &py);
-            atomic_fetch_sub(&busy, 1);
             pthread_mutex_lock(&mu);
             keep = idle < MAX_IDLE;
             pthread_mutex_unlock(&mu);

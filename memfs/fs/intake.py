@@ -1,26 +1,34 @@
 """Who reads the mount's requests from ``/dev/fuse``: threads of the intake, or pyfuse3's loop.
 
-With the intake (``memfs/fs/_intake.c``, the default), threads of the server read every FUSE
+In an ``fsync``-mode mount, threads of the intake (``memfs/fs/_intake.c``) read every FUSE
 request. A ``write()`` — in memfs only ``events.jsonl`` is ever open for writing — is served
 on the thread that read it, through :meth:`Operations.write_now
-<memfs.fs.ops.Operations.write_now>`: the commit, and in ``fsync`` mode its ``fdatasync``
-(group commit, shared with the other threads appending to the session), then the reply, with
-no pass of the event loop. Every other request is queued for the event loop, where pyfuse3
-serves it as before (it waits on the queue's eventfd instead of ``/dev/fuse``). A thread that
-takes a write while no other thread is left waiting in ``/dev/fuse`` starts another, so a
-slow write (a sync, a cap rewrite, taking a session's lock) never holds up other requests,
-and the event loop never waits for the disk (SPEC §6). Measured on the benchmark machine, one
-``fsync`` writer through the mount: see the README ("The server never waits for the disk").
+<memfs.fs.ops.Operations.write_now>`: the commit under the interpreter lock, then, without it,
+the ``fdatasync`` and the reply, with no pass of the event loop (a write that may wait for a
+cap rewrite or the session's lock runs on a lowered worker thread, the intake's thread
+waiting). Every other request is queued for the event loop, where pyfuse3 serves it as before
+(it waits on the queue's eventfd instead of ``/dev/fuse``). A thread that takes a write while
+no other thread is left waiting in ``/dev/fuse`` starts another, so a slow write never holds
+up other requests, and the event loop never waits for the disk (SPEC §6).
 
-The twin is pyfuse3's own reading: every request on the event loop, ``fsync``-mode syncs on
-the syncer's threads (:mod:`memfs.fs.syncer`), cap rewrites and first opens hopped to worker
-threads. It runs when ``MEMFS_IMPL=py`` (as the store's twins), when the compiled module is
-missing, in cluster mode (appends are published from the event loop's own NATS connection,
-``memfs.cluster.wire``), and when pyfuse3 was loaded before this module — the intake takes
-pyfuse3's read by defining the two libfuse functions its loop calls, which only works when
-it is loaded first, with ``RTLD_GLOBAL``; every module of ``memfs.fs`` that imports pyfuse3
-imports this one before it. :func:`arm` tells whether it took; :func:`stats` is what the
-mount's root reports (``user.memfs.intake_*``).
+Decision: only ``fsync``-mode mounts use it. Each request queued for the loop costs one more
+thread wakeup than when the loop reads it itself: a quiet ``stat`` + read of a manifest took
+p50 0.93 ms against 0.70–0.73 through the loop. In ``fsync`` mode a write costs an
+``fdatasync`` and one writer gains 1.5× (the README has the figures); in ``write`` mode single
+appends gained too (2.4× with a thread polling ``/dev/fuse`` for 50 µs after each write), but
+side by side with the loop's reading the ``stat`` probes of ``scripts/bench_responsive.py``
+lost: with 4 writers through cap rewrites p99 2.1 → 6.4 ms, while the warm-up rescans 0.9 →
+3.0 ms. ``write``-mode mounts therefore keep pyfuse3's own reading.
+
+That reading is also the twin: every request on the event loop, ``fsync``-mode syncs on the
+syncer's threads (:mod:`memfs.fs.syncer`), cap rewrites and first opens hopped to worker
+threads. It runs in ``write`` and ``buffered`` mounts, when ``MEMFS_IMPL=py`` (as the store's
+twins), when the compiled module is missing, in cluster mode (appends are published from the
+event loop's own NATS connection, ``memfs.cluster.wire``), and when pyfuse3 was loaded before
+this module — the intake takes pyfuse3's read by defining the two libfuse functions its loop
+calls, which only works when it is loaded first, with ``RTLD_GLOBAL``; every module of
+``memfs.fs`` that imports pyfuse3 imports this one before it. :func:`took` tells whether it
+took; :func:`stats` is what the mount's root reports (``user.memfs.intake_*``).
 """
 
 from __future__ import annotations

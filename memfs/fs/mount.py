@@ -167,9 +167,9 @@ def run(config) -> int:
     try:
         if config.cluster.enabled:  # after the fork: the NATS thread must live in the server
             ops.cluster = start_cluster(config, store)
-        # the intake's threads read the requests (memfs/fs/intake.py); not in cluster mode,
-        # whose appends are published from the event loop's own NATS connection
-        queue_fd = intake.arm() if ops.cluster is None else None
+        # fsync mode: the intake's threads read the requests (memfs/fs/intake.py says when and
+        # why); not in cluster mode, whose appends are published from the loop's NATS connection
+        queue_fd = intake.arm() if ops.cluster is None and config.durability == "fsync" else None
         pyfuse3.init(ops, str(mountpoint), fuse_options(config, store.root))
         fd = fuse_device_fd()
         if queue_fd is not None and not intake.took():

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import os
 import stat
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -571,10 +572,14 @@ class Operations(pyfuse3.Operations):
             handle = self.files.get(fh)
             if handle is None or handle.appender is None:
                 raise fail("EBADF")
-            n = self._write(handle, off, buf)
+            session = handle.session
+            if session.may_block_append(len(buf), buf.count(b"\n") + 1, sync=False):
+                n = self._on_worker(self._write, handle, off, buf)  # a cap rewrite, the lock
+            else:
+                n = self._write(handle, off, buf)
             if handle.appender.sync:
                 return n
-            session = handle.session  # fsync mode: the intake's thread syncs (memfs/fs/_intake.c)
+            # fsync mode: the intake's thread syncs (memfs/fs/_intake.c)
             request = session.begin_sync(session.sync_position)
             if request is None:
                 return n
@@ -582,6 +587,23 @@ class Operations(pyfuse3.Operations):
             return n, os.dup(fd), session.end_sync, goal  # (a cap rewrite may replace fd)
         except Exception as exc:
             return -refusal("write", (self, fh, off, buf), exc).errno
+
+    @staticmethod
+    def _on_worker(fn: Callable, *args):
+        """``fn(*args)`` on a worker thread (lowered, :mod:`memfs.pace`), the calling intake
+        thread waiting: a cap rewrite's Python then gives way to the event loop for the CPU, as
+        it does on the loop's path (``_off_loop``)."""
+        done = threading.Lock()
+        done.acquire()
+        result = []
+
+        def deliver(outcome) -> None:
+            result.append(outcome)
+            done.release()
+
+        trio.lowlevel.start_thread_soon(functools.partial(as_worker, fn, *args), deliver)
+        done.acquire()
+        return result[0].unwrap()
 
     async def _write_in_turn(self, handle: OpenFile, off: int, buf: bytes) -> int:
         n = await self.gate.turn(self._write_unless_blocking, handle, off, buf)
