@@ -52,7 +52,7 @@
 #include <unistd.h>
 
 #define MAX_THREADS 32
-#define MAX_IDLE 8                           /* a thread done with a request ends if as many wait */
+#define MAX_IDLE 8                           /* a thread done with a write ends if as many wait */
 #define INTAKE_SIGNAL (SIGRTMIN + 7)         /* wakes a thread blocked in read() at stop() */
 
 typedef struct item {
@@ -288,10 +288,10 @@ static void serve_write(const char *buf, size_t len, pyside *py)
             py->synced = synced;
             py->goal = goal;
         } else {
-            PyGILState_STATE g = PyGILState_Ensure();
+            PyEval_RestoreThread(py->ts);
             Py_DECREF(synced);
             Py_DECREF(goal);
-            PyGILState_Release(g);
+            py->ts = PyEval_SaveThread();
         }
     }
     atomic_fetch_add(&n_writes, 1);

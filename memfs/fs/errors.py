@@ -42,6 +42,12 @@ def fuse_error(exc: BaseException) -> pyfuse3.FUSEError:
     return pyfuse3.FUSEError(errno.EIO)
 
 
+def inject_fault(name: str) -> None:
+    """Raise the testing hook's unexpected error when handler ``name`` is listed in it."""
+    if name in INJECTED_FAULTS:
+        raise RuntimeError(f"injected fault in {name} (MEMFS_INJECT_FAULT)")
+
+
 def guarded(handler):
     """Wrap an ``Operations`` method: known errors become their errno, a refused write's
     reason is logged in one line, anything else is ``EIO`` plus a traceback.
@@ -56,8 +62,8 @@ def guarded(handler):
     @functools.wraps(handler)
     async def wrapper(*args):
         try:
-            if INJECTED_FAULTS and name in INJECTED_FAULTS:
-                raise RuntimeError(f"injected fault in {name} (MEMFS_INJECT_FAULT)")
+            if INJECTED_FAULTS:
+                inject_fault(name)
             result = handler(*args)
             if type(result) is CoroutineType:
                 result = await result

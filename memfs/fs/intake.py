@@ -55,11 +55,6 @@ _intake = _load()
 THREADS = 2  # readers started with the mount; more start while writes wait (see the module)
 
 
-def available() -> bool:
-    """Whether this process can serve with the intake (see the module for when it cannot)."""
-    return _intake is not None
-
-
 def arm() -> int | None:
     """Before ``pyfuse3.init``: make pyfuse3 wait on the intake's queue. Returns the queue's
     descriptor, or None when the intake is not available."""

@@ -39,7 +39,7 @@ import trio
 from memfs import views
 from memfs.errors import MemfsError, NotFound, ValidationError
 from memfs.fs import content
-from memfs.fs.errors import INJECTED_FAULTS, fail, guarded, log, refusal
+from memfs.fs.errors import INJECTED_FAULTS, fail, guarded, inject_fault, log, refusal
 from memfs.fs.gate import WriteGate
 from memfs.fs.nodes import DIR_KINDS, DYNAMIC_KINDS, SESSION_CHILDREN, InodeTable, K, Node, child
 from memfs.pace import Pacer, as_worker
@@ -567,8 +567,8 @@ class Operations(pyfuse3.Operations):
         duplicate) without the interpreter lock before it replies, and reports ``goal`` to
         ``end_sync`` later (:func:`memfs.fs._intake`'s ``serve_write``)."""
         try:
-            if INJECTED_FAULTS and "write" in INJECTED_FAULTS:
-                raise RuntimeError("injected fault in write (MEMFS_INJECT_FAULT)")
+            if INJECTED_FAULTS:
+                inject_fault("write")
             handle = self.files.get(fh)
             if handle is None or handle.appender is None:
                 raise fail("EBADF")
