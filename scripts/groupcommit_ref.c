@@ -1,12 +1,15 @@
 /* The reference for the library's group-commit goal (scripts/bench_durability.py): the same
  * workload as memfs's library benchmark — THREADS threads each appending EVENTS 300-byte lines
  * to one file, every append returning only once an fdatasync covers it — with no Python, no
- * interpreter lock and no validation, in the classic form of group commit: each thread
- * write()s its line under a mutex (the file's order) and then waits; one waiting thread at a
- * time runs fdatasync for everything written so far, and its end wakes every thread it covered
- * and elects the next syncer.  What this program reaches on a machine is what that algorithm
- * reaches there; memfs's library runs the same algorithm (memfs/store/writer.py) and pays
- * Python and its interpreter lock on top.
+ * interpreter lock and no validation, and the same group commit as memfs/store/writer.py
+ * (LogFile.sync_to): each thread write()s its line under a mutex (the file's order) and then
+ * waits; one waiting thread at a time runs fdatasync for everything written so far, and its
+ * end wakes every thread it covered and elects the next syncer. The threads a sync covers are
+ * "owed": the next syncer first waits until each of them (but itself) has written its next
+ * line, for at most the last fdatasync's duration (never over 2 ms), so that its sync covers
+ * them too — without that wait the threads fall into two groups that alternate and each sync
+ * covers about half of them. What this program reaches on a machine is what that algorithm
+ * reaches there; memfs's library pays Python and its interpreter lock on top.
  *
  * Built by bench_durability.py with the C compiler Python was built with; a benchmark tool,
  * not part of memfs.
@@ -24,43 +27,91 @@
 #include <time.h>
 #include <unistd.h>
 
+#define MAX_THREADS 256
+#define OWED_WAIT_MAX_NS 2000000L
+
 static pthread_mutex_t order = PTHREAD_MUTEX_INITIALIZER;  /* the file's order */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;     /* the sync state */
 static pthread_cond_t synced_cv = PTHREAD_COND_INITIALIZER;
-static int fd, syncing;
+static pthread_cond_t owed_cv = PTHREAD_COND_INITIALIZER;  /* the last owed thread has written */
+static int fd, syncing, threads;
 static atomic_int failed;  /* an errno: every thread stops */
 static long written, synced, syncs, events;
+static long target_of[MAX_THREADS];  /* each thread's last line's end, 0 when none waits */
+static char owes[MAX_THREADS];
+static int owed;                /* threads the next sync waits for */
+static long last_sync_ns;
 static char line[300];
 
-static void sync_to(long target)
+static long now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+/* Before a sync (mu held, the sync claimed): wait, bounded, for the owed threads to write. */
+static void wait_owed(void)
+{
+    long limit = last_sync_ns < OWED_WAIT_MAX_NS ? last_sync_ns : OWED_WAIT_MAX_NS;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    long ns = until.tv_nsec + limit;
+    until.tv_sec += ns / 1000000000L;
+    until.tv_nsec = ns % 1000000000L;
+    while (owed > 0 && !failed)
+        if (pthread_cond_timedwait(&owed_cv, &mu, &until) == ETIMEDOUT)
+            break;
+    memset(owes, 0, sizeof owes);  /* whoever has not come is owed no longer */
+    owed = 0;
+}
+
+static void sync_to(int me, long target)
 {
     pthread_mutex_lock(&mu);
+    target_of[me] = target;
+    if (owes[me]) {
+        owes[me] = 0;
+        if (--owed == 0)
+            pthread_cond_signal(&owed_cv);
+    }
     while (synced < target && !failed) {
         if (syncing) {
             pthread_cond_wait(&synced_cv, &mu);
             continue;
         }
         syncing = 1;
+        if (owed > 0)
+            wait_owed();
         pthread_mutex_lock(&order);
         long goal = written;  /* every byte written so far: this sync covers it */
         pthread_mutex_unlock(&order);
         pthread_mutex_unlock(&mu);
+        long start = now_ns();
         int rc = fdatasync(fd);
+        long took = now_ns() - start;
         pthread_mutex_lock(&mu);
         syncing = 0;
         syncs++;
+        last_sync_ns = took;
         if (rc != 0)
             failed = errno;
         else if (goal > synced)
             synced = goal;
+        for (int k = 0; k < threads; k++)  /* the threads it covered owe the next sync a line */
+            if (target_of[k] && target_of[k] <= synced && !owes[k]) {
+                owes[k] = 1;
+                owed++;
+            }
         pthread_cond_broadcast(&synced_cv);
     }
+    target_of[me] = 0;
     pthread_mutex_unlock(&mu);
 }
 
 static void *appender(void *arg)
 {
-    (void)arg;
+    int me = (int)(long)arg;
     for (long i = 0; i < events && !failed; i++) {
         pthread_mutex_lock(&order);
         ssize_t n = write(fd, line, sizeof line);
@@ -68,8 +119,15 @@ static void *appender(void *arg)
             failed = n < 0 ? errno : EIO;
         long target = written += sizeof line;
         pthread_mutex_unlock(&order);
-        sync_to(target);
+        sync_to(me, target);
     }
+    pthread_mutex_lock(&mu);  /* a thread that ends is owed nothing */
+    if (owes[me]) {
+        owes[me] = 0;
+        if (--owed == 0)
+            pthread_cond_signal(&owed_cv);
+    }
+    pthread_mutex_unlock(&mu);
     return NULL;
 }
 
@@ -79,9 +137,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s PATH THREADS EVENTS\n", argv[0]);
         return 2;
     }
-    int threads = atoi(argv[2]);
+    threads = atoi(argv[2]);
     events = atol(argv[3]);
-    if (threads < 1 || threads > 256 || events < 1) {
+    if (threads < 1 || threads > MAX_THREADS || events < 1) {
         fprintf(stderr, "THREADS must be 1..256 and EVENTS at least 1\n");
         return 2;
     }
@@ -92,11 +150,11 @@ int main(int argc, char **argv)
         perror(argv[1]);
         return 1;
     }
-    pthread_t pool[256];
+    pthread_t pool[MAX_THREADS];
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < threads; i++)
-        if (pthread_create(&pool[i], NULL, appender, NULL) != 0) {
+        if (pthread_create(&pool[i], NULL, appender, (void *)(long)i) != 0) {
             fprintf(stderr, "pthread_create failed\n");
             return 1;
         }

@@ -249,6 +249,34 @@ def test_fsync_mode_and_group_commit_from_threads(tmp_path):
         assert mine == [f"w{k} {i}" for i in range(20)]
 
 
+def test_group_commit_waits_for_the_appenders_a_sync_woke_and_a_lone_one_never_waits(tmp_path):
+    with open_s(tmp_path, durability="fsync", max_events=0) as h:
+        h.append(START)
+        for i in range(30):  # one thread: every append its own sync, never a wait for itself
+            h.append(msg(f"alone {i}"))
+        alone = h.stats()
+        assert alone["owed_waits"] == 0 and alone["syncs"] >= 31
+        start = threading.Barrier(8)
+
+        def writer(k):
+            start.wait()
+            for i in range(30):
+                h.append(msg(f"w{k} {i}"))
+
+        threads = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        after = h.stats()
+        syncs = after["syncs"] - alone["syncs"]
+        # 240 appends shared fewer syncs; the syncs waited for the appenders the one before covered
+        assert 0 < syncs < 240
+        assert after["owed_waits"] > 0 and after["owed_timeouts"] <= after["owed_waits"]
+        assert h.manifest["event_count"] == 271
+    assert len(log_lines(tmp_path / "s")) == 271
+
+
 def test_append_many_shares_one_call(tmp_path):
     with open_s(tmp_path, durability="fsync") as h:
         assert h.append_many(turn("a", 5)) == 7

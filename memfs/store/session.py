@@ -318,7 +318,7 @@ class Session:
                 self.acquire()
             accepted, sync_target = commit_call(self, records)
         if sync_target and sync:
-            self.log.sync_to(sync_target)
+            self.log.sync_to(sync_target, appender=True)
         return accepted
 
     def replace_log(self, fd: int, cut: int) -> None:
@@ -571,7 +571,11 @@ class SessionHandle:
         descriptor is open), ``durability``, ``handles`` (open handles in this process),
         ``impl`` (which twin of the commit runs: ``"c"`` or ``"py"``, see
         :mod:`memfs.store.writer`), ``writer`` (this process holds the liveness lock),
-        ``writing`` (handles claiming to be writing, see :meth:`writing`)."""
+        ``writing`` (handles claiming to be writing, see :meth:`writing`), ``syncs``
+        (``fdatasync`` calls of ``fsync``-mode group commit in this process), ``owed_waits``
+        and ``owed_timeouts`` (of those syncs, how many first waited for the appenders the
+        previous one covered, and how many of those waits ran out: see
+        :meth:`memfs.store.writer.LogFile.sync_to`)."""
         s = self._s
         with s.mutex:
             self._current()
@@ -595,6 +599,9 @@ class SessionHandle:
                 "impl": writer.IMPL,
                 "writer": s.lock_file is not None,
                 "writing": s.writers,
+                "syncs": log_file.syncs,
+                "owed_waits": log_file.owed_waits,
+                "owed_timeouts": log_file.owed_timeouts,
             }
 
     def free(self) -> bool:
@@ -667,7 +674,7 @@ class SessionHandle:
         finally:
             mutex.release()
         if sync_target and sync:
-            s.log.sync_to(sync_target)
+            s.log.sync_to(sync_target, appender=True)
 
     def may_block_append(self, nbytes: int, nlines: int = 1, *, sync: bool = True) -> bool:
         """Whether appending ``nbytes`` in at most ``nlines`` lines may wait for the disk — a
