@@ -580,11 +580,11 @@ class Operations(pyfuse3.Operations):
             if handle.appender.sync:
                 return n
             # fsync mode: the intake's thread syncs (memfs/fs/_intake.c)
-            request = session.begin_sync(session.sync_position)
+            request = session.begin_sync(session.sync_position, dup=True)  # (a cap rewrite may replace the log)
             if request is None:
                 return n
             fd, goal = request
-            return n, os.dup(fd), session.end_sync, goal  # (a cap rewrite may replace fd)
+            return n, fd, session.end_sync, goal
         except Exception as exc:
             return -refusal("write", (self, fh, off, buf), exc).errno
 
