@@ -102,6 +102,44 @@ def test_a_request_on_a_worker_thread_or_unmounting_ends_the_wait():
         loop.end()
 
 
+def test_a_hop_of_another_thread_ends_the_wait_as_the_loops_own_do():
+    """The intake's threads (memfs/fs/intake.py) hop to worker threads too (a cap rewrite):
+    counted under the pacer's lock by Pacer.hop, nothing gives way while one is in flight."""
+    pacer = Pacer()
+    loop = Loop(pacer)
+    try:
+        passed = threading.Event()
+        worker = in_background(pacer, passed)
+        wait_for(lambda: pacer.waits == 1, "the background thread to give way")
+        in_hop, leave = threading.Event(), threading.Event()
+
+        def intake_thread():
+            with pacer.hop():
+                in_hop.set()
+                leave.wait(30)
+
+        hopper = threading.Thread(target=intake_thread)
+        hopper.start()
+        assert in_hop.wait(30)
+        assert passed.wait(30)  # the wait ended while the hop is in flight
+        worker.join(30)
+        with background(pacer):
+            for _ in range(100):
+                pace()
+        assert pacer.waits == 1 and pacer.thread_hops == 1
+        leave.set()
+        hopper.join(30)
+        assert pacer.thread_hops == 0
+        passed.clear()
+        worker = in_background(pacer, passed, waits=2)  # and after it, background work gives way again
+        wait_for(lambda: pacer.waits == 2, "the background thread to give way again")
+        pacer.close()
+        assert passed.wait(30)
+        worker.join(30)
+    finally:
+        loop.end()
+
+
 def test_pace_does_nothing_outside_background_work():
     pacer = Pacer()
     loop = Loop(pacer)

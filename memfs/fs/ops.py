@@ -574,7 +574,8 @@ class Operations(pyfuse3.Operations):
                 raise fail("EBADF")
             session = handle.session
             if session.may_block_append(len(buf), buf.count(b"\n") + 1, sync=False):
-                n = self._on_worker(self._write, handle, off, buf)  # a cap rewrite, the lock
+                with self.pacer.hop():  # (background work does not give way meanwhile)
+                    n = self._on_worker(self._write, handle, off, buf)  # a cap rewrite, the lock
             else:
                 n = self._write(handle, off, buf)
             if handle.appender.sync:
@@ -592,7 +593,8 @@ class Operations(pyfuse3.Operations):
     def _on_worker(fn: Callable, *args):
         """``fn(*args)`` on a worker thread (lowered, :mod:`memfs.pace`), the calling intake
         thread waiting: a cap rewrite's Python then gives way to the event loop for the CPU, as
-        it does on the loop's path (``_off_loop``)."""
+        it does on the loop's path (``_off_loop``). The caller counts it in
+        :meth:`Pacer.hop <memfs.pace.Pacer.hop>`."""
         done = threading.Lock()
         done.acquire()
         result = []
