@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
+
+import pytest
 
 from memfs.pace import STEP, Pacer, background, pace
 
@@ -74,64 +77,60 @@ def test_background_work_waits_while_the_loop_is_busy_and_goes_on_when_it_is_idl
         loop.end()
 
 
-def test_a_request_on_a_worker_thread_or_unmounting_ends_the_wait():
-    """A request served on a worker thread may wait for what the background work holds: while
-    one is (``hops``), nothing gives way; after close() (unmounting) neither."""
-    pacer = Pacer()
-    loop = Loop(pacer)
+@contextmanager
+def loop_hop(pacer: Pacer):
+    """A request on a worker thread, counted by the loop (``hops``, changed here as the loop would)."""
+    pacer.hops += 1
     try:
-        passed = threading.Event()
-        worker = in_background(pacer, passed)
-        wait_for(lambda: pacer.waits == 1, "the background thread to give way")
-        pacer.hops += 1  # (the loop's own count, changed here as the loop would)
-        assert passed.wait(30)
-        worker.join(30)
-        passed.clear()
-        with background(pacer):  # while the request is served: no wait at all
-            for _ in range(100):
-                pace()
-        assert pacer.waits == 1
-        pacer.hops -= 1
-        passed.clear()
-        worker = in_background(pacer, passed, waits=2)
-        wait_for(lambda: pacer.waits == 2, "the background thread to give way again")
-        pacer.close()
-        assert passed.wait(30)
-        worker.join(30)
+        yield
     finally:
-        loop.end()
+        pacer.hops -= 1
 
 
-def test_a_hop_of_another_thread_ends_the_wait_as_the_loops_own_do():
-    """The intake's threads (memfs/fs/intake.py) hop to worker threads too (a cap rewrite):
-    counted under the pacer's lock by Pacer.hop, nothing gives way while one is in flight."""
-    pacer = Pacer()
-    loop = Loop(pacer)
+@contextmanager
+def intake_hop(pacer: Pacer):
+    """A request on a worker thread that an intake thread (memfs/fs/intake.py) waits for: counted
+    by :meth:`Pacer.hop` on that other thread."""
+    in_hop, leave = threading.Event(), threading.Event()
+
+    def intake_thread():
+        with pacer.hop():
+            in_hop.set()
+            leave.wait(30)
+
+    hopper = threading.Thread(target=intake_thread)
+    hopper.start()
+    assert in_hop.wait(30)
     try:
-        passed = threading.Event()
-        worker = in_background(pacer, passed)
-        wait_for(lambda: pacer.waits == 1, "the background thread to give way")
-        in_hop, leave = threading.Event(), threading.Event()
-
-        def intake_thread():
-            with pacer.hop():
-                in_hop.set()
-                leave.wait(30)
-
-        hopper = threading.Thread(target=intake_thread)
-        hopper.start()
-        assert in_hop.wait(30)
-        assert passed.wait(30)  # the wait ended while the hop is in flight
-        worker.join(30)
-        with background(pacer):
-            for _ in range(100):
-                pace()
-        assert pacer.waits == 1 and pacer.thread_hops == 1
+        assert pacer.thread_hops == 1
+        yield
+    finally:
         leave.set()
         hopper.join(30)
-        assert pacer.thread_hops == 0
+    assert pacer.thread_hops == 0
+
+
+@pytest.mark.parametrize("hop", [loop_hop, intake_hop], ids=["loop", "intake"])
+def test_a_request_on_a_worker_thread_or_unmounting_ends_the_wait(hop):
+    """A request served on a worker thread may wait for what the background work holds: while
+    one is (the loop's ``hops``, or an intake thread's in ``Pacer.hop``), nothing gives way;
+    after close() (unmounting) neither."""
+    pacer = Pacer()
+    loop = Loop(pacer)
+    try:
+        passed = threading.Event()
+        worker = in_background(pacer, passed)
+        wait_for(lambda: pacer.waits == 1, "the background thread to give way")
+        with hop(pacer):
+            assert passed.wait(30)
+            worker.join(30)
+            passed.clear()
+            with background(pacer):  # while the request is served: no wait at all
+                for _ in range(100):
+                    pace()
+            assert pacer.waits == 1
         passed.clear()
-        worker = in_background(pacer, passed, waits=2)  # and after it, background work gives way again
+        worker = in_background(pacer, passed, waits=2)
         wait_for(lambda: pacer.waits == 2, "the background thread to give way again")
         pacer.close()
         assert passed.wait(30)

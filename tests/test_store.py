@@ -225,19 +225,26 @@ def test_metadata_coalescing_is_caught_up_by_flush_and_the_persister(tmp_path):
         assert disk_manifest(sdir)["turn_count"] == 3
 
 
+def append_from_threads(h, threads: int, n: int) -> None:
+    """``threads`` threads, started together, each appending ``n`` messages ``w<k> <i>``."""
+    start = threading.Barrier(threads)
+
+    def writer(k):
+        start.wait()
+        for i in range(n):
+            h.append(msg(f"w{k} {i}"))
+
+    pool = [threading.Thread(target=writer, args=(k,)) for k in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+
+
 def test_fsync_mode_and_group_commit_from_threads(tmp_path):
     with open_s(tmp_path, durability="fsync") as h:
         h.append(START)
-
-        def writer(k):
-            for i in range(20):
-                h.append(msg(f"w{k} {i}"))
-
-        threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        append_from_threads(h, 4, 20)
         h.append(DONE)
         assert h.manifest["event_count"] == 82
         assert h.turn_index[0]["event_count"] == 82
@@ -256,18 +263,7 @@ def test_group_commit_waits_for_the_appenders_a_sync_woke_and_a_lone_one_never_w
             h.append(msg(f"alone {i}"))
         alone = h.stats()
         assert alone["owed_waits"] == 0 and alone["syncs"] >= 31
-        start = threading.Barrier(8)
-
-        def writer(k):
-            start.wait()
-            for i in range(30):
-                h.append(msg(f"w{k} {i}"))
-
-        threads = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        append_from_threads(h, 8, 30)
         after = h.stats()
         syncs = after["syncs"] - alone["syncs"]
         # 240 appends shared fewer syncs; the syncs waited for the appenders the one before covered
