@@ -28,6 +28,13 @@ within seconds, so each goal is the median of the ratios of neighbours in time):
   and ``library / C reference`` what memfs's library keeps of it. It is compiled at the start
   with the C compiler Python was built with; without one the row is left out.
 
+A slower disk, emulated: the library's 8 threads again, with 1 ms added after each
+``fdatasync`` the library runs (``os.fdatasync`` wrapped in this process, for these rows
+only), with the group commit's wait for the appenders the last sync woke (``memfs.store.
+writer.OWED_WAIT_MAX`` as shipped) and without it (``OWED_WAIT_MAX`` 0: the next sync starts
+at once, the classic form), in interleaved rounds; ``slow disk: owed wait / none`` is what the
+wait brings where ``fdatasync`` is slow. No goal; ``--slow-rounds 0`` leaves it out.
+
 The fsync rows through the mount depend on where the kernel runs the server's event loop: on
 the CPU that takes the disk's interrupts (on the benchmark machine one CPU takes all of the
 virtio disk's), the loop spent ~95 µs of CPU per write with 8 writers, against ~55 µs on the
@@ -129,6 +136,29 @@ def library_group_commit(handle, n: int) -> float:
     return n * THREADS / (time.perf_counter() - t)
 
 
+def slow_disk_group_commit(handle, n: int, rounds: int, extra: float = 0.001) -> dict[str, list[float]]:
+    """The library's group commit with ``extra`` seconds added after each ``fdatasync``, with
+    and without the wait for owed appenders, ``rounds`` interleaved rounds of ``n`` appends per
+    thread: ``{"owed wait": [...], "none": [...]}`` (ev/s)."""
+    from memfs.store import writer
+    real_sync, shipped = os.fdatasync, writer.OWED_WAIT_MAX
+
+    def slow_sync(fd: int) -> None:
+        real_sync(fd)
+        time.sleep(extra)
+
+    rates: dict[str, list[float]] = {"owed wait": [], "none": []}
+    os.fdatasync = slow_sync
+    try:
+        for _ in range(rounds):
+            for name, limit in (("owed wait", shipped), ("none", 0.0)):
+                writer.OWED_WAIT_MAX = limit
+                rates[name].append(library_group_commit(handle, n))
+    finally:
+        os.fdatasync, writer.OWED_WAIT_MAX = real_sync, shipped
+    return rates
+
+
 def build_reference(work: Path) -> Path | None:
     """Compile ``scripts/groupcommit_ref.c`` into ``work``; None (and why, on stderr) when it
     cannot be built here."""
@@ -153,6 +183,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--events", type=int, default=400, help="events per writer per round")
+    ap.add_argument("--slow-rounds", type=int, default=3, help="rounds of the emulated slow disk (0: none)")
     ap.add_argument("--dir", help="where the files go (default: a temporary directory in /tmp)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
@@ -163,7 +194,7 @@ def main() -> int:
     store, mnt = work / "store", work / "mnt"
     mnt.mkdir()
     proc = floor = None
-    handle = None
+    handle = slow = None
     placements: list[int] = []  # the memfs server's event loop's CPU, sampled around its rounds
     rates: dict[str, list[float]] = {k: [] for k in (
         "native 1 thread", "native 8 threads x 8 files", "memfs fsync mount, 1 writer",
@@ -202,6 +233,7 @@ def main() -> int:
             if reference is not None:
                 rates["C reference: group commit, 8 threads, 1 file"].append(
                     reference_group_commit(reference, native / "reference", n))
+        slow = slow_disk_group_commit(handle, min(n, 200), args.slow_rounds) if args.slow_rounds > 0 else None
     finally:
         if handle is not None:
             handle.close()
@@ -226,6 +258,10 @@ def main() -> int:
                                                                    "native 1 thread")
         results["library 8 threads / C reference"] = ratio("library fsync, 8 threads, 1 session",
                                                            "C reference: group commit, 8 threads, 1 file")
+    if slow is not None:
+        for name, values in slow.items():
+            results[f"slow disk (+1 ms per fdatasync): library, 8 threads, {name} ev/s"] = statistics.median(values)
+        results["slow disk: owed wait / none"] = statistics.median(a / b for a, b in zip(slow["owed wait"], slow["none"]))
     irq_cpus = disk_irq_cpus(work)
     if irq_cpus and placements:
         results["memfs loop samples on the disk-interrupt CPUs (share)"] = (
