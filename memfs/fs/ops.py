@@ -558,14 +558,17 @@ class Operations(pyfuse3.Operations):
         n = self._write_unless_blocking(handle, off, buf)
         return self._off_loop(self._write, handle, off, buf) if n is None else n
 
-    def write_now(self, fh: int, off: int, buf: bytes) -> int:
-        """A ``write()`` read by the intake (:mod:`memfs.fs.intake`), served on its thread: the
-        append, waiting for whatever it waits for (a cap rewrite, the session's lock) — no event
-        loop is involved. Returns the bytes written, or ``-errno`` with the reason logged as
-        :func:`~memfs.fs.errors.guarded` does; in ``fsync`` mode, when the log is not yet
-        durable, ``(written, fd, end_sync, goal)``: the thread runs ``fdatasync`` on ``fd`` (a
-        duplicate) without the interpreter lock before it replies, and reports ``goal`` to
-        ``end_sync`` later (:func:`memfs.fs._intake`'s ``serve_write``)."""
+    def write_now(self, fh: int, off: int, buf: bytes, may_hop: bool = True):
+        """A ``write()`` read by the intake (:mod:`memfs.fs.intake`), served on its threads: the
+        append, with no event loop involved. Returns the bytes written, or ``-errno`` with the
+        reason logged as :func:`~memfs.fs.errors.guarded` does; in ``fsync`` mode, when the log
+        is not yet durable, ``(written, fd, end_sync, goal)``: the thread runs ``fdatasync`` on
+        ``fd`` (a duplicate) without the interpreter lock before it replies, and reports
+        ``goal`` to ``end_sync`` later (:func:`memfs.fs._intake`'s ``serve_write``). A write
+        that may wait (a cap rewrite, the session's lock) runs on a worker thread while the
+        calling thread waits — or, with ``may_hop`` false (the intake commits queued writes of
+        several threads in one hold of the lock: none may wait for the disk there), is not
+        served at all: None, and the write's own thread calls again with ``may_hop`` true."""
         try:
             if INJECTED_FAULTS:
                 inject_fault("write")
@@ -574,6 +577,8 @@ class Operations(pyfuse3.Operations):
                 raise fail("EBADF")
             session = handle.session
             if session.may_block_append(len(buf), buf.count(b"\n") + 1, sync=False):
+                if not may_hop:
+                    return None
                 with self.pacer.hop():  # (background work does not give way meanwhile)
                     n = self._on_worker(self._write, handle, off, buf)  # a cap rewrite, the lock
             else:
@@ -755,7 +760,7 @@ class Operations(pyfuse3.Operations):
                 values[b"user.memfs.requests_read_after_wait"] = str(self.reader.read_after_wait).encode()
             if self.intake:  # memfs.fs.intake: writes served on its threads, requests for the loop
                 for key, value in intake.stats().items():
-                    if key in ("writes", "forwarded", "threads", "peak_threads"):
+                    if key in ("writes", "combined", "forwarded", "threads", "peak_threads"):
                         values[b"user.memfs.intake_" + key.encode()] = str(value).encode()
             if self.warm_pending is not None:
                 values[b"user.memfs.warm_pending"] = str(self.warm_pending).encode()
