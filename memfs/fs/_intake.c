@@ -228,7 +228,7 @@ static void take_gil(pyside *py)
 
 /* --- combining: one thread holds the interpreter lock for the writes that wait for it -------
  *
- * The writes of several writers arrive together (their fdatasyncs end in one journal commit,
+ * The writes of several writers tend to arrive together (their fdatasyncs end together, and
  * the writers' next writes follow at once), and each needs the interpreter lock for its
  * commit: taken in turn, thread by thread, each hand-over of the lock cost a wakeup, and 8
  * writers into 8 sessions waited ~190 µs per write for it, more than the commit's own
