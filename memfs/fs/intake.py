@@ -9,8 +9,9 @@ cap rewrite or the session's lock runs on a lowered worker thread, the intake's 
 waiting). Writes that wait for the interpreter lock together are committed by one thread,
 which holds it for all of them (*combining*, in ``_intake.c``): handing the lock from thread
 to thread had cost 8 writers into 8 sessions ~190 µs of waiting per write, against ~20 µs of
-commit; side by side, 8×8 went 1.13–1.18× (three runs), one writer 0.94–1.09×. Every other request is queued for the event loop, where pyfuse3 serves it as before
-(it waits on the queue's eventfd instead of ``/dev/fuse``). A thread that takes a write while
+commit; side by side, 8×8 went 1.12–1.25× (three runs), one writer 1.01–1.09×. Every other
+request is queued for the event loop, where pyfuse3 serves it as before (it waits on the
+queue's eventfd instead of ``/dev/fuse``). A thread that takes a write while
 no other thread is left waiting in ``/dev/fuse`` starts another, so a slow write never holds
 up other requests, and the event loop never waits for the disk (SPEC §6).
 
