@@ -25,8 +25,8 @@ Decisions recorded here:
   has not done yet a request does itself when it needs it (the first search indexes the
   sessions it reads, as without a warm-up).
 * **No priority inversion:** background work never gives way while a request is being served on
-  a worker thread (:attr:`Pacer.hops`, counted by the event loop; :attr:`Pacer.thread_hops`
-  for the intake's threads' hops). Such a request may be waiting
+  a worker thread (:attr:`Pacer.hops`, counted by :meth:`Pacer.hop` on the thread that waits for
+  it: the event loop, or one of the intake's). Such a request may be waiting
   for what the background thread holds — the session's open, its views' state, the search
   index — and must not wait for the loop to fall idle.
 * After :meth:`Pacer.close` (unmounting) nothing gives way.
@@ -87,8 +87,7 @@ class Pacer:
 
     def __init__(self) -> None:
         self.clock: int | None = None  # the watched thread's CPU-time clock
-        self.hops = 0  # requests being served on worker threads (only the loop changes it)
-        self.thread_hops = 0  # of them, hops of the intake's threads (changed under _lock: see hop)
+        self.hops = 0  # requests being served on worker threads (changed under _lock: see hop)
         self._lock = threading.Lock()
         self.closed = False
         self.waits = 0  # times background work gave way
@@ -107,16 +106,16 @@ class Pacer:
 
     @contextmanager
     def hop(self):
-        """A request served on a worker thread while a thread other than the event loop (the
-        intake's, :mod:`memfs.fs.intake`) waits for it: counted as the loop's own hops are, so
-        background work does not give way meanwhile."""
+        """A request served on a worker thread while the calling thread (the event loop, or one
+        of the intake's, :mod:`memfs.fs.intake`) waits for it: background work does not give
+        way meanwhile."""
         with self._lock:
-            self.thread_hops += 1
+            self.hops += 1
         try:
             yield
         finally:
             with self._lock:
-                self.thread_hops -= 1
+                self.hops -= 1
 
     def _busy(self) -> bool:
         try:
@@ -128,11 +127,11 @@ class Pacer:
 
     def give_way(self) -> None:
         """Return at once while the loop is idle; else sleep until it was idle for a step."""
-        if self.clock is None or not self._busy() or self.closed or self.hops or self.thread_hops:
+        if self.clock is None or not self._busy() or self.closed or self.hops:
             return
         self._since = start = time.monotonic_ns()
         self.waits += 1
-        while not self.closed and not self.hops and not self.thread_hops:
+        while not self.closed and not self.hops:
             time.sleep(STEP)
             if not self._busy():
                 break

@@ -79,12 +79,11 @@ def test_background_work_waits_while_the_loop_is_busy_and_goes_on_when_it_is_idl
 
 @contextmanager
 def loop_hop(pacer: Pacer):
-    """A request on a worker thread, counted by the loop (``hops``, changed here as the loop would)."""
-    pacer.hops += 1
-    try:
+    """A request on a worker thread, counted by :meth:`Pacer.hop` on this thread, as the loop does."""
+    with pacer.hop():
+        assert pacer.hops == 1
         yield
-    finally:
-        pacer.hops -= 1
+    assert pacer.hops == 0
 
 
 @contextmanager
@@ -102,18 +101,18 @@ def intake_hop(pacer: Pacer):
     hopper.start()
     assert in_hop.wait(30)
     try:
-        assert pacer.thread_hops == 1
+        assert pacer.hops == 1
         yield
     finally:
         leave.set()
         hopper.join(30)
-    assert pacer.thread_hops == 0
+    assert pacer.hops == 0
 
 
 @pytest.mark.parametrize("hop", [loop_hop, intake_hop], ids=["loop", "intake"])
 def test_a_request_on_a_worker_thread_or_unmounting_ends_the_wait(hop):
     """A request served on a worker thread may wait for what the background work holds: while
-    one is (the loop's ``hops``, or an intake thread's in ``Pacer.hop``), nothing gives way;
+    one is (``Pacer.hop``, on the loop or on an intake thread), nothing gives way;
     after close() (unmounting) neither."""
     pacer = Pacer()
     loop = Loop(pacer)

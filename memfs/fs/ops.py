@@ -163,12 +163,9 @@ class Operations(pyfuse3.Operations):
         def deliver(result) -> None:
             token.run_sync_soon(trio.lowlevel.reschedule, task, result)
 
-        self.pacer.hops += 1
-        try:
+        with self.pacer.hop():
             trio.lowlevel.start_thread_soon(functools.partial(as_worker, fn, *args), deliver)
             return await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
-        finally:
-            self.pacer.hops -= 1
 
     def _versioned(self, node: Node) -> Node:
         """``events.jsonl`` is a new file in the mount whenever the log is replaced (SPEC §3.7: a
@@ -230,12 +227,9 @@ class Operations(pyfuse3.Operations):
         if query is None or self.searcher is None:
             raise fail("ENOENT")
         with trio.move_on_after(SEARCH_TIMEOUT) as scope:
-            self.pacer.hops += 1  # (a hop, as in _off_loop; abandoned at the timeout)
-            try:
+            with self.pacer.hop():  # (as in _off_loop; abandoned at the timeout)
                 results = await trio.to_thread.run_sync(as_worker, self.searcher, query.text, node.session, query.k,
                                                         query.min_score, abandon_on_cancel=True)
-            finally:
-                self.pacer.hops -= 1
         if scope.cancelled_caught:
             raise fail("ETIMEDOUT")
         return content.render_results(results, query.format)
