@@ -181,7 +181,9 @@ class Durability:
         while True:
             job = self._jobs.get(key)
             if job is None:
-                request = handle.begin_sync(target)
+                # a duplicate made under the log's lock: a cap rewrite on a worker thread cannot
+                # have closed the log before submit() duplicates it for the syncer's thread
+                request = handle.begin_sync(target, dup=True)
                 if request is None:
                     return
                 fd, goal = request
@@ -193,6 +195,8 @@ class Durability:
                 except BaseException:
                     del self._jobs[key], self._by_tag[tag]
                     raise
+                finally:
+                    os.close(fd)
                 self.syncs += 1
             if len(self._by_tag) > 1:  # others' syncs may have ended: deliver them now, not a
                 self._deliver()        # pass of the loop and a task switch later (run)
