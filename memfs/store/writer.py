@@ -64,8 +64,7 @@ _clock = time.perf_counter
 _get_ident = threading.get_ident
 
 #: The longest a sync waits for the appenders the last one covered (:meth:`LogFile.sync_to`),
-#: as a share of the last ``fdatasync``'s duration, and in seconds.
-OWED_WAIT = 1.0
+#: in seconds; never longer than the last ``fdatasync`` took either.
 OWED_WAIT_MAX = 0.002
 
 
@@ -141,8 +140,8 @@ class LogFile:
         <memfs.store.session.SessionHandle.append>` and its kin) and is likely to append
         again soon. The appenders a sync covers are *owed*: the next sync waits for each of
         them (other than its own caller) to commit its next line, for at most
-        :data:`OWED_WAIT` of the last ``fdatasync``'s duration (and never more than
-        :data:`OWED_WAIT_MAX` seconds), so that sync covers them too. Without the wait the
+        the last ``fdatasync``'s duration (and never more than :data:`OWED_WAIT_MAX`
+        seconds), so that sync covers them too. Without the wait the
         threads fall into two groups that alternate — the one the last sync woke commits
         while the other one's sync runs — and each ``fdatasync`` covers about half of them
         (8 threads: 4.3 lines per sync; with the wait 7.9). A lone appender owes nothing to
@@ -184,8 +183,7 @@ class LogFile:
                 except BaseException:
                     lock.acquire()
                     self._syncing = False
-                    self._owed = set()
-                    self._wake(everyone=True)  # each tries for itself
+                    self._wake(everyone=True)  # each tries for itself (and none is owed)
                     raise
                 lock.acquire()
                 self._syncing = False
@@ -203,7 +201,7 @@ class LogFile:
         self.owed_waits += 1
         self._lock.release()
         try:
-            if not gate.acquire(timeout=min(self._last_sync * OWED_WAIT, OWED_WAIT_MAX)):
+            if not gate.acquire(timeout=min(self._last_sync, OWED_WAIT_MAX)):
                 self.owed_timeouts += 1
         finally:
             self._lock.acquire()
