@@ -24,9 +24,9 @@ within seconds, so each goal is the median of the ratios of neighbours in time):
   written, its end wakes whom it covered, and the next leader first waits, bounded, for those
   to write their next lines: :meth:`memfs.store.writer.LogFile.sync_to`), in C: no Python, no
   interpreter lock, no validation. ``C reference / native 1 thread`` is what that algorithm
-  reaches on this machine
-  and ``library / C reference`` what memfs's library keeps of it. It is compiled at the start
-  with the C compiler Python was built with; without one the row is left out.
+  reaches on this machine and ``library / C reference`` what memfs's library keeps of it. It
+  is compiled at the start with the C compiler Python was built with; without one the row is
+  left out.
 
 A slower disk, emulated: the library's 8 threads again, with 1 ms added after each
 ``fdatasync`` the library runs (``os.fdatasync`` wrapped in this process, for these rows

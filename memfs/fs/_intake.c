@@ -638,7 +638,8 @@ static PyMethodDef methods[] = {
      "arm() -> fd: pyfuse3's fuse_session_fd() returns the queue's eventfd from now on"},
     {"disarm", intake_disarm, METH_NOARGS, "disarm(): libfuse's own functions again (before start)"},
     {"start", intake_start, METH_VARARGS,
-     "start(fuse_fd, callback, threads): read requests from fuse_fd on threads"},
+     "start(fuse_fd, callback, threads): read requests from fuse_fd on threads; writes go to\n"
+     "callback(fh, offset, data, may_hop) (see run_job)"},
     {"stop", intake_stop, METH_NOARGS, "stop(): end the threads (a write in progress finishes)"},
     {"stats", intake_stats, METH_NOARGS, "stats() -> dict of counters"},
     {NULL, NULL, 0, NULL},

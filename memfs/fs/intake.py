@@ -78,7 +78,8 @@ def took() -> bool:
 
 def start(fuse_fd: int, write_now) -> None:
     """Start reading ``fuse_fd`` (the session's ``/dev/fuse``); writes go to ``write_now(fh,
-    offset, data) -> bytes written or -errno``."""
+    offset, data, may_hop)`` (:meth:`Operations.write_now <memfs.fs.ops.Operations.write_now>`
+    says what it returns)."""
     _intake.start(fuse_fd, write_now, THREADS)
 
 
