@@ -368,3 +368,40 @@ def test_daemon_mode_umount_and_config_file(tmp_path):
             subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
     on_disk = json.loads((store / "d" / "manifest.json").read_text())
     assert on_disk["turn_count"] == 4 and on_disk["persisted_file_len"] == (store / "d" / "events.jsonl").stat().st_size
+
+
+def test_metadata_attributes_are_cached_for_a_tick_and_exact_after_each_append(m):
+    """``manifest.json``'s and ``index/turns.json``'s attributes carry a one-tick timeout
+    while nothing in the mount writes the session (``Operations._attr_timeout``); opening
+    ``events.jsonl`` for writing withdraws them, so a ``stat`` right after an append reports
+    the new content's size — and while a file is open for writing none is cached."""
+    s = make_session(m)
+
+    def count(name):
+        return int(os.getxattr(m.mnt, f"user.memfs.{name}"))
+
+    files = [s / "manifest.json", s / "index" / "turns.json"]
+    with open(s / "events.jsonl", "a") as log:
+        log.write(THREAD + "\n")
+    for i in range(20):
+        ticked = count("attr_ticked")
+        deadline = time.monotonic() + 10
+        while True:  # (the last close's RELEASE, asynchronous, may still hold the session)
+            before = [os.stat(f) for f in files]  # the kernel may keep these for a tick
+            if count("attr_ticked") >= ticked + 2:
+                break
+            assert time.monotonic() < deadline
+        with open(s / "events.jsonl", "a") as log:
+            log.write(f"{TURN}\n{MSG}\n{DONE}\n")
+        after = [os.stat(f) for f in files]
+        assert [st.st_size for st in after] == [len(f.read_bytes()) for f in files]
+        assert after[1].st_size > before[1].st_size  # one more turn in the index
+        assert json.loads(files[0].read_bytes())["turn_count"] == i + 1
+    assert count("attr_unticked") >= 20
+    with open(s / "events.jsonl", "a") as log:
+        ticked = count("attr_ticked")
+        for _ in range(3):
+            log.write(f"{TURN}\n{DONE}\n")
+            log.flush()
+            assert [os.stat(f).st_size for f in files] == [len(f.read_bytes()) for f in files]
+        assert count("attr_ticked") == ticked

@@ -58,6 +58,12 @@ ENTRY_TIMEOUT = 1.0
 # other generated file, is cheaper to serve inline than the thread hop (~0.4 ms here).
 SLOW_KINDS = frozenset({K.VIEW, K.TURN})
 SEARCH_TIMEOUT = 10.0  # seconds a search may take before the open fails with ETIMEDOUT
+# A session's metadata files, cached by the kernel for one clock tick while nothing in this
+# mount writes the session (see Operations._attr_timeout): the kernel rounds the timeout up
+# to a tick, and keeps the attributes until the tick after.
+TICKED_KINDS = frozenset({K.MANIFEST, K.TURNS_JSON})
+ATTR_TICK = 0.001
+TICK_HOLD = 0.1  # seconds after which a ticked reply surely expired (HZ ≥ 100: ≤ 20 ms)
 
 # searcher(query, session or None for all, k or None, min_score or None) -> results
 Searcher = Callable[[str, "str | None", "int | None", "float | None"], list]
@@ -119,6 +125,10 @@ class Operations(pyfuse3.Operations):
         self.pacer = Pacer()  # background work gives way to the loop (it watches the loop at mount)
         self.warm_pending = None  # sessions the search index's warm-up has still to index (once listed)
         self._mtimes: dict[Node, tuple[tuple[int, int], int]] = {}  # generated file → (content key, mtime)
+        self._ticked: dict[str, dict[int, float]] = {}  # session → {inode: when its attributes were ticked}
+        self._tick_lock = threading.Lock()  # (a file opened for writing on a worker thread unticks)
+        self.attr_ticked = 0  # replies that carried ATTR_TICK (the root's user.memfs.attr_ticked)
+        self.attr_unticked = 0  # of them, withdrawn before they expired (user.memfs.attr_unticked)
 
     # --- helpers -----------------------------------------------------------------------------
 
@@ -314,9 +324,51 @@ class Operations(pyfuse3.Operations):
         elif kind in DIR_KINDS:
             attr.attr_timeout = attr.entry_timeout = ENTRY_TIMEOUT
         else:
-            attr.attr_timeout = 0
+            attr.attr_timeout = self._attr_timeout(node, attr.st_ino) if kind in TICKED_KINDS else 0
             attr.entry_timeout = 0 if kind is K.QUERY else ENTRY_TIMEOUT
         return attr
+
+    def _attr_timeout(self, node: Node, inode: int) -> float:
+        """The attribute timeout of a session's ``manifest.json`` or ``index/turns.json``.
+
+        ``stat`` must report the size of the current content (SPEC §6), and with a timeout of 0
+        every ``stat``, ``open`` (its permission check) and ``fstat`` asks this server: three
+        GETATTRs — each generating the file — in the seven round trips of ``stat f; cat f``.
+        Their content changes only when the session does, so while no file of the session is
+        open for writing in this mount the reply carries :data:`ATTR_TICK`, which the kernel
+        keeps until the next tick but one (HZ 250: 4–8 ms): one GETATTR per ``stat; cat``.
+        Opening ``events.jsonl`` for writing withdraws it first (:meth:`_untick`: the
+        kernel forgets those attributes), so every change made through this mount shows at
+        the next ``stat``; a change by another process (a library writer, ``memfs import``)
+        shows within that tick, as the spec's "short" timeouts allow. Side by side, ``stat``
+        + ``cat`` of an idle session's manifest while 4 writers drive other sessions through
+        cap rewrites (``bench_responsive.py`` (a)): see ``bench/REPORT.md``. Not in cluster
+        mode, where a replica's appends change sessions without a file opened here."""
+        if self.cluster is not None:
+            return 0
+        name = node.session
+        with self._tick_lock:
+            held = self.store.held(name)
+            if held is not None and held.writers:
+                return 0
+            self._ticked.setdefault(name, {})[inode] = time.monotonic()
+            self.attr_ticked += 1
+        return ATTR_TICK
+
+    def _untick(self, name: str) -> None:
+        """The kernel forgets the ticked attributes of session ``name`` (see :meth:`_attr_timeout`)."""
+        with self._tick_lock:
+            ticked = self._ticked.pop(name, None)
+            if not ticked:
+                return
+            recent = time.monotonic() - TICK_HOLD
+            inodes = [inode for inode, when in ticked.items() if when > recent]
+            self.attr_unticked += len(inodes)
+        for inode in inodes:
+            try:
+                pyfuse3.invalidate_inode(inode, attr_only=True)
+            except OSError:  # (ENOENT: the kernel has forgotten the inode already)
+                pass
 
     # --- names -------------------------------------------------------------------------------
 
@@ -418,6 +470,7 @@ class Operations(pyfuse3.Operations):
     async def rmdir(self, parent_inode, name, ctx):
         session = self._session_entry(parent_inode, name)
         await self._off_loop(self.store.remove, session)
+        self._untick(session)
         self.inodes.drop_session(session)
         views.forget(self.store.root / session)
         for node in [n for n in self._mtimes if n.session == session]:
@@ -505,6 +558,7 @@ class Operations(pyfuse3.Operations):
             if writing:
                 session.claim_writing()  # the lock, once taken, stays while this file is open
                 handle.writing = True
+                self._untick(session.name)  # (after the claim: no new tick from now on)
                 target = session
                 if self.cluster is not None:  # publish with the fence first, then the local commit
                     target = self.cluster.session(session)
@@ -748,7 +802,9 @@ class Operations(pyfuse3.Operations):
         if node.kind is K.ROOT:  # the mount's own state
             values = {b"user.memfs.writes_gated": str(self.gate.gated).encode(),  # memfs.fs.gate
                       b"user.memfs.background_waits": str(self.pacer.waits).encode(),  # memfs.pace
-                      b"user.memfs.background_waited_ms": str(self.pacer.waited_ns // 1_000_000).encode()}
+                      b"user.memfs.background_waited_ms": str(self.pacer.waited_ns // 1_000_000).encode(),
+                      b"user.memfs.attr_ticked": str(self.attr_ticked).encode(),  # _attr_timeout
+                      b"user.memfs.attr_unticked": str(self.attr_unticked).encode()}
             if self.reader is not None:  # memfs.fs.reader: requests read at once / after a wait
                 values[b"user.memfs.requests_read_at_once"] = str(self.reader.read_at_once).encode()
                 values[b"user.memfs.requests_read_after_wait"] = str(self.reader.read_after_wait).encode()

@@ -817,6 +817,12 @@ class SessionHandle:
             if s.lock_file is not None:
                 s._schedule_release()
 
+    @property
+    def writers(self) -> int:
+        """How many claims of :meth:`claim_writing` are open (files open for writing, agents
+        being recorded) on this session in this process."""
+        return self._s.writers
+
     @contextlib.contextmanager
     def writing(self, lock: bool = False):
         """:meth:`claim_writing` for the duration of a ``with`` block."""
