@@ -405,3 +405,35 @@ def test_metadata_attributes_are_cached_for_a_tick_and_exact_after_each_append(m
             log.flush()
             assert [os.stat(f).st_size for f in files] == [len(f.read_bytes()) for f in files]
         assert count("attr_ticked") == ticked
+
+
+@pytest.mark.parametrize("reply", ["compiled", "twin"])
+def test_a_readers_close_sends_no_flush_and_a_writers_close_still_checks_its_last_line(tmp_path, reply):
+    """``_intake.c`` answers a read-only open with ``FOPEN_NOFLUSH`` (the root's
+    ``user.memfs.noflush_opens`` counts them); its twin (``MEMFS_IMPL=py``) lets the
+    ``FLUSH`` come. Either way a writer's ``close()`` still validates its final fragment."""
+    env = {"MEMFS_IMPL": "py"} if reply == "twin" else {}
+    with mounted(tmp_path / "store", tmp_path / "mnt", env=env) as m:
+        s = make_session(m)
+        with open(s / "events.jsonl", "a") as log:
+            log.write(f"{THREAD}\n{TURN}\n")
+
+        def opens():
+            try:
+                return int(os.getxattr(m.mnt, "user.memfs.noflush_opens"))
+            except OSError as exc:
+                assert exc.errno == errno.ENODATA
+                return None
+
+        before = opens()
+        for _ in range(5):
+            assert json.loads((s / "manifest.json").read_bytes())["event_count"] == 2
+            assert lines(s / "events.jsonl") == [THREAD, TURN]
+        assert (opens() == before + 10) if reply == "compiled" else (before is None and opens() is None)
+        fd = os.open(s / "events.jsonl", os.O_WRONLY | os.O_APPEND)
+        os.write(fd, MSG.encode())  # a final line without its newline: checked at close()
+        os.write(fd, b" trailing garbage")
+        with pytest.raises(OSError) as err:
+            os.close(fd)
+        assert err.value.errno == errno.EBADMSG
+        assert lines(s / "events.jsonl") == [THREAD, TURN]

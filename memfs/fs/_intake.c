@@ -168,6 +168,31 @@ int fuse_session_receive_buf(struct fuse_session *se, struct fuse_buf *buf)
     return (int)buf->size;
 }
 
+/* --- a reply pyfuse3 cannot shape ------------------------------------------------------ */
+
+/* A handle opened read-only has nothing to flush: memfs's flush handler commits a writer's
+ * final fragment (SPEC §6: close() reports a bad last line) and does nothing else. Every
+ * close() of a reader still sent a FLUSH and waited for its reply — one of the five requests
+ * `stat f; cat f` waits for — because pyfuse3's FileInfo cannot say FOPEN_NOFLUSH. This
+ * module's fuse_reply_open (bound before libfuse's, as the two above, in every mount this
+ * module is loaded in) sets it for handles opened O_RDONLY. Its twin (MEMFS_IMPL=py) sends
+ * them, answered by the same handler, which returns at once. */
+static int (*real_reply_open)(fuse_req_t, const struct fuse_file_info *);
+static atomic_long n_noflush;
+
+int fuse_reply_open(fuse_req_t req, const struct fuse_file_info *f)
+{
+    if (real_reply_open == NULL)
+        real_reply_open = libfuse_symbol("fuse_reply_open");
+    if ((f->flags & O_ACCMODE) == O_RDONLY && !f->noflush) {
+        struct fuse_file_info copy = *f;
+        copy.noflush = 1;
+        atomic_fetch_add(&n_noflush, 1);
+        return real_reply_open(req, &copy);
+    }
+    return real_reply_open(req, f);
+}
+
 /* --- the threads ------------------------------------------------------------------------ */
 
 static void forward(const char *data, size_t len)
@@ -626,7 +651,8 @@ static PyObject *intake_stats(PyObject *self, PyObject *noargs)
     threads = nthreads;
     top = peak;
     pthread_mutex_unlock(&mu);
-    return Py_BuildValue("{sLsLsLsLsisisi}", "writes", (long long)atomic_load(&n_writes),
+    return Py_BuildValue("{sLsLsLsLsLsisisi}", "writes", (long long)atomic_load(&n_writes),
+                         "noflush", (long long)atomic_load(&n_noflush),
                          "combined", (long long)atomic_load(&n_combined),
                          "forwarded", (long long)atomic_load(&n_forwarded),
                          "fd_calls", (long long)atomic_load(&n_fd_calls),

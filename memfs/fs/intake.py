@@ -33,6 +33,10 @@ this module — the intake takes pyfuse3's read by defining the two libfuse func
 calls, which only works when it is loaded first, with ``RTLD_GLOBAL``; every module of
 ``memfs.fs`` that imports pyfuse3 imports this one before it. :func:`took` tells whether it
 took; :func:`stats` is what the mount's root reports (``user.memfs.intake_*``).
+
+The compiled module also answers ``open`` for pyfuse3 (:func:`noflush_opens`): a handle opened
+read-only gets ``FOPEN_NOFLUSH``, which pyfuse3's ``FileInfo`` cannot ask for, so a reader's
+``close()`` waits for no ``FLUSH`` (one of the five requests ``stat f; cat f`` waited for).
 """
 
 from __future__ import annotations
@@ -92,5 +96,14 @@ def stop() -> None:
 def stats() -> dict:
     """``writes`` served on the intake's threads (``combined``: of them, those another thread
     committed, see ``_intake.c``), requests ``forwarded`` to the event loop, ``threads`` now and
-    at most (``peak_threads``)."""
+    at most (``peak_threads``); ``noflush``: opens answered with ``FOPEN_NOFLUSH`` (see below)."""
     return _intake.stats() if _intake is not None else {}
+
+
+def noflush_opens() -> int | None:
+    """How many read-only opens were answered with ``FOPEN_NOFLUSH`` (the kernel then sends no
+    ``FLUSH`` at their ``close()``: a reader has nothing to flush); None when the module is not
+    loaded — its twin, pyfuse3's own reply, lets every ``close()`` send one, which the mount's
+    ``flush`` answers at once. ``_intake.c`` sets it in every mount it is loaded in, whoever
+    reads the requests."""
+    return _intake.stats()["noflush"] if _intake is not None else None

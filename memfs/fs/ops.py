@@ -805,6 +805,9 @@ class Operations(pyfuse3.Operations):
                       b"user.memfs.background_waited_ms": str(self.pacer.waited_ns // 1_000_000).encode(),
                       b"user.memfs.attr_ticked": str(self.attr_ticked).encode(),  # _attr_timeout
                       b"user.memfs.attr_unticked": str(self.attr_unticked).encode()}
+            noflush = intake.noflush_opens()
+            if noflush is not None:  # memfs.fs.intake: read-only opens whose close sends no FLUSH
+                values[b"user.memfs.noflush_opens"] = str(noflush).encode()
             if self.reader is not None:  # memfs.fs.reader: requests read at once / after a wait
                 values[b"user.memfs.requests_read_at_once"] = str(self.reader.read_at_once).encode()
                 values[b"user.memfs.requests_read_after_wait"] = str(self.reader.read_after_wait).encode()
