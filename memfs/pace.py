@@ -58,10 +58,13 @@ runs of 6–12 rounds), the p99's medians went 2.98 → 1.89, 3.12 → 2.73, 2.9
 (their rewrites' threads get less CPU: the trade is the point). The nice level is absolute
 (:func:`lower_workers` takes the event loop's and adds ``WORKER_NICE``): a worker started by a
 lowered worker inherits its nice value, and lowering that again had put some at 19. Not lowered:
-the intake's threads (:mod:`memfs.fs.intake`), which serve requests, and ``fsync`` mode's
-syncer threads, which spend their time in ``fdatasync`` and whose wakeup is a write's reply (as batch threads, 8 writers into 8 sessions ran at 0.83 of the rate with them
-normal, in 10 interleaved rounds). Raising a priority back needs a privilege, so a lowered
-thread stays lowered; no process other than the mount lowers anything.
+the intake's threads (:mod:`memfs.fs.intake`), which serve requests — they keep the loop's
+nice level, though they run as batch threads too (``_intake.c`` says why: a woken one must
+not preempt the thread committing everyone's writes) — and ``fsync`` mode's syncer threads
+(the intake's twin), which spend their time in ``fdatasync`` and whose wakeup is a write's
+reply (as batch threads, 8 writers into 8 sessions ran at 0.83 of the rate with them normal,
+in 10 interleaved rounds). Raising a priority back needs a privilege, so a lowered thread
+stays lowered; no process other than the mount lowers anything.
 """
 
 from __future__ import annotations
