@@ -187,7 +187,8 @@ int fuse_session_receive_buf(struct fuse_session *se, struct fuse_buf *buf)
  * close() of a reader still sent a FLUSH and waited for its reply — one of the five requests
  * `stat f; cat f` waits for — because pyfuse3's FileInfo cannot say FOPEN_NOFLUSH. This
  * module's fuse_reply_open (bound before libfuse's, as the two above, in every mount this
- * module is loaded in) sets it for handles opened O_RDONLY. Its twin (MEMFS_IMPL=py) sends
+ * module is loaded in) sets it for handles opened O_RDONLY (opendir's reply too, where it
+ * changes nothing: a directory is never flushed). Its twin (MEMFS_IMPL=py) sends
  * them, answered by the same handler, which returns at once. */
 static int (*real_reply_open)(fuse_req_t, const struct fuse_file_info *);
 static atomic_long n_noflush;

@@ -102,7 +102,8 @@ def stats() -> dict:
 
 def noflush_opens() -> int | None:
     """How many read-only opens were answered with ``FOPEN_NOFLUSH`` (the kernel then sends no
-    ``FLUSH`` at their ``close()``: a reader has nothing to flush); None when the module is not
+    ``FLUSH`` at their ``close()``: a reader has nothing to flush; ``opendir`` shares the reply,
+    so directories count too, where it changes nothing); None when the module is not
     loaded — its twin, pyfuse3's own reply, lets every ``close()`` send one, which the mount's
     ``flush`` answers at once. ``_intake.c`` sets it in every mount it is loaded in, whoever
     reads the requests."""
