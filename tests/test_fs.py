@@ -426,6 +426,8 @@ def test_a_readers_close_sends_no_flush_and_a_writers_close_still_checks_its_las
                 return None
 
         before = opens()
+        if reply == "compiled" and before is None:
+            pytest.skip("memfs/fs/_intake.c was built against a libfuse before 3.11: no FOPEN_NOFLUSH")
         for _ in range(5):
             assert json.loads((s / "manifest.json").read_bytes())["event_count"] == 2
             assert lines(s / "events.jsonl") == [THREAD, TURN]

@@ -190,6 +190,7 @@ int fuse_session_receive_buf(struct fuse_session *se, struct fuse_buf *buf)
  * module is loaded in) sets it for handles opened O_RDONLY (opendir's reply too, where it
  * changes nothing: a directory is never flushed). Its twin (MEMFS_IMPL=py) sends
  * them, answered by the same handler, which returns at once. */
+#if FUSE_MAJOR_VERSION > 3 || FUSE_MINOR_VERSION >= 11  /* (fuse_file_info.noflush: libfuse 3.11) */
 static int (*real_reply_open)(fuse_req_t, const struct fuse_file_info *);
 static atomic_long n_noflush;
 
@@ -205,6 +206,9 @@ int fuse_reply_open(fuse_req_t req, const struct fuse_file_info *f)
     }
     return real_reply_open(req, f);
 }
+#else  /* built against an older libfuse: readers' close() sends FLUSH, as with the twin */
+static atomic_long n_noflush = -1;
+#endif
 
 /* --- the threads ------------------------------------------------------------------------ */
 

@@ -104,7 +104,9 @@ def noflush_opens() -> int | None:
     """How many read-only opens were answered with ``FOPEN_NOFLUSH`` (the kernel then sends no
     ``FLUSH`` at their ``close()``: a reader has nothing to flush; ``opendir`` shares the reply,
     so directories count too, where it changes nothing); None when the module is not
-    loaded — its twin, pyfuse3's own reply, lets every ``close()`` send one, which the mount's
+    loaded (or was built against a libfuse before 3.11, which cannot say it) — its twin,
+    pyfuse3's own reply, lets every ``close()`` send one, which the mount's
     ``flush`` answers at once. ``_intake.c`` sets it in every mount it is loaded in, whoever
     reads the requests."""
-    return _intake.stats()["noflush"] if _intake is not None else None
+    opens = _intake.stats()["noflush"] if _intake is not None else -1
+    return opens if opens >= 0 else None  # (-1: built against a libfuse older than 3.11)
