@@ -1,6 +1,6 @@
 """The syncer of fsync-mode mounts (memfs/fs/syncer.py): both twins, the compiled one
-(memfs/fs/_syncer.c) and PySyncer, its specification — fdatasync of a duplicate of the
-descriptor on a thread, completions on an eventfd, the errno of a failed sync."""
+(memfs/fs/_syncer.c) and PySyncer, its specification — fdatasync of a descriptor handed over
+to it (it closes it) on a thread, completions on an eventfd, the errno of a failed sync."""
 
 from __future__ import annotations
 
@@ -37,19 +37,18 @@ def completions(syncer, n: int, timeout: float = 10.0) -> list[tuple[int, int]]:
 
 
 @pytest.mark.parametrize("twin", TWINS, ids=lambda t: t.__module__)
-def test_syncs_complete_with_their_tags_and_the_descriptor_may_close_meanwhile(tmp_path, twin):
+def test_syncs_complete_with_their_tags_and_the_syncer_closes_what_it_was_given(tmp_path, twin):
     syncer = twin(4)
     try:
-        fds = []
+        before = len(os.listdir("/proc/self/fd"))
         for i in range(20):
             fd = os.open(tmp_path / f"f{i % 5}", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             os.write(fd, b"line\n")
-            syncer.submit(fd, 100 + i)
-            os.close(fd)  # the syncer synced a duplicate
-            fds.append(fd)
+            syncer.submit(fd, 100 + i)  # the syncer's from here on
         got = completions(syncer, 20)
         assert sorted(got) == [(100 + i, 0) for i in range(20)]
         assert syncer.done() == []  # drained
+        assert len(os.listdir("/proc/self/fd")) == before  # each closed once synced
     finally:
         syncer.close()
 
@@ -59,10 +58,10 @@ def test_a_failed_sync_reports_its_errno(twin):
     syncer = twin(1)
     r, w = os.pipe()
     try:
-        syncer.submit(w, 7)  # fdatasync of a pipe: EINVAL
+        syncer.submit(os.dup(w), 7)  # fdatasync of a pipe: EINVAL
         assert completions(syncer, 1) == [(7, errno.EINVAL)]
         with pytest.raises(OSError) as err:
-            syncer.submit(12345, 8)  # no such descriptor: refused at once (dup)
+            syncer.submit(12345, 8)  # no such descriptor: refused at once
         assert err.value.errno == errno.EBADF
     finally:
         os.close(r)
@@ -76,10 +75,13 @@ def test_close_runs_what_is_queued(tmp_path, twin):
     fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         for i in range(10):
-            syncer.submit(fd, i)
+            syncer.submit(os.dup(fd), i)
     finally:
-        os.close(fd)
         syncer.close()  # joins the threads after the queue ran: nothing is left behind
+    with pytest.raises(ValueError):
+        syncer.submit(fd, 10)  # closed: refused, and fd is still the caller's
+    os.fstat(fd)
+    os.close(fd)
     before = len(os.listdir("/proc/self/fd"))
     for _ in range(3):
         twin(2).close()

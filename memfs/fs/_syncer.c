@@ -4,9 +4,11 @@
  * The compiled twin of memfs.fs.syncer.PySyncer (the specification; MEMFS_IMPL=py selects
  * it). A Syncer owns N pthreads, a queue of jobs and an eventfd:
  *
- *   submit(fd, tag)  dup()s fd (so the caller may close or replace it meanwhile) and queues
- *                    the job; a thread runs fdatasync on the duplicate, closes it, records
- *                    (tag, errno: 0 on success) and adds 1 to the eventfd;
+ *   submit(fd, tag)  takes fd (the caller passes a descriptor of its own, e.g. a duplicate,
+ *                    and does not close it: the syncer does) and queues the job; a thread
+ *                    runs fdatasync on it, closes it, records (tag, errno: 0 on success)
+ *                    and adds 1 to the eventfd. A descriptor that is not open is refused at
+ *                    once (OSError EBADF); when submit raises, fd is still the caller's;
  *   fileno()         the eventfd: readable once completions are waiting;
  *   done()           drains the eventfd and returns the waiting completions, oldest first;
  *   close()          stops the threads once the queued jobs ran (their completions are
@@ -160,14 +162,12 @@ static PyObject *Syncer_submit(Syncer *s, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "Syncer is closed");
         return NULL;
     }
+    if (fcntl(fd, F_GETFD) < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
     job *j = malloc(sizeof *j);
     if (j == NULL)
         return PyErr_NoMemory();
-    j->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (j->fd < 0) {
-        free(j);
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
+    j->fd = fd; /* ours from here on: the worker closes it */
     j->tag = tag;
     j->err = 0;
     j->next = NULL;
@@ -231,7 +231,7 @@ static void Syncer_dealloc(Syncer *s) {
 }
 
 static PyMethodDef Syncer_methods[] = {
-    {"submit", (PyCFunction)Syncer_submit, METH_VARARGS, "submit(fd, tag): fdatasync a duplicate of fd on a thread."},
+    {"submit", (PyCFunction)Syncer_submit, METH_VARARGS, "submit(fd, tag): fdatasync fd on a thread, then close it (the syncer takes fd)."},
     {"done", (PyCFunction)Syncer_done, METH_NOARGS, "done() -> [(tag, errno), ...]: the completions waiting."},
     {"fileno", (PyCFunction)Syncer_fileno, METH_NOARGS, "The eventfd, readable when completions wait."},
     {"close", (PyCFunction)Syncer_close, METH_NOARGS, "Run what is queued, stop the threads, close the eventfd."},

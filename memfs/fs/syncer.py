@@ -16,7 +16,8 @@ see :meth:`SessionHandle.may_block_append <memfs.store.session.SessionHandle.may
   waits for it to end, then the first of them to run starts the next one (group commit:
   appends arriving during a sync share the next one);
 * the syncer runs ``fdatasync`` on a duplicate of the descriptor (a cap rewrite may replace
-  the log meanwhile) on one of its threads — one session's slow sync never delays another's —
+  the log meanwhile; the duplicate is made under the log's lock and handed over to the
+  syncer, which closes it) on one of its threads — one session's slow sync never delays another's —
   and signals completions on an eventfd that :meth:`Durability.run` waits on; a waiter that
   has just submitted a job while others are in flight first delivers the completions already
   signalled (under load the loop is busy when a sync ends, and they would wait for a pass of
@@ -30,6 +31,7 @@ The compiled syncer (``memfs/fs/_syncer.c``) never takes the interpreter lock; t
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
 import queue
@@ -46,15 +48,19 @@ SYNC_THREADS = 4
 
 class PySyncer:
     """``fdatasync`` on threads, completions counted on an eventfd: the specification of
-    ``memfs.fs._syncer.Syncer``. ``submit(fd, tag)`` syncs a duplicate of ``fd``;
-    ``done()`` drains the eventfd and returns the ``(tag, errno)`` completions waiting (errno
-    0: synced); ``close()`` runs what is queued and stops."""
+    ``memfs.fs._syncer.Syncer``. ``submit(fd, tag)`` takes ``fd`` (a descriptor of the
+    caller's own, e.g. a duplicate, which the caller does not close: the syncer does once it
+    is synced; a descriptor that is not open is refused at once with ``EBADF``, and when
+    ``submit`` raises ``fd`` is still the caller's); ``done()`` drains the eventfd and returns
+    the ``(tag, errno)`` completions waiting (errno 0: synced); ``close()`` runs what is
+    queued and stops."""
 
     def __init__(self, threads: int = SYNC_THREADS):
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._done: list[tuple[int, int]] = []
         self._lock = threading.Lock()
+        self._closed = False
         self._threads = [threading.Thread(target=self._work, name="memfs-sync", daemon=True) for _ in range(threads)]
         for thread in self._threads:
             thread.start()
@@ -77,7 +83,10 @@ class PySyncer:
             os.eventfd_write(self._efd, 1)
 
     def submit(self, fd: int, tag: int) -> None:
-        self._jobs.put((os.dup(fd), tag))
+        if self._closed:
+            raise ValueError("Syncer is closed")
+        fcntl.fcntl(fd, fcntl.F_GETFD)  # not open: OSError EBADF, and fd stays the caller's
+        self._jobs.put((fd, tag))
 
     def fileno(self) -> int:
         return self._efd
@@ -92,6 +101,9 @@ class PySyncer:
         return done
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         for _ in self._threads:
             self._jobs.put(None)
         for thread in self._threads:
@@ -181,8 +193,8 @@ class Durability:
         while True:
             job = self._jobs.get(key)
             if job is None:
-                # a duplicate made under the log's lock: a cap rewrite on a worker thread cannot
-                # have closed the log before submit() duplicates it for the syncer's thread
+                # a duplicate made under the log's lock (a cap rewrite on a worker thread may
+                # close the log's descriptor meanwhile), handed over to the syncer, which closes it
                 request = handle.begin_sync(target, dup=True)
                 if request is None:
                     return
@@ -193,10 +205,9 @@ class Durability:
                 try:
                     self.syncer.submit(fd, tag)
                 except BaseException:
+                    os.close(fd)  # refused: still ours
                     del self._jobs[key], self._by_tag[tag]
                     raise
-                finally:
-                    os.close(fd)
                 self.syncs += 1
             if len(self._by_tag) > 1:  # others' syncs may have ended: deliver them now, not a
                 self._deliver()        # pass of the loop and a task switch later (run)
