@@ -17,11 +17,11 @@ see :meth:`SessionHandle.may_block_append <memfs.store.session.SessionHandle.may
   appends arriving during a sync share the next one);
 * the syncer runs ``fdatasync`` on a duplicate of the descriptor (a cap rewrite may replace
   the log meanwhile; the duplicate is made under the log's lock and handed over to the
-  syncer, which closes it) on one of its threads — one session's slow sync never delays another's —
-  and signals completions on an eventfd that :meth:`Durability.run` waits on; a waiter that
-  has just submitted a job while others are in flight first delivers the completions already
-  signalled (under load the loop is busy when a sync ends, and they would wait for a pass of
-  the loop and a task switch into ``run``).
+  syncer, which closes it) on one of its threads — one session's slow sync never delays
+  another's — and signals completions on an eventfd that :meth:`Durability.run` waits on; a
+  waiter that has just submitted a job while others are in flight first delivers the
+  completions already signalled (under load the loop is busy when a sync ends, and they would
+  wait for a pass of the loop and a task switch into ``run``).
 
 The compiled syncer (``memfs/fs/_syncer.c``) never takes the interpreter lock; this module's
 :class:`PySyncer` is its twin and specification (``MEMFS_IMPL=py`` selects it). A failed
