@@ -634,7 +634,7 @@ class Operations(pyfuse3.Operations):
             if handle.appender.sync:
                 return n
             # fsync mode: the intake's thread syncs (memfs/fs/_intake.c)
-            request = session.begin_sync(session.sync_position, dup=True)  # (a cap rewrite may replace the log)
+            request = session.begin_sync(session.sync_position)  # (a duplicate: a cap rewrite may replace the log)
             if request is None:
                 return n
             fd, goal = request

@@ -195,7 +195,7 @@ class Durability:
             if job is None:
                 # a duplicate made under the log's lock (a cap rewrite on a worker thread may
                 # close the log's descriptor meanwhile), handed over to the syncer, which closes it
-                request = handle.begin_sync(target, dup=True)
+                request = handle.begin_sync(target)
                 if request is None:
                     return
                 fd, goal = request

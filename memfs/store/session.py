@@ -755,15 +755,14 @@ class SessionHandle:
         its ``target`` right after an append (lock-free)."""
         return self._s.log.position
 
-    def begin_sync(self, target: int, *, dup: bool = False) -> tuple[int, int] | None:
+    def begin_sync(self, target: int) -> tuple[int, int] | None:
         """For a caller that runs ``fdatasync`` itself (off an event loop): None when the log
-        is durable up to sync position ``target``; else ``(fd, goal)`` — sync ``fd`` (dup it
-        first: a cap rewrite may replace it; ``dup=True`` returns a duplicate, made where no
-        rewrite can close the log meanwhile, for the caller to close), then call
-        :meth:`end_sync` with ``goal``. The group commit (several waiters sharing one sync)
-        is the caller's; the log only keeps the position known to be durable, shared with
-        :meth:`append`'s own syncs."""
-        return self._s.log.begin_sync(target, dup)
+        is durable up to sync position ``target``; else ``(fd, goal)`` — ``fd`` a duplicate of
+        the log's descriptor (made where no cap rewrite can close the log meanwhile), the
+        caller's to sync and close — then call :meth:`end_sync` with ``goal``. The group
+        commit (several waiters sharing one sync) is the caller's; the log only keeps the
+        position known to be durable, shared with :meth:`append`'s own syncs."""
+        return self._s.log.begin_sync(target)
 
     def end_sync(self, goal: int) -> None:
         """An ``fdatasync`` from :meth:`begin_sync` returned: the log is durable up to ``goal``."""

@@ -245,16 +245,16 @@ class LogFile:
             covered.pop().release()
             self._baton = covered + self._baton if self._baton else covered
 
-    def begin_sync(self, target: int, dup: bool = False) -> tuple[int, int] | None:
+    def begin_sync(self, target: int) -> tuple[int, int] | None:
         """None when durable up to sync position ``target``; else ``(fd, goal)`` for a caller
         that syncs ``fd`` itself and then calls :meth:`end_sync` (see
         :meth:`SessionHandle.begin_sync <memfs.store.session.SessionHandle.begin_sync>`).
-        ``dup``: ``fd`` is a duplicate, made under the lock :meth:`replace` takes before it
-        closes the descriptor it replaces (so it is the log's), and the caller's to close."""
+        ``fd`` is a duplicate, made under the lock :meth:`replace` takes before it closes the
+        descriptor it replaces (so it is the log's), and the caller's to close."""
         with self._lock:
             if self.synced >= target or self.fd is None:
                 return None
-            return (os.dup(self.fd) if dup else self.fd), self.position
+            return os.dup(self.fd), self.position
 
     def end_sync(self, goal: int) -> None:
         with self._lock:
