@@ -443,7 +443,7 @@ static void serve_write(const char *buf, size_t len, pyside *py)
             run_job(&j, 1);  /* may wait (a cap rewrite on a worker), the lock released meanwhile */
         py->ts = PyEval_SaveThread();
     }
-    if (!serve)
+    if (!serve && !j.hop)  /* (a write given back was committed by its own thread) */
         atomic_fetch_add(&n_combined, 1);
     if (j.sync_fd >= 0) {
         if (fdatasync(j.sync_fd) != 0 && j.result >= 0)
