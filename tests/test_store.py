@@ -273,6 +273,96 @@ def test_group_commit_waits_for_the_appenders_a_sync_woke_and_a_lone_one_never_w
     assert len(log_lines(tmp_path / "s")) == 271
 
 
+def test_appenders_that_stop_early_cost_the_others_a_bounded_wait_each(tmp_path):
+    """Thread k appends 10·(k+1) lines: each thread that stops is owed by the sync that covered
+    its last line, and the next sync waits for it only up to the bound, then runs without it
+    (the last owed appender runs a sync itself; a wait that runs out is owed_timeouts)."""
+    with open_s(tmp_path, durability="fsync", max_events=0) as h:
+        h.append(START)
+        start = threading.Barrier(4)
+
+        def writer(k):
+            start.wait()
+            for i in range(10 * (k + 1)):
+                h.append(msg(f"w{k} {i}"))
+
+        pool = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in pool), "an appender hung waiting for one that had stopped"
+        stats = h.stats()
+        assert stats["owed_timeouts"] >= 1 and stats["owed_timeouts"] <= stats["owed_waits"]
+        assert h.manifest["event_count"] == 101
+    assert len(log_lines(tmp_path / "s")) == 101
+
+
+def test_a_durability_wait_cut_short_by_an_exception_hands_on_its_part(tmp_path, monkeypatch):
+    """The main thread waits for another thread's fdatasync (held here), three threads queue
+    behind it, and a signal handler's exception ends the main thread's wait: its line stays
+    committed, and the threads queued behind it, the held sync and later appends all go on
+    (the sync's end wakes its waiters one by the other: one that left must not break the
+    chain). The liveness lock is kept for the test's length: its release would wake them."""
+    import signal
+
+    class Interrupted(Exception):
+        pass
+
+    with open_s(tmp_path, durability="fsync", max_events=0, idle_release=3600) as h:
+        h.append(START)
+        held, running = threading.Event(), threading.Event()
+        real = os.fdatasync
+
+        def held_sync(fd):
+            running.set()
+            assert held.wait(30)
+            real(fd)
+
+        def committed():
+            return h.manifest["event_count"]
+
+        monkeypatch.setattr(os, "fdatasync", held_sync)
+        first = threading.Thread(target=h.append, args=(msg("first"),))
+        first.start()
+        assert running.wait(30)  # its sync runs, held
+        others = [threading.Thread(target=h.append, args=(msg(f"other {k}"),)) for k in range(3)]
+
+        def queue_behind_main():
+            wait_until(lambda: committed() == 3, "the main thread's line")
+            for t in others:
+                t.start()
+            wait_until(lambda: committed() == 6, "the other threads' lines")
+            os.kill(os.getpid(), signal.SIGALRM)
+
+        def interrupt(signum, frame):
+            raise Interrupted
+
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        helper = threading.Thread(target=queue_behind_main)
+        try:
+            helper.start()
+            with pytest.raises(Interrupted):
+                h.append(msg("interrupted"))  # waits behind the held sync
+        finally:
+            helper.join(timeout=30)
+            signal.signal(signal.SIGALRM, previous)
+        monkeypatch.setattr(os, "fdatasync", real)
+        held.set()
+        for t in [first, *others]:
+            t.join(timeout=30)
+        assert not any(t.is_alive() for t in [first, *others]), "a waiter was left behind"
+        h.append(msg("after"))
+        done = threading.Thread(target=h.append, args=(msg("after, from a thread"),))
+        done.start()
+        done.join(timeout=30)
+        assert not done.is_alive()
+        assert committed() == 8
+    texts = [orjson.loads(line)["event"]["item"]["text"] for line in log_lines(tmp_path / "s")[1:]]
+    assert sorted(texts) == sorted(["first", "other 0", "other 1", "other 2", "interrupted", "after",
+                                    "after, from a thread"])
+
+
 def test_append_many_shares_one_call(tmp_path):
     with open_s(tmp_path, durability="fsync") as h:
         assert h.append_many(turn("a", 5)) == 7
