@@ -20,10 +20,10 @@ within seconds, so each goal is the median of the ratios of neighbours in time):
   writer / floor 1 writer`` is what memfs's own work (its commit, the hop to the syncer and
   back) leaves of it;
 * the reference of the library goal: ``scripts/groupcommit_ref.c``, the same 8 threads × 300-byte
-  appends to one file with the same group commit (a leader runs ``fdatasync`` for everything
-  written, its end wakes whom it covered, and the next leader first waits, bounded, for those
-  to write their next lines: :meth:`memfs.store.writer.LogFile.sync_to`), in C: no Python, no
-  interpreter lock, no validation. ``C reference / native 1 thread`` is what that algorithm
+  appends to one file with the same group commit (one thread runs ``fdatasync`` for everything
+  written, its end wakes whom it covered, and the next sync waits, bounded, for those to write
+  their next lines and is run by the last of them: :meth:`memfs.store.writer.LogFile.sync_to`),
+  in C: no Python, no interpreter lock, no validation. ``C reference / native 1 thread`` is what that algorithm
   reaches on this machine and ``library / C reference`` what memfs's library keeps of it. It
   is compiled at the start with the C compiler Python was built with; without one the row is
   left out.

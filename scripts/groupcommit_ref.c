@@ -3,13 +3,14 @@
  * to one file, every append returning only once an fdatasync covers it — with no Python, no
  * interpreter lock and no validation, and the same group commit as memfs/store/writer.py
  * (LogFile.sync_to): each thread write()s its line under a mutex (the file's order) and then
- * waits; one waiting thread at a time runs fdatasync for everything written so far, and its
- * end wakes every thread it covered and elects the next syncer. The threads a sync covers are
- * "owed": the next syncer first waits until each of them (but itself) has written its next
- * line, for at most the last fdatasync's duration (never over 2 ms), so that its sync covers
- * them too — without that wait the threads fall into two groups that alternate and each sync
- * covers about half of them. What this program reaches on a machine is what that algorithm
- * reaches there; memfs's library pays Python and its interpreter lock on top.
+ * waits; one thread at a time runs fdatasync for everything written so far, and its end wakes
+ * every thread it covered. The threads a sync covers, its own runner among them, are "owed":
+ * the next sync waits until each of them has written its next line, and the last of them to
+ * come runs it; the first to wait for them waits at most the last fdatasync's duration (never
+ * over 2 ms), then runs it without whoever has not come. Without that wait the threads fall
+ * into two groups that alternate and each sync covers about half of them. What this program
+ * reaches on a machine is what that algorithm reaches there; memfs's library pays Python and
+ * its interpreter lock on top.
  *
  * Built by bench_durability.py with the C compiler Python was built with; a benchmark tool,
  * not part of memfs.
@@ -32,14 +33,14 @@
 
 static pthread_mutex_t order = PTHREAD_MUTEX_INITIALIZER;  /* the file's order */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;     /* the sync state */
-static pthread_cond_t synced_cv = PTHREAD_COND_INITIALIZER;
-static pthread_cond_t owed_cv = PTHREAD_COND_INITIALIZER;  /* the last owed thread has written */
+static pthread_cond_t synced_cv = PTHREAD_COND_INITIALIZER;  /* a sync ended, or the owed came */
 static int fd, syncing, threads;
 static atomic_int failed;  /* an errno: every thread stops */
 static long written, synced, syncs, events;
 static long target_of[MAX_THREADS];  /* each thread's last line's end, 0 when none waits */
 static char owes[MAX_THREADS];
 static int owed;                /* threads the next sync waits for */
+static int timing;              /* a thread times the wait for them */
 static long last_sync_ns;
 static char line[300];
 
@@ -50,8 +51,9 @@ static long now_ns(void)
     return t.tv_sec * 1000000000L + t.tv_nsec;
 }
 
-/* Before a sync (mu held, the sync claimed): wait, bounded, for the owed threads to write. */
-static void wait_owed(void)
+/* The first thread to wait for the owed ones (mu held, no sync running) waits until a sync
+ * begins or ends or none is owed, at most the bound; 1 when the bound ran out first. */
+static int wait_owed(void)
 {
     long limit = last_sync_ns < OWED_WAIT_MAX_NS ? last_sync_ns : OWED_WAIT_MAX_NS;
     struct timespec until;
@@ -59,11 +61,13 @@ static void wait_owed(void)
     long ns = until.tv_nsec + limit;
     until.tv_sec += ns / 1000000000L;
     until.tv_nsec = ns % 1000000000L;
-    while (owed > 0 && !failed)
-        if (pthread_cond_timedwait(&owed_cv, &mu, &until) == ETIMEDOUT)
-            break;
-    memset(owes, 0, sizeof owes);  /* whoever has not come is owed no longer */
-    owed = 0;
+    long seen = syncs;
+    int rc = 0;
+    timing = 1;
+    while (!syncing && syncs == seen && owed > 0 && !failed && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&synced_cv, &mu, &until);
+    timing = 0;
+    return rc == ETIMEDOUT && !syncing && syncs == seen && owed > 0;
 }
 
 static void sync_to(int me, long target)
@@ -72,17 +76,23 @@ static void sync_to(int me, long target)
     target_of[me] = target;
     if (owes[me]) {
         owes[me] = 0;
-        if (--owed == 0)
-            pthread_cond_signal(&owed_cv);
+        owed--;
     }
+    int waited = 0;  /* this thread's wait for the owed ran out */
     while (synced < target && !failed) {
-        if (syncing) {
+        if (syncing || (owed > 0 && !waited && timing)) {
             pthread_cond_wait(&synced_cv, &mu);
             continue;
         }
+        if (owed > 0 && !waited) {
+            waited = wait_owed();
+            continue;
+        }
         syncing = 1;
-        if (owed > 0)
-            wait_owed();
+        if (owed > 0) {  /* the wait ran out: whoever has not come is owed no longer */
+            memset(owes, 0, sizeof owes);
+            owed = 0;
+        }
         pthread_mutex_lock(&order);
         long goal = written;  /* every byte written so far: this sync covers it */
         pthread_mutex_unlock(&order);
@@ -124,8 +134,8 @@ static void *appender(void *arg)
     pthread_mutex_lock(&mu);  /* a thread that ends is owed nothing */
     if (owes[me]) {
         owes[me] = 0;
-        if (--owed == 0)
-            pthread_cond_signal(&owed_cv);
+        if (--owed == 0)  /* the waiters run the sync now */
+            pthread_cond_broadcast(&synced_cv);
     }
     pthread_mutex_unlock(&mu);
     return NULL;
