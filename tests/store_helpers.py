@@ -113,3 +113,17 @@ def wait_until(cond, what: str, timeout: float = 20.0):
             return value
         assert time.monotonic() < deadline, f"gave up waiting: {what}"
         time.sleep(0.02)
+
+
+def join_all(threads, what: str, timeout: float = 60.0) -> None:
+    """Start the threads not started yet and wait for all of them, ``timeout`` seconds in
+    all; the test fails naming ``what`` if one is still running then (a thread that hangs)."""
+    import time
+
+    for t in threads:
+        if t.ident is None:
+            t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), what

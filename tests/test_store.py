@@ -24,8 +24,8 @@ from memfs.events import SCHEMA_VERSION
 from memfs.store import paths
 from memfs.store.appender import LineAppender
 from refcounts import bytes_kept
-from store_helpers import (wait_until, DONE, FAILED, START, THREAD_DONE, THREAD_START, disk_index, disk_manifest, env, log_lines,
-                           msg, open_s, run_python, turn)
+from store_helpers import (wait_until, DONE, FAILED, START, THREAD_DONE, THREAD_START, disk_index, disk_manifest, env, join_all,
+                           log_lines, msg, open_s, run_python, turn)
 
 
 def mode(path) -> int:
@@ -286,12 +286,8 @@ def test_appenders_that_stop_early_cost_the_others_a_bounded_wait_each(tmp_path)
             for i in range(10 * (k + 1)):
                 h.append(msg(f"w{k} {i}"))
 
-        pool = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
-        for t in pool:
-            t.start()
-        for t in pool:
-            t.join(timeout=60)
-        assert not any(t.is_alive() for t in pool), "an appender hung waiting for one that had stopped"
+        join_all([threading.Thread(target=writer, args=(k,)) for k in range(4)],
+                 "an appender hung waiting for one that had stopped")
         stats = h.stats()
         assert stats["owed_timeouts"] >= 1 and stats["owed_timeouts"] <= stats["owed_waits"]
         assert h.manifest["event_count"] == 101
@@ -349,14 +345,9 @@ def test_a_durability_wait_cut_short_by_an_exception_hands_on_its_part(tmp_path,
             signal.signal(signal.SIGALRM, previous)
         monkeypatch.setattr(os, "fdatasync", real)
         held.set()
-        for t in [first, *others]:
-            t.join(timeout=30)
-        assert not any(t.is_alive() for t in [first, *others]), "a waiter was left behind"
+        join_all([first, *others], "a waiter was left behind", timeout=30)
         h.append(msg("after"))
-        done = threading.Thread(target=h.append, args=(msg("after, from a thread"),))
-        done.start()
-        done.join(timeout=30)
-        assert not done.is_alive()
+        join_all([threading.Thread(target=h.append, args=(msg("after, from a thread"),))], "a later append hung")
         assert committed() == 8
     texts = [orjson.loads(line)["event"]["item"]["text"] for line in log_lines(tmp_path / "s")[1:]]
     assert sorted(texts) == sorted(["first", "other 0", "other 1", "other 2", "interrupted", "after",

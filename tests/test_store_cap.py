@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from memfs.errors import CapRewriteError, TurnNotFound
-from store_helpers import DONE, START, disk_index, env, log_lines, msg, open_s, run_python, state_of, turn
+from store_helpers import DONE, START, disk_index, env, join_all, log_lines, msg, open_s, run_python, state_of, turn
 
 HELPERS = {"PYTHONPATH": os.path.dirname(__file__)}
 
@@ -171,12 +171,8 @@ def test_group_commit_waiters_survive_cap_rewrites(tmp_path):
             except Exception as exc:  # pragma: no cover - reported below
                 errors.append(exc)
 
-        threads = [threading.Thread(target=writer, args=(k,)) for k in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        assert not any(t.is_alive() for t in threads), "an fsync waiter hung across a cap rewrite"
+        join_all([threading.Thread(target=writer, args=(k,)) for k in range(3)],
+                 "an fsync waiter hung across a cap rewrite", timeout=120)
         assert errors == []
         assert h.manifest["turn_count"] == 45
         assert h.manifest["event_count"] <= 20
