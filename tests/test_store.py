@@ -234,11 +234,7 @@ def append_from_threads(h, threads: int, n: int) -> None:
         for i in range(n):
             h.append(msg(f"w{k} {i}"))
 
-    pool = [threading.Thread(target=writer, args=(k,)) for k in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
+    join_all([threading.Thread(target=writer, args=(k,)) for k in range(threads)], "an appending thread hung")
 
 
 def test_fsync_mode_and_group_commit_from_threads(tmp_path):
