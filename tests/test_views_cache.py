@@ -13,6 +13,7 @@ import pytest
 import memfs
 from memfs import views
 from memfs.views import cache, persist
+from store_helpers import join_all
 
 ENV = b'{"schema_version":"0.18.0","event":'
 
@@ -274,8 +275,7 @@ def test_concurrent_readers_and_a_writer(session):
             session.append_many(events[i:i + 5])
     finally:
         stop.set()
-        for t in threads:
-            t.join()
+        join_all(threads, "a reader still rendering after the appends stopped")
     assert not errors
     assert current_render(session) == fresh_render(session)
 
