@@ -12,6 +12,11 @@ within seconds, so each goal is the median of the ratios of neighbours in time):
   process: ``write()`` releases the GIL); goal ≥ 0.6 of native 8 × 8;
 * library, 8 threads appending to one ``fsync`` session (group commit); goal ≥ 3× one native
   sync per event (native 1 thread);
+* the same 8 threads, each confined to one CPU (the one that takes the disk's interrupts, else
+  the lowest this process may use) by ``sched_setaffinity`` of its own before it appends. No
+  goal: it shows what the appenders' hand-offs cost when they cross CPUs — a woken appender
+  placed on the idle CPU, its wake an inter-processor interrupt, the interpreter lock passed
+  back and forth between CPUs — which the library cannot choose for its callers' threads;
 * the floor of the first goal: ``scripts/nullfs.py`` with ``NULLFS_FLOOR_SYNC`` — a pyfuse3
   server that validates the line, ``write()``s it and ``fdatasync``s inline before replying,
   one writer. It is the least an ``fsync``-mode append through any pyfuse3 server does (one
@@ -122,8 +127,12 @@ def loop_cpu(pid: int) -> int:
     return int(stat[stat.rindex(")") + 2:].split()[36])
 
 
-def library_group_commit(handle, n: int) -> float:
+def library_group_commit(handle, n: int, cpu: int | None = None) -> float:
+    """Events per second of THREADS threads × ``n`` appends through ``handle``; ``cpu``: each
+    thread confines itself to that CPU first (``sched_setaffinity`` of the calling thread)."""
     def work(k: int) -> None:
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
         for i in range(n):
             handle.append(LINES[(i + k) % 1000])
 
@@ -199,6 +208,7 @@ def main() -> int:
     rates: dict[str, list[float]] = {k: [] for k in (
         "native 1 thread", "native 8 threads x 8 files", "memfs fsync mount, 1 writer",
         "memfs fsync mount, 8 writers x 8 sessions", "library fsync, 8 threads, 1 session",
+        "library fsync, 8 threads on one CPU, 1 session",
         "floor: pyfuse3 write+fdatasync inline, 1 writer", "C reference: group commit, 8 threads, 1 file")}
     reference = build_reference(work)
     try:
@@ -215,6 +225,8 @@ def main() -> int:
             (mnt / "sessions" / f"s{i}").mkdir()
             sessions.append(mnt / "sessions" / f"s{i}" / "events.jsonl")
         handle = memfs.open_session(work / "lib", "g", durability="fsync", max_events=0)
+        allowed = os.sched_getaffinity(0)
+        one_cpu = min(disk_irq_cpus(work) & allowed or allowed)  # where the disk's completions arrive
         n = args.events
         run_threads([native / "warm"], 50, True, create)  # warm-up
         run_threads(sessions, 50, False)
@@ -228,6 +240,7 @@ def main() -> int:
             rates["memfs fsync mount, 8 writers x 8 sessions"].append(run_threads(sessions, n, False))
             placements.append(loop_cpu(proc.pid))
             rates["library fsync, 8 threads, 1 session"].append(library_group_commit(handle, n))
+            rates["library fsync, 8 threads on one CPU, 1 session"].append(library_group_commit(handle, n, one_cpu))
             rates["floor: pyfuse3 write+fdatasync inline, 1 writer"].append(
                 run_threads([floor_mnt / "sink"], n, False))  # the floor server syncs
             if reference is not None:
@@ -249,6 +262,10 @@ def main() -> int:
     results["mount 1 writer / native 1 thread"] = ratio("memfs fsync mount, 1 writer", "native 1 thread")
     results["mount 8x8 / native 8x8"] = ratio("memfs fsync mount, 8 writers x 8 sessions", "native 8 threads x 8 files")
     results["library 8 threads / native 1 thread"] = ratio("library fsync, 8 threads, 1 session", "native 1 thread")
+    results["library 8 threads on one CPU / native 1 thread"] = ratio("library fsync, 8 threads on one CPU, 1 session",
+                                                                      "native 1 thread")
+    results["library 8 threads on one CPU / on any"] = ratio("library fsync, 8 threads on one CPU, 1 session",
+                                                            "library fsync, 8 threads, 1 session")
     results["floor 1 writer / native 1 thread"] = ratio("floor: pyfuse3 write+fdatasync inline, 1 writer",
                                                         "native 1 thread")
     results["mount 1 writer / floor 1 writer"] = ratio("memfs fsync mount, 1 writer",
@@ -278,7 +295,7 @@ def main() -> int:
         print(f"{key:<{width}}  {value:,.2f}" if value < 100 else f"{key:<{width}}  {value:,.0f}")
     print(f"placement: the memfs server's event loop ran on CPU {', '.join(map(str, placements))} (sampled "
           f"around its rounds); the store's disk interrupts go to CPU "
-          f"{', '.join(map(str, sorted(irq_cpus))) or 'unknown'}")
+          f"{', '.join(map(str, sorted(irq_cpus))) or 'unknown'}; the library's threads on one CPU ran on CPU {one_cpu}")
     report_goals(results, goals, args.json)
     shutil.rmtree(work, ignore_errors=True)
     return 0
