@@ -4,7 +4,8 @@
 Measured in one run, side by side, in interleaved rounds (this machine's speed drifts 2x
 within seconds, so each goal is the median of the ratios of neighbours in time; 15 rounds by
 default, about half a minute — with 7, eight runs of 2026-12-01 put the 1-writer mount ratio at
-0.60–0.79 and the 8×8 one at 0.54–0.72, either side of their goals):
+0.60–0.79 and the 8×8 one at 0.54–0.72, either side of their goals; with 15, five runs: 0.66–0.71
+and 0.63–0.70):
 
 * native, 1 thread: one ``write()`` of a 300-byte event then ``fdatasync()`` per event;
 * native, 8 threads × 8 files: the same, each thread on its own file;
