@@ -214,6 +214,7 @@ def main() -> int:
         "library fsync, 8 threads on one CPU, 1 session",
         "floor: pyfuse3 write+fdatasync inline, 1 writer", "C reference: group commit, 8 threads, 1 file")}
     reference = build_reference(work)
+    irq_cpus = disk_irq_cpus(work)  # the CPUs that take the disk's interrupts (empty: unknown)
     try:
         floor_mnt = work / "floor"
         floor_mnt.mkdir()
@@ -229,7 +230,7 @@ def main() -> int:
             sessions.append(mnt / "sessions" / f"s{i}" / "events.jsonl")
         handle = memfs.open_session(work / "lib", "g", durability="fsync", max_events=0)
         allowed = os.sched_getaffinity(0)
-        one_cpu = min(disk_irq_cpus(work) & allowed or allowed)  # where the disk's completions arrive
+        one_cpu = min(irq_cpus & allowed or allowed)  # where the disk's completions arrive
         n = args.events
         run_threads([native / "warm"], 50, True, create)  # warm-up
         run_threads(sessions, 50, False)
@@ -282,7 +283,6 @@ def main() -> int:
         for name, values in slow.items():
             results[f"slow disk (+1 ms per fdatasync): library, 8 threads, {name} ev/s"] = statistics.median(values)
         results["slow disk: owed wait / none"] = statistics.median(a / b for a, b in zip(slow["owed wait"], slow["none"]))
-    irq_cpus = disk_irq_cpus(work)
     if irq_cpus and placements:
         results["memfs loop samples on the disk-interrupt CPUs (share)"] = (
             sum(cpu in irq_cpus for cpu in placements) / len(placements))

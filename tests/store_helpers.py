@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -104,8 +105,6 @@ def errno_of(action) -> int:
 
 def wait_until(cond, what: str, timeout: float = 20.0):
     """``cond()``'s first true value, polled until ``timeout`` seconds; the test fails then."""
-    import time
-
     deadline = time.monotonic() + timeout
     while True:
         value = cond()
@@ -118,8 +117,6 @@ def wait_until(cond, what: str, timeout: float = 20.0):
 def join_all(threads, what: str, timeout: float = 60.0) -> None:
     """Start the threads not started yet and wait for all of them, ``timeout`` seconds in
     all; the test fails naming ``what`` if one is still running then (a thread that hangs)."""
-    import time
-
     for t in threads:
         if t.ident is None:
             t.start()
