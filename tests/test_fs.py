@@ -13,6 +13,7 @@ import time
 import pytest
 
 from mounting import cleanup, event, mounted, needs_fuse, sh, start
+from store_helpers import wait_until
 
 pytestmark = needs_fuse
 
@@ -405,6 +406,26 @@ def test_metadata_attributes_are_cached_for_a_tick_and_exact_after_each_append(m
             log.flush()
             assert [os.stat(f).st_size for f in files] == [len(f.read_bytes()) for f in files]
         assert count("attr_ticked") == ticked
+
+
+def test_ticks_are_forgotten_once_expired_so_stats_of_many_sessions_hold_no_memory(m):
+    """The server remembers a session's ticked attributes (``Operations._attr_timeout``) only
+    while the kernel may still hold them: ``stat`` of 30 sessions' manifests ticks each, and
+    once they have expired the next tick drops them, leaving only the session ``stat``'d
+    then (the root's ``user.memfs.attr_tick_sessions``)."""
+    def count(name):
+        return int(os.getxattr(m.mnt, f"user.memfs.{name}"))
+
+    names = [f"t{i}" for i in range(30)]
+    for name in names:
+        make_session(m, name)
+    ticked = count("attr_ticked")
+    for name in names:
+        os.stat(m.mnt / "sessions" / name / "manifest.json")
+    assert count("attr_ticked") >= ticked + len(names)
+    assert 1 <= count("attr_tick_sessions") <= len(names)
+    last = m.mnt / "sessions" / names[0] / "manifest.json"
+    wait_until(lambda: os.stat(last) and count("attr_tick_sessions") == 1, "the expired ticks to be dropped")
 
 
 @pytest.mark.parametrize("reply", ["compiled", "twin"])

@@ -126,6 +126,7 @@ class Operations(pyfuse3.Operations):
         self.warm_pending = None  # sessions the search index's warm-up has still to index (once listed)
         self._mtimes: dict[Node, tuple[tuple[int, int], int]] = {}  # generated file → (content key, mtime)
         self._ticked: dict[str, dict[int, float]] = {}  # session → {inode: when its attributes were ticked}
+        self._tick_swept = 0.0  # when _ticked was last swept of expired ticks (_attr_timeout)
         self._tick_lock = threading.Lock()  # (a file opened for writing on a worker thread unticks)
         self.attr_ticked = 0  # replies that carried ATTR_TICK (the root's user.memfs.attr_ticked)
         self.attr_unticked = 0  # of them, withdrawn before they expired (user.memfs.attr_unticked)
@@ -343,7 +344,12 @@ class Operations(pyfuse3.Operations):
         shows within that tick, as the spec's "short" timeouts allow. Side by side, ``stat``
         + ``cat`` of an idle session's manifest while 4 writers drive other sessions through
         cap rewrites (``bench_responsive.py`` (a)): see ``bench/REPORT.md``. Not in cluster
-        mode, where a replica's appends change sessions without a file opened here."""
+        mode, where a replica's appends change sessions without a file opened here.
+
+        A tick is remembered only while the kernel may still hold it: at most every
+        :data:`TICK_HOLD` seconds the ticks older than that are dropped, so the memory holds
+        the sessions ticked in the last two such periods, not every session ever ``stat``'d
+        (the root's ``user.memfs.attr_tick_sessions`` counts them)."""
         if self.cluster is not None:
             return 0
         name = node.session
@@ -351,9 +357,23 @@ class Operations(pyfuse3.Operations):
             held = self.store.held(name)
             if held is not None and held.writers:
                 return 0
-            self._ticked.setdefault(name, {})[inode] = time.monotonic()
+            now = time.monotonic()
+            if now - self._tick_swept > TICK_HOLD:
+                self._sweep_ticks(now - TICK_HOLD)
+                self._tick_swept = now
+            self._ticked.setdefault(name, {})[inode] = now
             self.attr_ticked += 1
         return ATTR_TICK
+
+    def _sweep_ticks(self, expired: float) -> None:
+        """Forget the ticks given before ``expired`` (caller holds ``_tick_lock``): the kernel
+        no longer holds them, so :meth:`_untick` would skip them anyway."""
+        for name in list(self._ticked):
+            inodes = self._ticked[name]
+            for inode in [inode for inode, when in inodes.items() if when <= expired]:
+                del inodes[inode]
+            if not inodes:
+                del self._ticked[name]
 
     def _untick(self, name: str) -> None:
         """The kernel forgets the ticked attributes of session ``name`` (see :meth:`_attr_timeout`)."""
@@ -804,7 +824,8 @@ class Operations(pyfuse3.Operations):
                       b"user.memfs.background_waits": str(self.pacer.waits).encode(),  # memfs.pace
                       b"user.memfs.background_waited_ms": str(self.pacer.waited_ns // 1_000_000).encode(),
                       b"user.memfs.attr_ticked": str(self.attr_ticked).encode(),  # _attr_timeout
-                      b"user.memfs.attr_unticked": str(self.attr_unticked).encode()}
+                      b"user.memfs.attr_unticked": str(self.attr_unticked).encode(),
+                      b"user.memfs.attr_tick_sessions": str(len(self._ticked)).encode()}
             noflush = intake.noflush_opens()
             if noflush is not None:  # memfs.fs.intake: read-only opens whose close sends no FLUSH
                 values[b"user.memfs.noflush_opens"] = str(noflush).encode()
