@@ -6,8 +6,8 @@
  * waits; one thread at a time runs fdatasync for everything written so far, and its end wakes
  * every thread it covered. The threads a sync covers, its own runner among them, are "owed":
  * the next sync waits until each of them has written its next line, and the last of them to
- * come runs it; the first to wait for them waits at most the last fdatasync's duration (never
- * over 2 ms), then runs it without whoever has not come. Without that wait the threads fall
+ * come runs it; the first to wait for them waits at most twice the last fdatasync's duration
+ * (never over 2 ms), then runs it without whoever has not come. Without that wait the threads fall
  * into two groups that alternate and each sync covers about half of them. What this program
  * reaches on a machine is what that algorithm reaches there; memfs's library pays Python and
  * its interpreter lock on top.
@@ -55,7 +55,7 @@ static long now_ns(void)
  * begins or ends or none is owed, at most the bound; 1 when the bound ran out first. */
 static int wait_owed(void)
 {
-    long limit = last_sync_ns < OWED_WAIT_MAX_NS ? last_sync_ns : OWED_WAIT_MAX_NS;
+    long limit = 2 * last_sync_ns < OWED_WAIT_MAX_NS ? 2 * last_sync_ns : OWED_WAIT_MAX_NS;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     long ns = until.tv_nsec + limit;
