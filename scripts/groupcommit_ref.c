@@ -7,8 +7,8 @@
  * every thread it covered. The threads a sync covers, its own runner among them, are "owed":
  * the next sync waits until each of them has written its next line, and the last of them to
  * come runs it; the first to wait for them waits at most twice the last fdatasync's duration
- * (never over 2 ms), then runs it without whoever has not come. Without that wait the threads fall
- * into two groups that alternate and each sync covers about half of them. What this program
+ * (never over 2 ms), then runs it without whoever has not come. Without that wait the threads
+ * fall into two groups that alternate and each sync covers about half of them. What this program
  * reaches on a machine is what that algorithm reaches there; memfs's library pays Python and
  * its interpreter lock on top.
  *

@@ -347,9 +347,10 @@ class Operations(pyfuse3.Operations):
         mode, where a replica's appends change sessions without a file opened here.
 
         A tick is remembered only while the kernel may still hold it: at most every
-        :data:`TICK_HOLD` seconds the ticks older than that are dropped, so the memory holds
-        the sessions ticked in the last two such periods, not every session ever ``stat``'d
-        (the root's ``user.memfs.attr_tick_sessions`` counts them)."""
+        :data:`TICK_HOLD` seconds, when a tick is given, the ticks older than that are
+        dropped: what is held is the sessions ticked within two such periods of the latest
+        tick, not every session ever ``stat``'d (the root's ``user.memfs.attr_tick_sessions``
+        counts them)."""
         if self.cluster is not None:
             return 0
         name = node.session
