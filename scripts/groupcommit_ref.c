@@ -30,6 +30,7 @@
 
 #define MAX_THREADS 256
 #define OWED_WAIT_MAX_NS 2000000L
+#define OWED_WAIT_SYNCS 2  /* the bound in last fdatasyncs (memfs.store.writer.OWED_WAIT_SYNCS) */
 
 static pthread_mutex_t order = PTHREAD_MUTEX_INITIALIZER;  /* the file's order */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;     /* the sync state */
@@ -55,7 +56,9 @@ static long now_ns(void)
  * begins or ends or none is owed, at most the bound; 1 when the bound ran out first. */
 static int wait_owed(void)
 {
-    long limit = 2 * last_sync_ns < OWED_WAIT_MAX_NS ? 2 * last_sync_ns : OWED_WAIT_MAX_NS;
+    long limit = OWED_WAIT_SYNCS * last_sync_ns;
+    if (limit > OWED_WAIT_MAX_NS)
+        limit = OWED_WAIT_MAX_NS;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     long ns = until.tv_nsec + limit;
