@@ -18,11 +18,12 @@ up other requests, and the event loop never waits for the disk (SPEC §6).
 Decision: only ``fsync``-mode mounts use it. Each request queued for the loop costs one more
 thread wakeup than when the loop reads it itself: a quiet ``stat`` + read of a manifest took
 p50 0.93 ms against 0.70–0.73 through the loop. In ``fsync`` mode a write costs an
-``fdatasync`` and one writer gains 1.5× (the README has the figures); in ``write`` mode single
-appends gained too (2.4× with a thread polling ``/dev/fuse`` for 50 µs after each write), but
-side by side with the loop's reading the ``stat`` probes of ``scripts/bench_responsive.py``
-lost: with 4 writers through cap rewrites p99 2.1 → 6.4 ms, while the warm-up rescans 0.9 →
-3.0 ms. ``write``-mode mounts therefore keep pyfuse3's own reading.
+``fdatasync`` and one writer gains 1.5× (``docs/fsync.md`` has the figures); in ``write``
+mode single appends gained too (2.4× with a thread polling ``/dev/fuse`` for 50 µs after each
+write), but side by side with the loop's reading the ``stat`` probes of
+``scripts/bench_responsive.py`` lost: with 4 writers through cap rewrites p99 2.1 → 6.4 ms,
+while the warm-up rescans 0.9 → 3.0 ms. ``write``-mode mounts therefore keep pyfuse3's own
+reading.
 
 That reading is also the twin: every request on the event loop, ``fsync``-mode syncs on the
 syncer's threads (:mod:`memfs.fs.syncer`), cap rewrites and first opens hopped to worker
