@@ -263,38 +263,37 @@ def main() -> int:
             stop_server(floor, floor_mnt)
     results = {f"{k} ev/s": statistics.median(v) for k, v in rates.items() if v}
 
-    per_round: dict[str, list[float]] = {}  # a ratio's value in each round, by the ratio's name
+    per_round: dict[str, list[float]] = {}  # each ratio's value in each round, by the ratio's name
 
-    def ratio(a: str, b: str) -> float:
-        values = [x / y for x, y in zip(rates[a], rates[b])]
-        per_round[f"{a} / {b}"] = values
-        return statistics.median(values)
+    def ratio(name: str, a: str, b: str) -> None:
+        """``results[name]``: the median of the per-round ratios of rates ``a`` and ``b``."""
+        per_round[name] = [x / y for x, y in zip(rates[a], rates[b])]
+        results[name] = statistics.median(per_round[name])
 
-    def quartiles(a: str, b: str) -> str:
+    def quartiles(name: str) -> str:
         """The first and third quartiles of a ratio's per-round values: how far one round's
         ratio strays from the median that the goal is judged by."""
-        values = per_round[f"{a} / {b}"]
+        values = per_round[name]
         if len(values) < 2:
             return ""
-        q1, _, q3 = statistics.quantiles(values, n=4)
+        q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
         return f"; rounds' quartiles {q1:.2f}–{q3:.2f}"
 
-    results["mount 1 writer / native 1 thread"] = ratio("memfs fsync mount, 1 writer", "native 1 thread")
-    results["mount 8x8 / native 8x8"] = ratio("memfs fsync mount, 8 writers x 8 sessions", "native 8 threads x 8 files")
-    results["library 8 threads / native 1 thread"] = ratio("library fsync, 8 threads, 1 session", "native 1 thread")
-    results["library 8 threads on one CPU / native 1 thread"] = ratio("library fsync, 8 threads on one CPU, 1 session",
-                                                                      "native 1 thread")
-    results["library 8 threads on one CPU / on any"] = ratio("library fsync, 8 threads on one CPU, 1 session",
-                                                            "library fsync, 8 threads, 1 session")
-    results["floor 1 writer / native 1 thread"] = ratio("floor: pyfuse3 write+fdatasync inline, 1 writer",
-                                                        "native 1 thread")
-    results["mount 1 writer / floor 1 writer"] = ratio("memfs fsync mount, 1 writer",
-                                                      "floor: pyfuse3 write+fdatasync inline, 1 writer")
+    ratio("mount 1 writer / native 1 thread", "memfs fsync mount, 1 writer", "native 1 thread")
+    ratio("mount 8x8 / native 8x8", "memfs fsync mount, 8 writers x 8 sessions", "native 8 threads x 8 files")
+    ratio("library 8 threads / native 1 thread", "library fsync, 8 threads, 1 session", "native 1 thread")
+    ratio("library 8 threads on one CPU / native 1 thread", "library fsync, 8 threads on one CPU, 1 session",
+          "native 1 thread")
+    ratio("library 8 threads on one CPU / on any", "library fsync, 8 threads on one CPU, 1 session",
+          "library fsync, 8 threads, 1 session")
+    ratio("floor 1 writer / native 1 thread", "floor: pyfuse3 write+fdatasync inline, 1 writer", "native 1 thread")
+    ratio("mount 1 writer / floor 1 writer", "memfs fsync mount, 1 writer",
+          "floor: pyfuse3 write+fdatasync inline, 1 writer")
     if reference is not None:
-        results["C reference 8 threads / native 1 thread"] = ratio("C reference: group commit, 8 threads, 1 file",
-                                                                   "native 1 thread")
-        results["library 8 threads / C reference"] = ratio("library fsync, 8 threads, 1 session",
-                                                           "C reference: group commit, 8 threads, 1 file")
+        ratio("C reference 8 threads / native 1 thread", "C reference: group commit, 8 threads, 1 file",
+              "native 1 thread")
+        ratio("library 8 threads / C reference", "library fsync, 8 threads, 1 session",
+              "C reference: group commit, 8 threads, 1 file")
     if slow is not None:
         for name, values in slow.items():
             results[f"slow disk (+1 ms per fdatasync): library, 8 threads, {name} ev/s"] = statistics.median(values)
@@ -302,14 +301,11 @@ def main() -> int:
     if irq_cpus and placements:
         results["memfs loop samples on the disk-interrupt CPUs (share)"] = (
             sum(cpu in irq_cpus for cpu in placements) / len(placements))
-    goals = {goal: {"met": results[key] >= target, "measured": f"{results[key]:.3f}{quartiles(*pair)}"}
-             for goal, key, target, pair in (
-                 ("fsync mount, 1 writer >= 0.66 of native 1 thread", "mount 1 writer / native 1 thread", 0.66,
-                  ("memfs fsync mount, 1 writer", "native 1 thread")),
-                 ("fsync mount, 8 writers x 8 sessions >= 0.6 of native 8x8", "mount 8x8 / native 8x8", 0.6,
-                  ("memfs fsync mount, 8 writers x 8 sessions", "native 8 threads x 8 files")),
-                 ("library 8 threads 1 session >= 3x native 1 thread", "library 8 threads / native 1 thread", 3,
-                  ("library fsync, 8 threads, 1 session", "native 1 thread")))}
+    goals = {goal: {"met": results[key] >= target, "measured": f"{results[key]:.3f}{quartiles(key)}"}
+             for goal, key, target in (
+                 ("fsync mount, 1 writer >= 0.66 of native 1 thread", "mount 1 writer / native 1 thread", 0.66),
+                 ("fsync mount, 8 writers x 8 sessions >= 0.6 of native 8x8", "mount 8x8 / native 8x8", 0.6),
+                 ("library 8 threads 1 session >= 3x native 1 thread", "library 8 threads / native 1 thread", 3))}
     width = max(map(len, results))
     print(f"workload: 300-byte events, one write() each, fdatasync per event; {args.rounds} interleaved rounds of "
           f"{args.events} events per writer (medians; ratios are medians of neighbours' ratios)")
