@@ -7,8 +7,8 @@ default, about half a minute — with 7, eight runs of 2026-12-01 put the 1-writ
 0.60–0.79 and the 8×8 one at 0.54–0.72, either side of their goals; with 15, five runs: 0.66–0.71
 and 0.63–0.70). Each goal's line also gives the quartiles of its ratio's per-round values, so a
 verdict a few hundredths either side of its target reads as what it is: one round's ratio strays
-further than that from the median (the library's group commit, 7 rounds: 3.29, quartiles
-2.88–3.62):
+further than that from the median (the library's group commit in five runs of 2026-12-02: the
+middle half of each run's rounds spanned 0.4–1.0):
 
 * native, 1 thread: one ``write()`` of a 300-byte event then ``fdatasync()`` per event;
 * native, 8 threads × 8 files: the same, each thread on its own file;
