@@ -15,7 +15,9 @@ import time
 
 import pytest
 
+import memfs
 import memfs.store.metadata as metadata_mod
+import memfs.store.session as session_mod
 from memfs.store import persister
 from memfs.store.config import DEFAULT_METADATA_INTERVAL
 from memfs.events import Kind
@@ -95,9 +97,28 @@ def test_metadata_catches_up_after_a_boundary_without_another_call(tmp_path, par
         assert eventually(lambda: caught_up(h, sdir))
         assert disk_manifest(sdir)["turn_count"] == 20
         assert disk_manifest(sdir)["persisted_file_len"] == (sdir / "events.jsonl").stat().st_size
-        # the log was made durable by the persister, never by the appending thread
+        # the log was made durable by the store's background threads, never by the appending
+        # thread: the persister, or — when a slow persist (a loaded disk) stretched the
+        # coalescing gap past idle_release — the idle release, which persists before it lets
+        # the lock go (test_a_slow_persist_leaves_the_metadata_to_the_idle_release, below)
         assert park.calls and appended not in park.calls
-        assert set(park.calls) == {persister.THREAD_NAME}
+        assert set(park.calls) <= {persister.THREAD_NAME, session_mod.IDLE_THREAD_NAME}
+
+
+def test_a_slow_persist_leaves_the_metadata_to_the_idle_release(tmp_path, park, monkeypatch):
+    """A persist's cost stretches the coalescing gap (PERSIST_SHARE times it); when the gap
+    passes ``idle_release``, the idle release persists the metadata before it lets the lock go,
+    so the metadata still catches up without another call."""
+    monkeypatch.setattr(metadata_mod, "PERSIST_SHARE", 1e6)  # every persist looks slow, the creation's too
+    sdir = tmp_path / "s"
+    with open_s(tmp_path, durability="write", metadata_interval=DEFAULT, idle_release=0.3) as h:
+        park.calls.clear()
+        for line in turn("t0", 3):
+            h.append(line)
+        assert eventually(lambda: caught_up(h, sdir))  # the next persist was due in ~days
+        assert disk_manifest(sdir)["turn_count"] == 1
+        assert session_mod.IDLE_THREAD_NAME in park.calls and persister.THREAD_NAME not in park.calls
+        assert eventually(lambda: not memfs.is_live(sdir))  # and the lock is let go
 
 
 @pytest.mark.parametrize("durability", ["buffered", "write"])

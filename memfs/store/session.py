@@ -419,8 +419,13 @@ class Session:
                     liveness.release(lock_file)
 
 
-# The idle release of liveness locks: a second instance of the persister's scheduler thread.
-_releaser = persister.Persister("memfs-idle", due=lambda s: s.release_due(), work=lambda s: s.release_if_idle(),
+#: The name of the idle release's thread (a second instance of the persister's scheduler
+#: thread). Releasing a session's liveness lock persists its metadata first when the persister
+#: has not yet (SPEC §3.5): after a slow persist has stretched the coalescing gap
+#: (:data:`memfs.store.metadata.PERSIST_SHARE`) past ``idle_release``, it is this thread that
+#: brings the metadata up to date.
+IDLE_THREAD_NAME = "memfs-idle"
+_releaser = persister.Persister(IDLE_THREAD_NAME, due=lambda s: s.release_due(), work=lambda s: s.release_if_idle(),
                                 what="releasing the liveness lock of")
 
 _REGISTRY: dict[tuple[int, int], Session] = {}
