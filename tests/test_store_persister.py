@@ -115,7 +115,7 @@ def test_a_slow_persist_leaves_the_metadata_to_the_idle_release(tmp_path, park, 
         park.calls.clear()
         for line in turn("t0", 3):
             h.append(line)
-        assert eventually(lambda: caught_up(h, sdir))  # the next persist was due in ~days
+        assert eventually(lambda: caught_up(h, sdir))  # the next persist was due hours away
         assert disk_manifest(sdir)["turn_count"] == 1
         assert session_mod.IDLE_THREAD_NAME in park.calls and persister.THREAD_NAME not in park.calls
         assert eventually(lambda: not memfs.is_live(sdir))  # and the lock is let go
