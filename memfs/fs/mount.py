@@ -80,7 +80,11 @@ def _last_close(fd: int) -> None:
     another process kept a CPU busy. The duplicate, the process's highest descriptor, is
     closed last and so released first. Best effort: without a free descriptor up there,
     nothing is held (``tests/test_reliability_crash.py::
-    test_kill_9_on_a_busy_machine_leaves_no_dead_mount``)."""
+    test_kill_9_on_a_busy_machine_leaves_no_dead_mount``). This relies on that order: the
+    kernel runs a dying task's releases in the reverse of the order they were queued (its
+    ``task_work_run`` no longer reverses the list, as Linux 3.x's did); on a kernel that ran
+    them first-queued-first, libfuse's own layout was the safe one, and this duplicate would
+    undo it."""
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     high = min(soft if soft != resource.RLIM_INFINITY else 4096, 4096) - 8
     try:
