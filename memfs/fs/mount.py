@@ -86,9 +86,9 @@ def _last_close(fd: int) -> None:
     them first-queued-first, libfuse's own layout was the safe one, and this duplicate would
     undo it."""
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    high = min(soft if soft != resource.RLIM_INFINITY else 4096, 4096) - 8
+    limit = 4096 if soft == resource.RLIM_INFINITY else min(soft, 4096)  # (RLIM_INFINITY is -1)
     try:
-        _kept_fds.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, max(high, 64)))
+        _kept_fds.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, max(limit - 8, 64)))
     except OSError as exc:
         log.debug("no high descriptor for /dev/fuse: %s", exc)
 
