@@ -63,9 +63,6 @@ def fuse_options(config, store_root: Path | None = None) -> set[str]:
     return options
 
 
-_kept_fds: list[int] = []  # descriptors held for the process's life (see _last_close)
-
-
 def _last_close(fd: int) -> None:
     """Hold a duplicate of the FUSE session's ``/dev/fuse`` at a high descriptor number, so
     that when this process dies without unmounting (``kill -9``, the OOM killer) the FUSE
@@ -87,8 +84,8 @@ def _last_close(fd: int) -> None:
     undo it."""
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     limit = 4096 if soft == resource.RLIM_INFINITY else min(soft, 4096)  # (RLIM_INFINITY is -1)
-    try:
-        _kept_fds.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, max(limit - 8, 64)))
+    try:  # (never closed: it goes with the process)
+        fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, max(limit - 8, 64))
     except OSError as exc:
         log.debug("no high descriptor for /dev/fuse: %s", exc)
 
