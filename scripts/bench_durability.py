@@ -265,9 +265,10 @@ def main() -> int:
 
     per_round: dict[str, list[float]] = {}  # each ratio's value in each round, by the ratio's name
 
-    def ratio(name: str, a: str, b: str) -> None:
-        """``results[name]``: the median of the per-round ratios of rates ``a`` and ``b``."""
-        per_round[name] = [x / y for x, y in zip(rates[a], rates[b])]
+    def ratio(name: str, a: str, b: str, table: dict[str, list[float]] = rates) -> None:
+        """``results[name]``: the median of the per-round ratios of ``table``'s rates ``a`` and
+        ``b``."""
+        per_round[name] = [x / y for x, y in zip(table[a], table[b])]
         results[name] = statistics.median(per_round[name])
 
     def quartiles(name: str) -> str:
@@ -297,7 +298,7 @@ def main() -> int:
     if slow is not None:
         for name, values in slow.items():
             results[f"slow disk (+1 ms per fdatasync): library, 8 threads, {name} ev/s"] = statistics.median(values)
-        results["slow disk: owed wait / none"] = statistics.median(a / b for a, b in zip(slow["owed wait"], slow["none"]))
+        ratio("slow disk: owed wait / none", "owed wait", "none", slow)
     if irq_cpus and placements:
         results["memfs loop samples on the disk-interrupt CPUs (share)"] = (
             sum(cpu in irq_cpus for cpu in placements) / len(placements))
