@@ -25,7 +25,10 @@ each ratio is the median of the ratios of neighbours in time):
   is delivered the line as JetStream acknowledges it, so it often has it before A's
   ``write()`` returns (0 ms); the lag from the ``write()`` call is reported beside it;
 * catch-up: B unmounted, 100,000 appends through A (``cat`` of a file into the session: the
-  pipelined atomic batches), B mounted again: the time until B's replica has them all.
+  pipelined atomic batches), B mounted again: the time until B's replica has them all;
+* where a single append's time goes: the same raw fenced publisher on a stream of one replica
+  in memory (what replication and the disk add to each round trip), and raw unfenced publishes
+  pipelined 256 at a time (what not waiting for each ack — batching — buys a client).
 
 Nothing is asserted; ``--json FILE`` writes ``{"results", "goals"}``.
 
@@ -60,7 +63,8 @@ from nats.js import api  # noqa: E402
 SESSIONS = 8
 STREAM = "BENCH"
 SERIES = ("raw nats-py fenced, 1 subject", "raw nats-py fenced + following the stream, 1 subject",
-          "memfs mount A, 1 session", "raw nats-py fenced, 8 subjects", "memfs mount A, 8 sessions")
+          "memfs mount A, 1 session", "raw nats-py fenced, 8 subjects", "memfs mount A, 8 sessions",
+          "raw nats-py fenced, 1 subject, 1 replica in memory", "raw nats-py unfenced, 256 in flight, 1 subject")
 # where the streams' leaders are: the first server (which the mount's event-loop connection and
 # the raw publishers connect to), or another one (a publish then crosses a route to the leader)
 PLACEMENTS = (("leader on the connected server", 0), ("leader on another server", 1))
@@ -86,11 +90,12 @@ class Raw:
         # path to the stream leader for both
         self.nc = await nats.connect(urls.split(","), dont_randomize=True)
         self.js = self.nc.jetstream(timeout=10)
-        try:
-            await self.js.stream_info("RAW")
-        except nats.js.errors.NotFoundError:
-            await self.js.add_stream(api.StreamConfig(name="RAW", subjects=["raw.>"], num_replicas=3,
-                                                      storage=api.StorageType.FILE, duplicate_window=120.0))
+        for name, replicas, storage in (("RAW", 3, api.StorageType.FILE), ("RAW1", 1, api.StorageType.MEMORY)):
+            try:
+                await self.js.stream_info(name)
+            except nats.js.errors.NotFoundError:
+                await self.js.add_stream(api.StreamConfig(name=name, subjects=[f"{name.lower()}.>"], num_replicas=replicas,
+                                                          storage=storage, duplicate_window=120.0))
         if self.follow:  # as every memfs host does: an ordered consumer of the whole stream, here only counted
 
             async def delivered(msg):
@@ -124,6 +129,16 @@ class Raw:
 
     def rate(self, subjects: list[str], lines: list[bytes]) -> float:
         return self.run(self._timed(subjects, lines))
+
+    async def _pipelined(self, subject: str, lines: list[bytes], window: int) -> float:
+        t = time.perf_counter()
+        for i in range(0, len(lines), window):
+            await asyncio.gather(*(self.js.publish(subject, line) for line in lines[i:i + window]))
+        return len(lines) / (time.perf_counter() - t)
+
+    def pipelined_rate(self, subject: str, lines: list[bytes], window: int = 256) -> float:
+        """Unfenced publishes, ``window`` in flight at a time (one ack awaited per window)."""
+        return self.run(self._pipelined(subject, lines, window))
 
     async def _move_leader(self, stream: str, server: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -254,7 +269,7 @@ def main() -> int:
         for where, server in PLACEMENTS:
             # both streams' leaders on the same server: a publish takes the same path for both
             leader = cluster.servers[server].name
-            for stream in (STREAM, "RAW"):
+            for stream in (STREAM, "RAW"):  # (RAW1 has one replica: it stays where it was placed)
                 raw.move_leader(stream, leader)
             rates = {k: [] for k in SERIES}
             for _ in range(args.rounds):
@@ -263,6 +278,8 @@ def main() -> int:
                 rates["memfs mount A, 1 session"].append(mount_rate(sessions[:1], lines))
                 rates["raw nats-py fenced, 8 subjects"].append(raw.rate([f"raw.s{i}" for i in range(SESSIONS)], lines))
                 rates["memfs mount A, 8 sessions"].append(mount_rate(sessions, lines))
+                rates["raw nats-py fenced, 1 subject, 1 replica in memory"].append(raw.rate(["raw1.s0"], lines))
+                rates["raw nats-py unfenced, 256 in flight, 1 subject"].append(raw.pipelined_rate("raw.p0", lines))
             for k, v in rates.items():
                 results[f"{where}: {k} ev/s"] = statistics.median(v)
 
@@ -277,6 +294,14 @@ def main() -> int:
                                                                "raw nats-py fenced, 1 subject")
             results[f"{where}: mount 8 sessions / raw 8 subjects"] = ratio("memfs mount A, 8 sessions",
                                                                            "raw nats-py fenced, 8 subjects")
+            # where a single append's time goes: one fenced round trip each (ms), and what is left
+            # of it without replication and the disk; what pipelining (batching) buys the raw client
+            for key, label in (("raw nats-py fenced, 1 subject", "raw fenced round trip, 3 replicas on disk"),
+                               ("raw nats-py fenced, 1 subject, 1 replica in memory", "raw fenced round trip, 1 replica in memory"),
+                               ("memfs mount A, 1 session", "mount write() of one line")):
+                results[f"{where}: {label} ms"] = 1000 / statistics.median(rates[key])
+            results[f"{where}: raw unfenced 256 in flight / raw fenced one at a time"] = ratio(
+                "raw nats-py unfenced, 256 in flight, 1 subject", "raw nats-py fenced, 1 subject")
         results["mount 1 session / raw 1 subject, the lesser placement"] = min(single)
 
         if args.solo:
@@ -309,6 +334,9 @@ def main() -> int:
         t = time.perf_counter()
         subprocess.run(["sh", "-c", f'cat "{bulk}" >> "{a}/sessions/cu/events.jsonl"'], check=True)
         results["bulk cat through A (pipelined batches) ev/s"] = args.catchup / (time.perf_counter() - t)
+        results["bulk cat through A / mount 1 session (what batching buys)"] = (
+            results["bulk cat through A (pipelined batches) ev/s"]
+            / min(results[f"{where}: memfs mount A, 1 session ev/s"] for where, _ in PLACEMENTS))
         t = time.perf_counter()
         store_b, b = mount("B")
         mounted = time.perf_counter() - t
@@ -346,6 +374,14 @@ def main() -> int:
           f"neighbours' ratios); {args.lag} lag samples; catch-up after {args.catchup:,} appends")
     for key, value in results.items():
         print(f"{key:<{width}}  {value:,.2f}" if value < 100 else f"{key:<{width}}  {value:,.0f}")
+    where = PLACEMENTS[0][0]
+    print(f"where a single append's time goes ({where}): each write() waits for one fenced JetStream round trip "
+          f"({results[f'{where}: raw fenced round trip, 3 replicas on disk ms']:.2f} ms raw, of the mount's "
+          f"{results[f'{where}: mount write() of one line ms']:.2f} ms), and a fence needs the previous line's "
+          f"sequence, so one session's appends cannot overlap; replication to three replicas on disk is "
+          f"{results[f'{where}: raw fenced round trip, 3 replicas on disk ms'] - results[f'{where}: raw fenced round trip, 1 replica in memory ms']:.2f} ms "
+          f"of that round trip. Batching buys {results['bulk cat through A / mount 1 session (what batching buys)']:.1f}x: "
+          f"a write() of many lines is already one atomic batch (one round trip for up to 256 lines).")
     report_goals(results, goals, args.json)
     return 0
 
