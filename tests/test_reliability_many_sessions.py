@@ -89,3 +89,48 @@ def test_many_sessions_keep_descriptors_bounded_and_answers_right(tmp_path):
     for i in range(SESSIONS):  # and on disk, as the library reads it after unmount
         with memfs.open_session(store, f"s{i:03d}", read_only=True) as h:
             assert h.manifest["event_count"] == (5 if i in picked else 4)
+
+
+WAVES, HELD = 3, 40  # writers holding their files open at once, per wave
+
+
+def store_fds(pid: int, store: Path) -> list[str]:
+    """The daemon's descriptors on files of the store (session logs and locks)."""
+    inside = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:  # closed meanwhile
+            continue
+        if target.startswith(f"{store}/"):
+            inside.append(target)
+    return inside
+
+
+def test_sessions_past_the_cap_are_closed_once_their_writers_are_gone(tmp_path):
+    """Waves of writers holding more sessions open at once than ``max_open_sessions`` (issue 42):
+    the sessions beyond the cap are closed once idle, not only when yet another one is opened —
+    the daemon ends with at most the cap's descriptors on the store."""
+    store = tmp_path / "store"
+    names = [f"w{i:03d}" for i in range(WAVES * HELD)]
+    for name in names:
+        memfs.open_session(store, name, durability="buffered").close()
+    with mounted(store, tmp_path / "mnt", "-o", f"max_open_sessions={MAX_OPEN},idle_release=0.5") as m:
+        pid = m.proc.pid
+        for wave in range(WAVES):
+            fds = [os.open(m.mnt / "sessions" / name / "events.jsonl", os.O_WRONLY | os.O_APPEND)
+                   for name in names[wave * HELD:(wave + 1) * HELD]]
+            try:
+                for fd in fds:
+                    os.write(fd, message(f"wave {wave}"))
+            finally:
+                for fd in fds:
+                    os.close(fd)
+        deadline = time.monotonic() + 15  # the writers are gone: once idle, back under the cap
+        while len(held := store_fds(pid, store)) > MAX_OPEN:
+            assert time.monotonic() < deadline, f"{len(held)} descriptors on the store once idle, e.g. {sorted(held)[-3:]}"
+            time.sleep(0.05)
+        for i, name in enumerate(names):  # every line is there, read through the mount
+            manifest = json.loads((m.mnt / "sessions" / name / "manifest.json").read_bytes())
+            assert manifest["event_count"] == 1, (name, manifest)
+        assert len(store_fds(pid, store)) <= MAX_OPEN + 1  # (reading them went through the cap too)

@@ -180,16 +180,19 @@ def run(config) -> int:
     store, ops = build(config)
     ready_w = None
     if config.daemon:
+        # no session crosses the fork (one --session created just now, say): the server reopens
+        # it at first use, so its lock and idle release are the server's own (SPEC §3.5)
+        store.close()
         ready_r, ready_w = os.pipe()
         pid = os.fork()
         if pid:
             os.close(ready_w)
-            ok = os.read(ready_r, 1) == b"1"
-            os.close(ready_r)
-            if ok:
+            with os.fdopen(ready_r, "rb") as ready:
+                answer = ready.read()  # "1" once the mount is up, else "0" and why (EOF either way)
+            if answer == b"1":
                 print(pid, flush=True)
                 return 0
-            return 1
+            raise MemfsError(answer[1:].decode(errors="replace") or "the daemon failed to start")
         os.close(ready_r)
         os.setsid()
     try:
@@ -218,7 +221,8 @@ def run(config) -> int:
             ops.cluster.stop()
         store.close()
         if ready_w is not None:
-            os.write(ready_w, b"0")
+            why = sys.exc_info()[1]
+            os.write(ready_w, b"0" + (str(why) if isinstance(why, (MemfsError, OSError)) else repr(why)).encode())
             os._exit(1)
         raise
     log_file = None

@@ -573,7 +573,7 @@ class Operations(pyfuse3.Operations):
         node = handle.node
         if writing and (self.opts.read_only or self._session(node).read_only):
             raise fail("EROFS")
-        session = handle.session = self._session(node).share()  # its own: the store may close its handle
+        session = handle.session = self.store.share(node.session)  # its own: the store may close its handle
         try:
             handle.reader = session.reader()  # keeps its version across cap rewrites (SPEC §3.7)
             if writing:
@@ -814,6 +814,7 @@ class Operations(pyfuse3.Operations):
                     handle.writing = False
                     handle.session.end_writing()
                 handle.session.close()
+                self.store.trim()  # idle now, maybe: past max_open_sessions it goes (SPEC §3.5)
             except (MemfsError, OSError) as exc:  # (the last handle's close persists)
                 log.warning("release: closing %s: %s", handle.session.name, exc)
 

@@ -16,7 +16,9 @@ must provide (a :class:`memfs.store.session.Session`):
 
 A failing persist (``ENOSPC``, ``EIO``) never reaches an appender: it is logged at most once
 every :data:`LOG_EVERY` seconds per session and retried :data:`RETRY_SECONDS` later. The
-thread is a daemon, started on first use (again in a forked child); at interpreter exit it
+thread is a daemon, started on first use; a forked child starts with every :class:`Persister`
+empty (the parent's thread is not there, and may have held its lock at the fork: a schedule
+carried over would never run, and the lock never be free). At interpreter exit it
 finishes the persist in flight (bounded wait) and starts no other. A session's own shutdown
 does not wait here: :func:`cancel` only drops it from the schedule, and the session's persist
 lock (held around every metadata write) makes its shutdown wait for a persist in flight.
@@ -31,6 +33,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 
 from memfs.pace import worker_started
 
@@ -42,6 +45,9 @@ EXIT_WAIT_SECONDS = 10.0  # at interpreter exit, how long a persist in flight ma
 THREAD_NAME = "memfs-persister"
 
 _monotonic = time.monotonic
+
+
+_instances: weakref.WeakSet = weakref.WeakSet()  # every Persister of this process
 
 
 class Persister:
@@ -66,6 +72,7 @@ class Persister:
         self._logged: dict = {}  # session -> when its failure was last logged
         self._stopping = False
         self._thread: threading.Thread | None = None
+        _instances.add(self)  # (emptied in a forked child: _after_fork)
 
     def schedule(self, session, due: float) -> None:
         """Persist ``session`` at monotonic time ``due`` (or earlier, when already scheduled
@@ -182,5 +189,10 @@ def _at_exit() -> None:
     _persister.stop(EXIT_WAIT_SECONDS)
 
 
+def _after_fork_in_child() -> None:
+    for instance in list(_instances):
+        instance._after_fork()
+
+
 atexit.register(_at_exit)
-os.register_at_fork(after_in_child=_persister._after_fork)
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -4,12 +4,14 @@
 handle holds no lock (a session is read until it is written, see
 :class:`memfs.store.session.Session`) but one descriptor, so at most ``max_open_sessions``
 are kept: opening one more closes the least recently used handles whose session is idle (not
-this process's to write, no file open on it); a session in use is never closed under its user.
+this process's to write, no file open on it), and so does :meth:`Store.trim` once sessions
+opened past the bound while in use become idle; a session in use is never closed under its user.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -25,6 +27,19 @@ from memfs.store.config import DEFAULT_EVICT_TO, DEFAULT_IDLE_RELEASE, DEFAULT_M
 DEFAULT_MAX_OPEN_SESSIONS = 256  # sessions a store keeps open (one descriptor each), SPEC §3.5
 from memfs.store.paths import EVENTS, REJECTED, ensure_private_dir, new_session_name_problem, remove_tree
 from memfs.store.session import SessionHandle, open_session
+
+
+log = logging.getLogger("memfs.store")
+
+
+def _close_idle(victims: list[SessionHandle]) -> None:
+    """Close handles the bound took out, each whatever the others do (a failed persist is
+    logged: the close still releases the lock and the log, and the next open rescans)."""
+    for held in victims:
+        try:
+            held.close()
+        except Exception as exc:
+            log.warning("%s: closing an idle session: %s", held.name, exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,9 +131,28 @@ class Store:
         A session in use stays: the bound then gives way rather than break a user. The closes
         (a writer's may persist: fsyncs) run outside the store lock, in the caller's thread —
         a worker's, never the event loop's (the filesystem opens sessions off the loop)."""
-        victims = []
         with self._lock:
-            excess = len(self._handles) + 1 - self.settings.max_open_sessions
+            victims = self._pick_idle(1)
+            self._handles[name] = handle
+        _close_idle(victims)
+
+    def trim(self) -> None:
+        """Close least recently used idle handles while more than ``max_open_sessions`` are
+        held. Call it when a session may have become idle (a file on it closed): sessions
+        opened past the bound while all were in use must go once they are idle, not only when
+        yet another one is opened. Cheap under the bound; closes run in the caller's thread."""
+        if len(self._handles) <= self.settings.max_open_sessions:  # (a hint: checked again below)
+            return
+        with self._lock:
+            victims = self._pick_idle(0)
+        _close_idle(victims)
+
+    def _pick_idle(self, room: int) -> list[SessionHandle]:
+        """Take least recently used idle handles out until ``room`` more fit under the bound
+        (caller holds ``_lock``); the caller closes them (outside it)."""
+        victims = []
+        excess = len(self._handles) + room - self.settings.max_open_sessions
+        if excess > 0:
             for other, held in list(self._handles.items()):
                 if excess <= 0:
                     break
@@ -126,9 +160,17 @@ class Store:
                     del self._handles[other]
                     victims.append(held)
                     excess -= 1
-            self._handles[name] = handle
-        for held in victims:
-            held.close()
+        return victims
+
+    def share(self, name: str) -> SessionHandle:
+        """A handle of the caller's own on session ``name`` (opened if needed; the caller closes
+        it): taken under the lock the bound picks its victims under, so never from a handle
+        being closed as idle meanwhile (:meth:`trim`), and while it is open the session is not idle."""
+        while True:
+            handle = self.open(name)
+            with self._lock:
+                if self._handles.get(name) is handle:
+                    return handle.share()
 
     def _open(self, name: str, create: bool) -> SessionHandle:
         s = self.settings

@@ -83,7 +83,7 @@ class Session:
 
     __slots__ = ("dir", "config", "writable_config", "mutex", "refs", "key", "closed", "log", "meta", "state",
                  "report", "session_id", "created_at", "updated_at", "updated_for", "version", "appended",
-                 "rewrites", "last_change", "persist_at", "last_refusal", "lock_file", "writers", "release_scheduled",
+                 "rewrites", "last_change", "persist_at", "last_refusal", "lock_file", "writers",
                  "opening", "serial", "times", "evicting")
 
     def __init__(self, session_dir: Path, session_id: str, config: SessionConfig, *, writable: bool):
@@ -103,7 +103,6 @@ class Session:
         self.last_refusal: str | None = None  # the reason of the last line refused in this process
         self.lock_file = None  # the liveness lock, while this process is the writer
         self.writers = 0  # handles that claim to be writing: the lock is kept while any does
-        self.release_scheduled = False
         self.opening = object()  # identifies this open of the session: with ``rewrites``, what offsets mean
         self.serial = next(_SERIALS)  # the same, as a number (``generation``)
         self.log = LogFile(None, 0)
@@ -241,9 +240,8 @@ class Session:
                          False)
 
     def _schedule_release(self) -> None:
-        if not self.release_scheduled:
-            self.release_scheduled = True
-            _releaser.schedule(self, _monotonic() + self.config.idle_release)
+        # (no flag of our own saying it is scheduled: a forked child's releaser starts empty)
+        _releaser.schedule(self, _monotonic() + self.config.idle_release)
 
     def release_due(self) -> float:
         """For the idle thread: not before the last change is ``idle_release`` seconds old
@@ -256,7 +254,6 @@ class Session:
         monotonic time to look again (None: released, or nothing to release)."""
         with self.mutex:
             if self.lock_file is None or self.closed:
-                self.release_scheduled = False
                 return None
             if self.writers:  # a handle is open for writing: look again later
                 return _monotonic() + self.config.idle_release
@@ -264,7 +261,6 @@ class Session:
             if wait > 0:
                 return _monotonic() + wait
             self.release()
-            self.release_scheduled = False
             return None
 
     def release(self) -> None:
