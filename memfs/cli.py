@@ -520,9 +520,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     for name in report.marked_completed:
         _out(f"{would}mark {name} completed (active, idle past {policy.max_age_days:g} days, not open)")
     for r in report.removed:
-        why = {"empty": "completed with no turns", "count": f"beyond the newest {policy.max_sessions}",
-               "age": f"idle past {policy.max_age_days:g} days"}[r.reason]
-        _out(f"{would}remove {r.name} ({why}; updated {r.updated_at or '?'}; {_size(r.bytes)})")
+        _out(f"{would}remove {r.name} ({r.detail}; {_size(r.bytes)})")
     if report.removed:
         n = len(report.removed)
         _out(f"{would}remove {n} session{'s' if n != 1 else ''}, freeing {_size(report.bytes_freed)}"

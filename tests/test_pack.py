@@ -40,7 +40,8 @@ def test_a_clean_pack_verifies(session):
     paths = [e["path"] for e in pack["entries"]]
     assert paths == sorted(paths)
     assert "audit-pack.json" not in " ".join(paths)  # the pack excludes itself
-    assert {"events.jsonl", "manifest.json", "index/turns.json", "session.lock", "derived/summary.md"} <= set(paths)
+    assert {"events.jsonl", "manifest.json", "index/turns.json", "derived/summary.md"} <= set(paths)
+    assert "session.lock" not in paths and (session / "session.lock").exists()  # not content
     events = next(e for e in pack["entries"] if e["path"] == "events.jsonl")
     data = (session / "events.jsonl").read_bytes()
     assert events == {"path": "events.jsonl", "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}

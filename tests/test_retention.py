@@ -74,11 +74,18 @@ def test_removes_old_sessions_under_the_cap(tmp_path):
 
 
 def test_removes_empty_completed_sessions_at_once(tmp_path):
+    """Empty means no events: a session of thread.started + thread.completed and no turn is
+    not empty (issue 42 item 4)."""
     make_session(tmp_path, "shell", turns=0)  # thread.started + thread.completed only
     make_session(tmp_path, "work", turns=1)
+    with memfs.open_session(tmp_path, "void"):  # created, nothing appended
+        pass
+    manifest = json.loads((tmp_path / "void" / "manifest.json").read_text())
+    (tmp_path / "void" / "manifest.json").write_text(json.dumps({**manifest, "status": "completed"}))
     report = gc(tmp_path)
-    assert names(report) == {"shell": "empty"}
-    assert (tmp_path / "work").is_dir()
+    assert names(report) == {"void": "empty"}
+    assert report.removed[0].detail == "empty: no events"
+    assert (tmp_path / "work").is_dir() and (tmp_path / "shell").is_dir()
 
 
 def test_keeps_active_pinned_live_and_preserved_sessions(tmp_path):

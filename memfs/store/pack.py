@@ -9,9 +9,9 @@
 ``entries`` lists every regular file of the session folder, walked without following a
 symlink (a symlink is neither listed nor followed), sorted by path; files named
 ``audit-pack.json`` are skipped, and so is the pack being written when it lies inside the
-folder under another name — a pack never lists itself. ``events_len``/``events_sha256``
-are the log as packed (the same bytes as its entry); the header's counts and status are
-those of exactly those bytes.
+folder under another name — a pack never lists itself — and ``session.lock``.
+``events_len``/``events_sha256`` are the log as packed (the same bytes as its entry); the
+header's counts and status are those of exactly those bytes.
 
 Verification re-walks the folder the same way and never opens a path taken from the pack:
 entry paths only name what the walk is expected to find. **Verify is strict** (a pack
@@ -25,13 +25,17 @@ with the files, and the pack file's own SHA-256 is the one given with ``--digest
 
 Decisions recorded here:
 
+* **``session.lock`` is not content**: it is empty or names whichever process last wrote
+  the session (SPEC §3.6), so any writer — an append, ``fsck`` — rewrites it. It is neither
+  listed nor checked (an entry for it in an older pack is ignored).
 * **A log that only grew** (the packed bytes are an exact prefix of ``events.jsonl``)
   verifies as ``grown by N events``. The files memfs regenerates from the log
   (``manifest.json``, ``index/``, ``derived/``) then naturally differ or are new: they are
   listed as ``refreshed``, not as failures; everything else must still match. The header is
   checked against the packed prefix of the log (rescanned), so it cannot disagree with it.
 * ``rejected.jsonl`` is append-only too: when its packed bytes are a prefix of it now, the
-  refused lines added since are noted (``refreshed``), not a failure.
+  refused lines added since are noted (``refreshed``), not a failure; so is a
+  ``rejected.jsonl`` made since the pack (its packed bytes were none).
 * The status in the header may read ``completed`` where the log implies ``active`` (the
   retention sweep marks abandoned sessions that way), as in fsck.
 * ``session_id`` is checked against ``manifest.json``.
@@ -49,8 +53,8 @@ import orjson
 from memfs.store.catalog import find_session
 from memfs.store.machine import TurnState, renumber
 from memfs.store.meta import now_rfc3339
-from memfs.store.paths import (DERIVED_DIR, EVENTS, MANIFEST, REJECTED, atomic_write, ensure_private_dir, hash_file,
-                               open_nofollow, read_file, walk_files)
+from memfs.store.paths import (DERIVED_DIR, EVENTS, LOCK, MANIFEST, REJECTED, atomic_write, ensure_private_dir,
+                               hash_file, open_nofollow, read_file, walk_files)
 from memfs.store.recovery import OpenReport, rescan
 from memfs.store.session import open_session
 
@@ -68,7 +72,8 @@ def _inside(session_dir: Path, pack_path: Path | None) -> str | None:
 
 
 def _listed(rel: str, own: str | None) -> bool:
-    return rel.rsplit("/", 1)[-1] != PACK_NAME and rel != own
+    """Whether a file of the folder is content a pack vouches for (see the module docstring)."""
+    return rel.rsplit("/", 1)[-1] != PACK_NAME and rel != own and rel != LOCK
 
 
 def _prefix_state(session_dir: Path, length: int, base: int, report: OpenReport | None = None) -> TurnState:
@@ -111,7 +116,10 @@ def build_pack(root: str | os.PathLike, session: str, *, exclude: Path | None = 
     entries = []
     for rel, dirfd, name in walk_files(session_dir):
         if _listed(rel, own):
-            size, digest = hash_file(dirfd, name)
+            try:
+                size, digest = hash_file(dirfd, name)
+            except FileNotFoundError:  # replaced meanwhile (a writer's atomic replace of its temp)
+                continue
             entries.append({"path": rel, "bytes": size, "sha256": digest})
     entries.sort(key=lambda e: e["path"])
     log = next((e for e in entries if e["path"] == EVENTS), {"bytes": 0, "sha256": hashlib.sha256().hexdigest()})
@@ -242,6 +250,7 @@ def verify_pack(root: str | os.PathLike, session: str, pack_file: str | os.PathL
         result.reason = reason
         return result
     result.valid = True
+    expected.pop(LOCK, None)  # (older packs listed it)
     own = _inside(session_dir, pack_path)
     log_len = expected[EVENTS][0]
     grown = False
@@ -251,11 +260,14 @@ def verify_pack(root: str | os.PathLike, session: str, pack_file: str | os.PathL
             continue
         want = expected.get(rel)
         if want is None:
-            result.unaccounted.append(rel)
+            (result.refreshed if rel == REJECTED else result.unaccounted).append(rel)
+            continue
+        try:
+            have = hash_file(dirfd, name)
+        except FileNotFoundError:  # gone since the walk saw it: missing
             continue
         seen.add(rel)
         result.checked += 1
-        have = hash_file(dirfd, name)
         if have == want:
             continue
         if rel in (EVENTS, REJECTED) and have[0] > want[0] and hash_file(dirfd, name, want[0]) == want:

@@ -3,13 +3,17 @@ and retention pins.
 
 Retention, in order:
 
-1. **abandoned sweep** — an ``active`` session that is not live and whose ``updated_at`` is
-   older than ``max_age_days`` is marked ``completed`` (its ``manifest.json`` rewritten
-   atomically with only ``status`` changed, so the open fast path still holds);
-   ``max_age_days`` 0 disables the sweep;
-2. remove completed sessions with zero turns;
-3. remove the oldest (by ``updated_at``) candidates beyond ``max_sessions``;
-4. remove candidates older than ``max_age_days``.
+1. **abandoned sweep** — an ``active`` session that is not live and whose last activity is
+   older than ``max_age_days`` is marked ``completed``, as its writer (:func:`_mark_completed`):
+   metadata that does not describe the log is rebuilt first, then only ``status`` changes, so
+   the open fast path still holds; ``max_age_days`` 0 disables the sweep;
+2. remove completed sessions with no events (``empty``);
+3. remove the oldest (by last activity) candidates beyond ``max_sessions``;
+4. remove candidates whose last activity is older than ``max_age_days``.
+
+Every decision is taken on the session as it is (:func:`session_now`), never on a manifest
+alone: a writer killed before it persisted its metadata leaves lines the manifest does not
+describe (SPEC §3.3), and those count.
 
 Candidates are direct child directories of the root that are real directories (never a
 symlink), not hidden (a leading dot), not pinned (``retention-pin.json``), not preserved,
@@ -26,6 +30,9 @@ Decisions recorded here:
 * Every rewrite and removal happens while holding the session's liveness lock, with the
   manifest re-read under it, so a session opened meanwhile is never touched.
 * ``updated_at`` that does not parse falls back to the manifest file's mtime.
+* **Last activity** and **empty** (no events: :func:`is_empty`) as ``docs/design.md`` says.
+* A removal re-checks, under the lock, that the log's length is the one decided on: a session
+  written meanwhile stays.
 * A session imported by ``memfs migrate`` (its manifest carries ``imported_from``, or it has
   the ``imported/`` folder once appends rewrote the manifest) holds its
   history in ``derived/`` with zero turns in the log; it is not an empty shell, so step 2
@@ -58,8 +65,9 @@ from memfs.events import decode_stored
 from memfs.store import lock as liveness
 from memfs.store.machine import TurnState
 from memfs.store.meta import TurnIndex, format_rfc3339, now_rfc3339, parse_rfc3339, read_manifest
-from memfs.store.recovery import scan_into
-from memfs.store.paths import (EVENTS, MANIFEST, PIN, atomic_write, open_nofollow, pid_alive, read_file,
+from memfs.store.recovery import recover, scan_into
+from memfs.store.session import open_session
+from memfs.store.paths import (EVENTS, MANIFEST, PIN, REJECTED, atomic_write, open_nofollow, pid_alive, read_file,
                                refuse_symlink, remove_file, remove_tree, sanitize, tree_bytes)
 from memfs.store.catalog import find_session, is_session_entry, root_entries, session_names
 
@@ -195,6 +203,53 @@ def follow_tail(session_dir: Path, info: SessionInfo) -> None:
         info.updated_at = format_rfc3339(info.updated_ts)
 
 
+def session_now(session_dir: Path, info: SessionInfo) -> int:
+    """Bring ``info`` (read from the manifest) to the session as it is, as a read-only open
+    sees it (:func:`memfs.store.recovery.recover`, SPEC §3.3/§3.5: the metadata trusted for
+    the prefix of the log it describes and the lines past it folded with the rescan's rules,
+    or a rescan when it describes nothing usable): counts, open turn, status. The last
+    activity becomes the log's mtime when that is later and the log holds bytes the manifest
+    does not describe. Returns the log's length (-1: no log). Changes nothing on disk;
+    raises ``OSError``/:class:`SymlinkRefused` when the log cannot be read."""
+    try:
+        fd = open_nofollow(session_dir / EVENTS, os.O_RDONLY)
+    except FileNotFoundError:
+        fd = None
+    try:
+        st = os.fstat(fd) if fd is not None else None
+        found = recover(session_dir, fd, info.name, writable=False)
+    finally:
+        if fd is not None:
+            os.close(fd)
+    state = found.state
+    info.turn_count, info.event_count, info.status, info.in_turn = \
+        state.turn_count, state.event_count, state.status, state.in_turn
+    if st is None:
+        return -1
+    if st.st_size != info.described_len and st.st_mtime > info.updated_ts:
+        info.updated_ts = st.st_mtime
+        info.updated_at = format_rfc3339(st.st_mtime)
+    return st.st_size
+
+
+def _log_len(session_dir: Path) -> int:
+    try:
+        return os.lstat(session_dir / EVENTS).st_size
+    except FileNotFoundError:
+        return -1
+
+
+def is_empty(session_dir: Path, info: SessionInfo, log_len: int) -> bool:
+    """No events (see the module docstring): ``info`` and ``log_len`` as :func:`session_now`
+    gave them."""
+    if info.event_count or log_len > 0 or info.imported:
+        return False
+    try:
+        return not os.lstat(session_dir / REJECTED).st_size
+    except FileNotFoundError:
+        return True
+
+
 def _has_import(session_dir: Path) -> bool:
     """The ``imported/`` copy ``memfs migrate`` leaves; it outlives the manifest's
     ``imported_from``, which the log's own metadata rewrites drop."""
@@ -299,9 +354,10 @@ def list_sessions(root: str | os.PathLike) -> list[SessionInfo]:
 class Removed:
     name: str
     session_id: str
-    reason: str  # "empty" | "count" | "age"
-    updated_at: str
+    reason: str  # "empty" | "count" | "age" | "half-created"
+    updated_at: str  # the last activity
     bytes: int
+    detail: str = ""  # the reason in words, e.g. "old: last activity 2026-10-01 (63 days > max_age_days 30)"
 
 
 @dataclass(slots=True)
@@ -332,6 +388,7 @@ class _Candidate:
     path: Path
     info: SessionInfo
     half: bool = False  # a creation that never finished (see half_created)
+    log_len: int = -1  # the log's length gc decided on (written since: the session stays)
 
 
 def half_created(path: Path) -> bool:
@@ -363,23 +420,40 @@ def _locked(path: Path):
         liveness.release(held)
 
 
-def _mark_completed(path: Path) -> bool:
-    """The sweep's rewrite, under the session's lock: only ``status`` changes. False when the
-    session became live or is no longer an idle active one."""
-    with _locked(path) as held:
-        if not held:
+def _mark_completed(path: Path, cutoff: float | None = None) -> bool:
+    """The sweep's rewrite, as the session's writer (SPEC §3.5): the writer's takeover (the
+    lock, then the log re-read) rebuilds metadata that does not describe the log (a killed
+    writer's lines: real counts, the open turn), then only ``status`` changes — and, after a
+    rebuild, ``updated_at`` becomes the log's last activity. False when the session became
+    live, is no longer active, or (given ``cutoff``) was active since then."""
+    if sanitize(path.name) != path.name:
+        return False  # not a name memfs opens (made by another tool): left as it is
+    try:
+        handle = open_session(path.parent, path.name, durability="write", max_events=0, create=False)
+    except (OSError, SymlinkRefused):
+        return False
+    with handle:
+        try:
+            handle.lock()
+        except SessionBusy:
             return False
         _, raw = _manifest_info(path)
-        if raw is None or raw.get("status") != "active":
+        if raw is None or raw.get("status") != "active" or raw.get("persisted_file_len") != handle.file_len:
             return False
+        if not handle.open_report.fast_path:  # rebuilt: the log had lines the manifest did not describe
+            stated = parse_rfc3339(raw["updated_at"]) if type(raw.get("updated_at")) is str else None
+            last = max(stated or 0.0, os.lstat(path / EVENTS).st_mtime)
+            if cutoff is not None and last >= cutoff:
+                return False
+            raw["updated_at"] = format_rfc3339(last)
         raw["status"] = "completed"
         atomic_write(path / MANIFEST, orjson.dumps(raw))
         return True
 
 
-def _remove(path: Path) -> int | None:
+def _remove(path: Path, log_len: int) -> int | None:
     """Delete one session folder under its lock; the bytes freed, or None when it must stay
-    (it became live, pinned or active meanwhile)."""
+    (it became live, pinned or active meanwhile, or its log is no longer ``log_len`` long)."""
 
     refuse_symlink(path)
     with _locked(path) as held:
@@ -387,7 +461,7 @@ def _remove(path: Path) -> int | None:
             return None
         info, raw = _manifest_info(path)
         if (raw is None and not half_created(path)) or (raw is not None and info.status == "active") or \
-                is_pinned(path):
+                is_pinned(path) or _log_len(path) != log_len:
             return None
         size = tree_bytes(path)
         # out of the sessions root first (one rename), then delete: a crash mid-delete leaves
@@ -458,38 +532,48 @@ def gc(root: str | os.PathLike, policy: Policy = Policy(), *, preserve: Iterable
             continue
         info, raw = _manifest_info(path)
         if raw is None and half_created(path):
-            candidates.append(_Candidate(path, info, half=True))
+            candidates.append(_Candidate(path, info, half=True, log_len=_log_len(path)))
             continue
         if raw is None:
             report.kept[name] = "manifest missing or unreadable"
             continue
+        if type(raw.get("status")) is not str:
+            report.kept[name] = "manifest has no status"
+            continue
+        try:
+            log_len = session_now(path, info)  # the session as it is, not as its manifest said
+        except (OSError, SymlinkRefused) as exc:
+            report.kept[name] = f"log unreadable: {exc}"
+            continue
         if info.status == "active":
             if policy.max_age_days > 0 and info.updated_ts < cutoff:
-                if dry_run or _mark_completed(path):
+                if dry_run:
                     report.marked_completed.append(name)
                     info.status = "completed"
+                elif _mark_completed(path, cutoff):
+                    report.marked_completed.append(name)
+                    info, _ = _manifest_info(path)
+                    log_len = session_now(path, info)
             if info.status == "active":
                 report.kept[name] = "active"
                 continue
-        elif type(raw.get("status")) is not str:
-            report.kept[name] = "manifest has no status"
-            continue
-        candidates.append(_Candidate(path, info))
+        candidates.append(_Candidate(path, info, log_len=log_len))
     if progress:
         progress(len(entries), len(entries))
 
     def remove(c: _Candidate, reason: str) -> None:
-        size = tree_bytes(c.path) if dry_run else _remove(c.path)
+        size = tree_bytes(c.path) if dry_run else _remove(c.path, c.log_len)
         if size is None:
-            report.kept[c.path.name] = "became live or active"
+            report.kept[c.path.name] = "became live or active, or was written meanwhile"
             return
-        report.removed.append(Removed(c.path.name, c.info.session_id, reason, c.info.updated_at, size))
+        report.removed.append(Removed(c.path.name, c.info.session_id, reason, c.info.updated_at, size,
+                                      _detail(reason, c.info.updated_ts, policy, now)))
 
     rest = []
     for c in candidates:
         if c.half:
             remove(c, "half-created")
-        elif c.info.turn_count == 0 and not c.info.imported:
+        elif is_empty(c.path, c.info, c.log_len):
             remove(c, "empty")
         else:
             rest.append(c)
@@ -503,3 +587,14 @@ def gc(root: str | os.PathLike, policy: Policy = Policy(), *, preserve: Iterable
             remove(c, "age")
     report.candidates_left = len(candidates) - len(report.removed)
     return report
+
+
+def _detail(reason: str, last: float, policy: Policy, now: float) -> str:
+    """Why a session goes, in words (``memfs gc`` prints it)."""
+    if reason == "age":
+        days = (now - last) / DAY
+        shown = f"{days:.0f}" if days - policy.max_age_days >= 1 else f"{days:.1f}"
+        return (f"old: last activity {time.strftime('%Y-%m-%d', time.gmtime(last))} "
+                f"({shown} days > max_age_days {policy.max_age_days:g})")
+    return {"empty": "empty: no events", "count": f"beyond max_sessions {policy.max_sessions}",
+            "half-created": "half-created: an empty log and no manifest"}[reason]
