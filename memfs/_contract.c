@@ -25,7 +25,9 @@
  * "fields", "by" or "present" checks: checks of an object.
  * and a field is (name, required, check, what_if_missing or None). A required field must be
  * present and pass (null fails every check but "any"); an optional one may be absent or null.
- * Fields are checked in order and the first wrong one is reported with its dotted path
+ * Fields are checked in order. Missing required fields come first: when two or more of one
+ * object are missing, the reason names them all ("missing required fields a, b"), else the
+ * first wrong field is reported ("\"a\" must be ..."), with its dotted path
  * (``item.changes[0].path``).
  */
 #define PY_SSIZE_T_CLEAN
@@ -79,6 +81,7 @@ static struct {
     Check **checks;          /* by index: NULL for a type with no field checks */
     PyObject **kinds;        /* by index: the Kind member */
     PyObject *s_event, *s_schema_version, *s_type;
+    PyObject *missing_mark;  /* a BAD's ``what`` when its ``path`` is a list of missing fields */
     int ready;
 } C;
 
@@ -261,52 +264,105 @@ not_object:
 /* --- running tables ------------------------------------------------------------------------ */
 
 /* A check returns OK, BAD (with *path: a new reference to the path below the value, or NULL
- * for the value itself, and *what: a borrowed reference) or ERR (a Python exception is set). */
+ * for the value itself, and *what: a borrowed reference) or ERR (a Python exception is set).
+ * When *what is C.missing_mark, *path is a list: the paths of two or more missing fields. */
 enum { OK = 0, BAD = -1, ERR = -2 };
 
-/* ``head`` followed by ``tail`` (a path below it): head.tail, or head[i]... for list indexes.
- * Steals ``tail``. */
+static PyObject *join_one(PyObject *head, PyObject *tail)
+{
+    if (PyUnicode_READ_CHAR(tail, 0) == '[')
+        return PyUnicode_Concat(head, tail);
+    return PyUnicode_FromFormat("%U.%U", head, tail);
+}
+
+/* ``head`` followed by ``tail`` (a path below it, or a list of them): head.tail, or
+ * head[i]... for list indexes. Steals ``tail``. */
 static PyObject *join_path(PyObject *head, PyObject *tail)
 {
     if (tail == NULL)
         return Py_NewRef(head);
     PyObject *joined;
-    if (PyUnicode_READ_CHAR(tail, 0) == '[')
-        joined = PyUnicode_Concat(head, tail);
-    else
-        joined = PyUnicode_FromFormat("%U.%U", head, tail);
+    if (PyList_CheckExact(tail)) {
+        joined = tail;  /* (a list made for this path only: rewritten in place) */
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tail); i++) {
+            PyObject *one = join_one(head, PyList_GET_ITEM(tail, i));
+            if (one == NULL) {
+                Py_DECREF(tail);
+                return NULL;
+            }
+            PyList_SetItem(tail, i, one);  /* steals one, drops the old item */
+        }
+        return joined;
+    }
+    joined = join_one(head, tail);
     Py_DECREF(tail);
     return joined;
 }
 
 static int run_check(const Check *c, PyObject *v, PyObject **path, PyObject **what);
 
+/* Every field, in order. The first wrong value is kept, and only presence is checked after
+ * it; missing required fields win over it: one is reported as a wrong field (with what it
+ * must be), two or more as the list of their names. */
 static int run_fields(const Check *c, PyObject *obj, PyObject **path, PyObject **what)
 {
+    const Field *first_missing = NULL;
+    PyObject *missing = NULL, *bad_path = NULL, *bad_what = NULL;
+    int bad = 0;
     for (Py_ssize_t i = 0; i < c->nfields; i++) {
         const Field *f = &c->fields[i];
         PyObject *v = PyDict_GetItemWithError(obj, f->name);
         if (v == NULL) {
             if (PyErr_Occurred())
-                return ERR;
+                goto error;
             if (!f->required)
                 continue;
-            *path = Py_NewRef(f->name);
-            *what = f->missing_what;
-            return BAD;
+            if (first_missing == NULL) {
+                first_missing = f;
+                continue;
+            }
+            if (missing == NULL && (missing = PyList_New(1)) == NULL)
+                goto error;
+            if (PyList_GET_ITEM(missing, 0) == NULL)
+                PyList_SET_ITEM(missing, 0, Py_NewRef(first_missing->name));
+            if (PyList_Append(missing, f->name) < 0)
+                goto error;
+            continue;
         }
-        if (v == Py_None && !f->required)
+        if (bad || first_missing != NULL || (v == Py_None && !f->required))
             continue;
         PyObject *below = NULL;
-        int r = run_check(f->check, v, &below, what);
+        int r = run_check(f->check, v, &below, &bad_what);
         if (r == BAD) {
-            *path = join_path(f->name, below);
-            return *path == NULL ? ERR : BAD;
+            if ((bad_path = join_path(f->name, below)) == NULL)
+                goto error;
+            bad = 1;
+        } else if (r == ERR) {
+            goto error;
         }
-        if (r == ERR)
-            return ERR;
+    }
+    if (missing != NULL) {
+        Py_XDECREF(bad_path);
+        *path = missing;
+        *what = C.missing_mark;
+        return BAD;
+    }
+    if (first_missing != NULL) {
+        Py_XDECREF(bad_path);
+        *path = Py_NewRef(first_missing->name);
+        *what = first_missing->missing_what;
+        return BAD;
+    }
+    if (bad) {
+        *path = bad_path;
+        *what = bad_what;
+        return BAD;
     }
     return OK;
+error:
+    Py_XDECREF(missing);
+    Py_XDECREF(bad_path);
+    return ERR;
 }
 
 static int run_check(const Check *c, PyObject *v, PyObject **path, PyObject **what)
@@ -456,8 +512,16 @@ static int check_event(Py_ssize_t index, PyObject *etype, PyObject *event, int r
         return 0;
     if (r == ERR)
         return -2;
-    if (raise_reason)
-        raise_validation(PyUnicode_FromFormat("%U: \"%U\" must be %U", etype, path, what));
+    if (raise_reason) {
+        if (what == C.missing_mark) {
+            PyObject *sep = PyUnicode_FromString(", "), *names = sep ? PyUnicode_Join(sep, path) : NULL;
+            Py_XDECREF(sep);
+            raise_validation(names ? PyUnicode_FromFormat("%U: missing required fields %U", etype, names) : NULL);
+            Py_XDECREF(names);
+        } else {
+            raise_validation(PyUnicode_FromFormat("%U: \"%U\" must be %U", etype, path, what));
+        }
+    }
     Py_DECREF(path);
     return raise_reason ? -2 : -1;
 }
@@ -650,7 +714,8 @@ static PyObject *configure(PyObject *module, PyObject *args)
     C.s_event = PyUnicode_InternFromString("event");
     C.s_schema_version = PyUnicode_InternFromString("schema_version");
     C.s_type = PyUnicode_InternFromString("type");
-    if (C.s_event == NULL || C.s_schema_version == NULL || C.s_type == NULL)
+    C.missing_mark = PyUnicode_FromString("missing required fields");
+    if (C.s_event == NULL || C.s_schema_version == NULL || C.s_type == NULL || C.missing_mark == NULL)
         return NULL;
     C.ready = 1;
     Py_RETURN_NONE;

@@ -13,9 +13,13 @@ file (``migrate``); 2 bad usage; 130 interrupted.
 Decisions recorded here:
 
 * ``append`` creates the session when it does not exist, as writing to a new file would;
-  ``append`` and ``mount`` also create a missing store (they write). Every other command
-  on a store that does not exist says so and exits 1 (a mistyped ``--store`` is not an
-  empty store).
+  the commands that write sessions — ``append``, ``record``, ``import``, ``mount`` — also
+  create a missing store, and the first three say so on stderr (``memfs: import: the store
+  DIR did not exist: created it``), so a mistyped ``--store`` shows. Every other command on a
+  store that does not exist says so and exits 1 (a mistyped ``--store`` is not an empty
+  store).
+* ``record`` of a command that cannot run exits as a shell would (127 not found, 126 not
+  executable) with ``memfs: record: CMD: command not found``, and creates nothing.
 * ``migrate`` imports into ``--store``/``--workspace`` when given, else the config's store,
   else the migrated workspace's own ``.vtcode/sessions``.
 * ``pin`` requires ``--reason`` (a pin without one is a mystery later); ``unpin`` of a
@@ -135,6 +139,25 @@ def _config(args: argparse.Namespace, **overrides: Any) -> Config:
 def _root(args: argparse.Namespace) -> Path:
     """The store a command works on; it must exist (a mistyped --store is not an empty one)."""
     return _existing(_config(args).sessions_root())
+
+
+class _NewStore:
+    """A writing command on a store that does not exist creates it: called once the work
+    began, it says so (once) when the store has come to exist (a mistyped --store shows)."""
+
+    def __init__(self, command: str, root: Path, dry_run: bool = False):
+        self.command, self.root = command, root
+        self.pending = not os.path.lexists(root)
+        if self.pending and dry_run:
+            print(f"memfs: {command}: the store {root} does not exist: a run without --dry-run creates it",
+                  file=sys.stderr)
+            self.pending = False
+
+    def __call__(self, *_: Any) -> None:
+        if self.pending and os.path.isdir(self.root):
+            self.pending = False
+            print(f"memfs: {self.command}: the store {self.root} did not exist: created it", file=sys.stderr,
+                  flush=True)
 
 
 def _existing(root: Path) -> Path:
@@ -301,11 +324,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         _json({"manifest": manifest, **extra, "turns": turns})
         return 0
     pin = extra["pin"]
+    # turn_count counts closed turns (abandoned ones too); the table also lists the open one
     lines = [
         ("session", manifest["session_id"] + ("" if manifest["session_id"] == extra["name"] else f" (dir {extra['name']})")),
         ("status", manifest["status"] + (" (in a turn)" if manifest["in_turn"] else "")),
-        ("turns", f"{manifest['turn_count']}" + (f" (retained from {manifest['retained_turn_base']})"
-                                                 if manifest["retained_turn_base"] > 1 else "")),
+        ("turns", f"{manifest['turn_count']} closed" + (", 1 open" if manifest["in_turn"] else "")
+                  + (f" (retained from {manifest['retained_turn_base']})"
+                     if manifest["retained_turn_base"] > 1 else "")),
         ("events", str(manifest["event_count"])),
         ("created", manifest["created_at"]),
         ("updated", manifest["updated_at"]),
@@ -333,6 +358,7 @@ def cmd_append(args: argparse.Namespace) -> int:
         problem = new_session_name_problem(sanitize(args.session))
         if problem:
             raise MemfsError(problem)
+    new_store = _NewStore("append", root)
     source = sys.stdin.buffer if args.file in (None, "-") else open(args.file, "rb")
     appended, refused, failure = 0, [], None
     rest = (lambda n: f"tail -n +{n} {args.file}") if args.file not in (None, "-") else \
@@ -341,6 +367,7 @@ def cmd_append(args: argparse.Namespace) -> int:
         with open_session(root, args.session, durability="write", max_events=config.max_events,
                           evict_to=config.evict_to, max_line_bytes=config.max_line_bytes) as handle:
             name = handle.name
+            new_store()
             lineno = 0  # lines of the input before the batch
             for batch in _line_batches(source):
                 done = 0  # lines of the batch appended or refused
@@ -378,10 +405,10 @@ def cmd_append(args: argparse.Namespace) -> int:
         _out(f"appended {_lines(appended)} to {name}" +
              (f"; refused {_lines(len(refused))} (recorded in rejected.jsonl)" if refused else ""))
     if failure is not None:
-        print(f"memfs: line {failure[0]}: {failure[1]}", file=sys.stderr)
+        print(f"memfs: append: session {name} line {failure[0]}: {failure[1]}", file=sys.stderr)
         return 1
     for lineno, reason in refused:
-        print(f"memfs: line {lineno}: refused: {reason}", file=sys.stderr)
+        print(f"memfs: append: session {name} line {lineno}: refused: {reason}", file=sys.stderr)
     return 1 if refused else 0
 
 
@@ -426,15 +453,22 @@ def _lines(n: int) -> str:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from memfs.ingest.record import record
+    from memfs.ingest.record import NotRunnable, record
 
     cmd = list(args.cmd)
     if not cmd:
         raise _Usage("record needs the agent's command after --")
     config = _config(args, max_events=args.max_events, evict_to=args.evict_to)
     sys.stdout.flush()
-    status, report = record(config.sessions_root(), args.session, cmd, fmt=args.format,
-                            max_events=config.max_events, evict_to=config.evict_to)
+    root = config.sessions_root()
+    new_store = _NewStore("record", root)
+    try:
+        status, report = record(root, args.session, cmd, fmt=args.format, max_events=config.max_events,
+                                evict_to=config.evict_to)
+    except NotRunnable as exc:  # as a shell says it, with its status
+        print(f"memfs: record: {exc}", file=sys.stderr)
+        return exc.status
+    new_store()  # (after the agent: its stderr is untouched)
     if report.refused:
         print(f"memfs record: {_lines(report.refused)} of the agent's output refused (see rejected.jsonl)",
               file=sys.stderr)
@@ -449,8 +483,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     config = _config(args, max_events=args.max_events, evict_to=args.evict_to)
     root = config.sessions_root()
     would = "would " if args.dry_run else ""
+    new_store = _NewStore("import", root, dry_run=args.dry_run)
 
     def show(item) -> None:
+        new_store()
         if args.json:
             sys.stdout.write(orjson.dumps(item.to_dict()).decode() + "\n")
             sys.stdout.flush()
@@ -475,6 +511,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     with ProgressBar("import") as bar:
         items = importer.import_paths(root, args.paths, fmt=args.format, dry_run=args.dry_run,
                                       max_events=config.max_events, evict_to=config.evict_to, progress=bar)
+    new_store()
     if args.json:
         _json([i.to_dict() for i in items])
     else:
@@ -798,7 +835,7 @@ def build_parser() -> argparse.ArgumentParser:
             epilog="The agent's stdout is copied through unchanged and its stderr is untouched; its event "
                    "stream (Codex exec --json, or Claude Code stream-json, translated) is appended as it "
                    "arrives. Refused lines go to rejected.jsonl and never stop the agent. The exit status "
-                   "is the agent's (128+N when killed by signal N).")
+                   "is the agent's (128+N when killed by signal N; 127 or 126, as in a shell, when it cannot run).")
     p.add_argument("session", metavar="SESSION")
     p.add_argument("--format", choices=FORMATS, default="auto", help="the agent's output format (default: auto)")
     p.add_argument("--max-events", type=_nonneg_int, metavar="N", help="event cap (default 10000; 0 = unlimited)")

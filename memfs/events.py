@@ -6,7 +6,8 @@ Two entry points, one per use:
   event type; a bare event (``{"type": ...}`` with no envelope) is wrapped in an envelope
   carrying :data:`SCHEMA_VERSION`, its own bytes kept verbatim inside. Raises
   :class:`~memfs.errors.ValidationError` with one specific reason on refusal, for example
-  ``turn.failed: "message" must be a string``.
+  ``turn.failed: "message" must be a string``, or, when several required fields are missing,
+  all of them: ``thread.completed: missing required fields thread_id, session_id, …``.
 * :func:`decode_stored` — for a *rescan* of bytes already in a log. Never raises: it returns
   ``None`` for a line the rescan must skip (blank, not UTF-8, not JSON, not an envelope, a
   malformed lifecycle event). Non-lifecycle events are accepted without field checks there,
@@ -107,7 +108,8 @@ def equal_to(value: str) -> tuple:
 
 
 def fields(*specs: tuple, what: str = "an object") -> tuple:
-    """An object with these fields (checked in order; the first wrong one is reported)."""
+    """An object with these fields, checked in order: two or more missing required fields are
+    named together (``missing required fields a, b``), else the first wrong one is reported."""
     return ("fields", what, list(specs))
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # setup.sh — idempotent set-up of a Debian machine for memfs:
-#   1. FUSE userland + build deps via apt (fuse3, libfuse3-dev, pkg-config, bubblewrap),
-#      only if something is missing;
+#   1. FUSE userland + build deps via apt (fuse3, libfuse3-dev, pkg-config, bubblewrap, and attr
+#      for getfattr), only if something is missing;
 #   2. a virtualenv at .venv (system python3 >= 3.11, or $PYTHON) with `pip install -e '.[test,cluster]'`
 #      (pyfuse3 is built from source against the libfuse3 headers; memfs's own C module,
 #      memfs/_contract.c, is compiled into the source tree).
@@ -29,6 +29,7 @@ pkg-config --exists fuse3 2>/dev/null || missing+=(libfuse3-dev)
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v jq >/dev/null || missing+=(jq)                          # the tests use jq as a user would
 command -v rsync >/dev/null || missing+=(rsync)                    # the tests check a second rsync -a copies nothing
+command -v getfattr >/dev/null || missing+=(attr)                  # getfattr: user.memfs.* (a refusal's reason)
 command -v cc >/dev/null || missing+=(gcc libc6-dev)              # to compile pyfuse3
 if [[ "$(command -v "$PY" || true)" == /usr/bin/* ]]; then        # Debian's own python
   "$PY" -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
@@ -70,3 +71,4 @@ if ((${#todo[@]})); then
   for e in "${extras[@]}"; do echo "$hash" > ".venv/.stamp-$e"; done
 fi
 say "ready: $(.venv/bin/python -V), .venv extras: ${extras[*]}"
+say "the command line is .venv/bin/memfs; to call it as memfs: export PATH=\"$PWD/.venv/bin:\$PATH\""

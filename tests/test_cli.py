@@ -185,9 +185,11 @@ def test_append_from_a_file(capsys, store, tmp_path):
 def test_append_stops_at_the_first_bad_line(capsys, store, tmp_path, monkeypatch):
     lines = GOOD[:2] + ['{"type": "turn.completed"}', GOOD[3]]
     monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO("\n".join(lines).encode())))
+    store.mkdir()
     code, out, err = run(capsys, "append", "s", "-", "--store", store)
     assert code == 1 and out == ""
-    assert err.startswith("memfs: line 3: refused: ") and "usage" in err and "2 lines before it appended" in err
+    assert err.startswith("memfs: append: session s line 3: refused: ") and "usage" in err
+    assert "2 lines before it appended" in err
     assert len(err.strip().splitlines()) == 1
     with memfs.open_session(store, "s", read_only=True) as h:
         assert h.manifest["event_count"] == 2
@@ -491,12 +493,13 @@ def test_append_of_a_file_over_the_cap_matches_line_by_line_appends(capsys, stor
             lines.append("not json")  # refused, --keep-going goes on
     source = tmp_path / "in.jsonl"
     source.write_text("\n".join(lines) + "\n")
+    store.mkdir()
     code, out, err = run(capsys, "append", "batched", source, "--store", store, "--max-events", "20",
                          "--keep-going")
     bad = [i + 1 for i, line in enumerate(lines) if line == "not json"]
     assert code == 1 and out.strip() == f"appended {len(lines) - len(bad)} lines to batched; refused 4 lines " \
                                         f"(recorded in rejected.jsonl)"
-    assert [int(x.split(":")[1].split()[-1]) for x in err.strip().splitlines()] == bad
+    assert [int(x.split(":")[2].split()[-1]) for x in err.strip().splitlines()] == bad
     with memfs.open_session(store, "single", max_events=20, metadata_interval=0) as h:
         for line in lines:
             if line != "not json":
@@ -659,3 +662,102 @@ def test_cluster_settings_from_the_file_flags_and_o_options(tmp_path):
     conf.write_text('[cluster]\nservers = ["http://a"]\n')
     with pytest.raises(ConfigError, match="not a nats:// URL"):
         load_config(conf)
+
+
+# --- a new user's rough edges (issue 42), each through the real command line ---------------------
+
+
+def memfs_cli(*argv, input: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m memfs ARGV`` in a subprocess, as a user runs it."""
+    return subprocess.run([PYTHON, "-m", "memfs", *map(str, argv)], capture_output=True, text=True, cwd=REPO,
+                          input=input, env={**os.environ, **(env or {})}, timeout=60)
+
+
+@pytest.mark.parametrize("agent, status, reason", [
+    ("no-such-agent-42", 127, "no-such-agent-42: command not found"),
+    ("/nonexistent/agent", 127, "/nonexistent/agent: No such file or directory"),
+    ("{tmp}/notes.txt", 126, "{tmp}/notes.txt: Permission denied"),  # not executable
+    ("{tmp}", 126, "{tmp}: Is a directory"),
+    ("{tmp}/broken", 126, "{tmp}/broken: Exec format error"),  # found and executable: it fails to start
+])
+def test_record_of_a_command_that_cannot_run_exits_as_a_shell_and_creates_nothing(tmp_path, agent, status, reason):
+    (tmp_path / "notes.txt").write_text("not a program\n")
+    (tmp_path / "broken").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(64))
+    (tmp_path / "broken").chmod(0o755)
+    agent, reason = agent.format(tmp=tmp_path), reason.format(tmp=tmp_path)
+    store = tmp_path / "store"
+    done = memfs_cli("record", "--store", store, "r1", "--", agent, "--flag")
+    assert done.returncode == status
+    assert done.stderr == f"memfs: record: {reason}\n" and done.stdout == ""
+    assert not store.exists()  # no session folder, not even the store
+    store.mkdir()
+    assert memfs_cli("record", "--store", store, "r1", "--", agent).returncode == status
+    assert os.listdir(store) == []
+
+
+def test_the_commands_that_write_create_a_missing_store_and_say_so(tmp_path):
+    """import, record and append write sessions: on a store that does not exist they create
+    it, saying so on stderr (a mistyped --store shows); the other commands refuse it."""
+    line = '{"type":"turn.started"}\n'
+    cases = [(["import", FIXTURES / "codex_exec.jsonl"], None), (["record", "r", "--", "echo", line.strip()], None),
+             (["append", "a"], line)]
+    for i, (argv, stdin) in enumerate(cases):
+        store = tmp_path / f"new{i}"
+        command = argv[0]
+        done = memfs_cli(*argv[:1], "--store", store, *argv[1:], input=stdin)
+        assert done.returncode == 0, done.stderr
+        assert f"memfs: {command}: the store {store} did not exist: created it\n" in done.stderr
+        assert store.is_dir() and len(os.listdir(store)) == 1
+        again = memfs_cli(*argv[:1], "--store", store, *argv[1:], input=stdin)
+        assert again.returncode == 0 and "did not exist" not in again.stderr  # said once, when created
+    store = tmp_path / "dry"
+    done = memfs_cli("import", "--dry-run", "--store", store, FIXTURES / "codex_exec.jsonl")
+    assert done.returncode == 0 and not store.exists()
+    assert f"memfs: import: the store {store} does not exist: a run without --dry-run creates it\n" in done.stderr
+    for argv in (["sessions"], ["show", "s"], ["search", "x"], ["fsck"]):
+        done = memfs_cli(*argv, "--store", tmp_path / "typo")
+        assert done.returncode == 1 and done.stderr.startswith(f"memfs: no store at {tmp_path / 'typo'}")
+    assert not (tmp_path / "typo").exists()
+
+
+def test_show_says_how_many_turns_are_closed_and_open_as_its_table_lists_them(tmp_path):
+    store = tmp_path / "store"
+    lines = [ev("thread.started", thread_id="t"), ev("turn.started"), ev("turn.completed", usage={}),
+             ev("turn.started"), ev("turn.started"), ev("turn.failed", message="x"), ev("turn.started")]
+    assert memfs_cli("append", "--store", store, "d", input="\n".join(lines) + "\n").returncode == 0
+    done = memfs_cli("show", "--store", store, "d")
+    assert done.returncode == 0, done.stderr
+    head, _, table = done.stdout.partition("\nTURN ")
+    rows = table.splitlines()[1:]
+    assert [r.split()[1] for r in rows] == ["completed", "abandoned", "failed", "open"]
+    assert "\nturns     3 closed, 1 open\n" in head
+    appended = memfs_cli("append", "--store", store, "d", input=ev("turn.completed", usage={}) + "\n")
+    assert appended.returncode == 0
+    assert "\nturns     4 closed\n" in memfs_cli("show", "--store", store, "d").stdout
+
+
+def test_a_refused_append_names_the_session_and_line(tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    lines = [ev("thread.started", thread_id="t"), ev("turn.started"), '{"type":"turn.failed"}']
+    done = memfs_cli("append", "--store", store, "demo", input="\n".join(lines) + "\n")
+    assert done.returncode == 1
+    assert done.stderr.startswith('memfs: append: session demo line 3: refused: turn.failed: "message" must be ')
+    assert len(done.stderr.splitlines()) == 1
+    done = memfs_cli("append", "--store", store, "demo", "--keep-going", input='{"type":"turn.failed"}\n')
+    assert done.returncode == 1 and done.stderr.startswith("memfs: append: session demo line 1: refused: ")
+
+
+def test_the_readme_says_how_to_call_memfs_by_name(tmp_path):
+    """The README's recipes call ``memfs``: its set-up section gives the line that puts
+    ``.venv/bin`` on PATH, and that line, run in a shell at the checkout, makes ``memfs`` the
+    virtualenv's command."""
+    readme = (REPO / "README.md").read_text()
+    setup = readme.split("## Two commands", 1)[1].split("\n## ", 1)[0]
+    exports = [line.strip() for line in setup.splitlines() if line.strip().startswith("export PATH=")]
+    assert len(exports) == 1, "the set-up section gives one export PATH= line"
+    path = ":".join(p for p in os.environ["PATH"].split(":") if not p.startswith(str(REPO)))
+    done = subprocess.run(["bash", "-c", exports[0] + "\ncommand -v memfs && memfs --version"], cwd=REPO,
+                          capture_output=True, text=True, env={**os.environ, "PATH": path}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [str(REPO / ".venv" / "bin" / "memfs"), f"memfs {memfs.__version__}"]

@@ -460,3 +460,68 @@ def test_a_readers_close_sends_no_flush_and_a_writers_close_still_checks_its_las
             os.close(fd)
         assert err.value.errno == errno.EBADMSG
         assert lines(s / "events.jsonl") == [THREAD, TURN]
+
+
+def _memfs(*argv) -> subprocess.CompletedProcess:
+    """``python -m memfs ARGV`` in a subprocess, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "memfs", *map(str, argv)], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_import_sources_json_shows_in_the_index_read_only_and_live(tmp_path):
+    """``memfs import``'s sidecar, ``index/import-sources.json`` (README), is listed and readable
+    in the mount when the session has one, follows later imports, and cannot be changed."""
+    store, mnt = tmp_path / "store", tmp_path / "mnt"
+    fixture = os.path.join(os.path.dirname(__file__), "fixtures", "codex_exec.jsonl")
+    source = tmp_path / "codex.jsonl"
+    with open(fixture) as f:
+        source.write_text("".join(f.readlines()[:10]))
+    assert _memfs("import", "--store", store, source).returncode == 0
+    (name,) = os.listdir(store)
+    with mounted(store, mnt) as m:
+        index = m.mnt / "sessions" / name / "index"
+        sidecar = index / "import-sources.json"
+        assert sorted(os.listdir(index)) == ["import-sources.json", "turns.json"]
+        assert sidecar.read_bytes() == (store / name / "index" / "import-sources.json").read_bytes()
+        assert json.loads(sh("jq -c '.sources[].lines' index/import-sources.json", index.parent).stdout) == 10
+        assert oct(os.stat(sidecar).st_mode & 0o777) == "0o444"
+        for action in (lambda: open(sidecar, "a"), lambda: os.unlink(sidecar), lambda: open(sidecar, "r+")):
+            with pytest.raises(OSError) as err:
+                action()
+            assert err.value.errno == errno.EPERM
+        with open(fixture) as f:
+            source.write_text(f.read())  # the source grew: a second import takes the new lines
+        assert _memfs("import", "--store", store, source).returncode == 0
+        grown = (store / name / "index" / "import-sources.json").read_bytes()
+        assert json.loads(grown)["sources"][str(source)]["lines"] > 10
+        wait_until(lambda: sidecar.read_bytes() == grown, "the mount shows the sidecar as it is now")
+        assert os.stat(sidecar).st_size == len(grown)
+        # a session made in the mount has no sidecar: none is listed nor found
+        os.mkdir(m.mnt / "sessions" / "plain")
+        assert os.listdir(m.mnt / "sessions" / "plain" / "index") == ["turns.json"]
+        assert not (m.mnt / "sessions" / "plain" / "index" / "import-sources.json").exists()
+        # one imported while mounted shows its sidecar at once
+        other = tmp_path / "rollout.jsonl"
+        other.write_bytes(open(fixture.replace("codex_exec", "codex_rollout"), "rb").read())
+        assert _memfs("import", "--store", store, other).returncode == 0
+        (new,) = set(os.listdir(store)) - {name, "plain"}
+        assert "import-sources.json" in os.listdir(m.mnt / "sessions" / new / "index")
+    with mounted(store, mnt, "--session", name) as m:  # the sandbox's view has it too
+        assert (m.mnt / "index" / "import-sources.json").read_bytes() == grown
+
+
+def test_a_refused_write_gives_its_reason_to_getfattr_and_the_log(m):
+    """The shell says only "Bad message": the reason is one getfattr away, on the session
+    folder and on events.jsonl, and in the server's log with the session's name."""
+    s = make_session(m, "demo")
+    done = sh("echo '{\"type\":\"turn.failed\"}' >> events.jsonl", s, check=False)
+    assert done.returncode != 0 and "Bad message" in done.stderr
+    reason = 'turn.failed: "message" must be a string (or "error" an object with a string "message", ' \
+             'as Codex writes it)'
+    for path in (".", "events.jsonl"):
+        got = sh(f"getfattr --only-values -n user.memfs.last_error {path}", s)
+        assert got.stdout == reason, path
+        assert "user.memfs.last_error" in sh(f"getfattr -d {path}", s).stdout, path
+    assert f"[session demo]: {reason}" in m.log_text()
+    (m.mnt / "sessions" / "quiet").mkdir()
+    assert "last_error" not in sh("getfattr -d events.jsonl", m.mnt / "sessions" / "quiet").stdout

@@ -36,7 +36,8 @@ This directory is an AI coding agent's session memory, served by memfs.
 - `sessions/<session>/events.jsonl` is the canonical, append-only log: append one JSON
   event per line (`echo '{"type":"turn.started"}' >> events.jsonl`). Invalid lines are
   refused ("Bad message") and kept in `rejected.jsonl` with the reason.
-- `manifest.json` and `index/turns.json` show the live metadata.
+- `manifest.json` and `index/turns.json` show the live metadata; `index/import-sources.json`,
+  in a session `memfs import` made, what it took from each source file.
 - `derived/` holds views regenerated from the log when read: `memory.json`,
   `trajectory.jsonl`, `summary.md`, `progress.json`, `progress.md`, `goal.json`,
   `turns/<n>.jsonl`.

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from memfs.fs import intake  # noqa: F401  (first: it must be loaded before pyfuse3)
 import pyfuse3
 
+from memfs.store import paths
+
 
 class K(enum.Enum):
     """Node kinds."""
@@ -31,6 +33,7 @@ class K(enum.Enum):
     REJECTED = "rejected"
     INDEX = "index"  # <s>/index/
     TURNS_JSON = "turns_json"  # <s>/index/turns.json
+    IMPORT_SOURCES = "import_sources"  # <s>/index/import-sources.json, when memfs import made one
     DERIVED = "derived"  # <s>/derived/
     VIEW = "view"  # <s>/derived/<name>
     TURNS = "turns"  # <s>/derived/turns/
@@ -50,6 +53,13 @@ class Node:
     session: str | None = None  # None: the whole store (root search) or no session
     arg: str | None = None
 
+
+# Files of the session folder served read-only as they are on disk, by the path under it:
+# listed only when present (but rejected.jsonl, always listed, empty when absent).
+BACKING_FILES = {K.REJECTED: paths.REJECTED, K.IMPORT_SOURCES: paths.IMPORT_SOURCES}
+
+# Children of index/, by file name: turns.json always, the others when present.
+INDEX_CHILDREN = {"turns.json": K.TURNS_JSON, paths.IMPORT_SOURCES.rpartition("/")[2]: K.IMPORT_SOURCES}
 
 # Fixed children of a session directory, by file name.
 SESSION_CHILDREN = {
@@ -76,7 +86,8 @@ def child(parent: Node, name: str, single_session: bool) -> Node | None:
         sub = SESSION_CHILDREN.get(name)
         return Node(sub, s) if sub else None
     if kind is K.INDEX:
-        return Node(K.TURNS_JSON, s) if name == "turns.json" else None
+        sub = INDEX_CHILDREN.get(name)
+        return Node(sub, s) if sub else None
     if kind is K.DERIVED:
         return Node(K.TURNS, s) if name == "turns" else Node(K.VIEW, s, name)
     if kind is K.TURNS:

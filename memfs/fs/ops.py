@@ -18,8 +18,8 @@ Decisions recorded here:
 * ``touch`` (time-only ``setattr``) is accepted and ignored; size, mode and owner changes
   are ``EPERM``.
 * The reason of the session's last refused line (in this server) is readable as the
-  ``user.memfs.last_error`` attribute of the session folder (``getfattr -n
-  user.memfs.last_error sessions/s``).
+  ``user.memfs.last_error`` attribute of the session folder and of its ``events.jsonl``
+  (``getfattr -n user.memfs.last_error sessions/s``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ from memfs.errors import MemfsError, NotFound, ValidationError
 from memfs.fs import content
 from memfs.fs.errors import INJECTED_FAULTS, fail, guarded, inject_fault, log, refusal
 from memfs.fs.gate import WriteGate
-from memfs.fs.nodes import DIR_KINDS, DYNAMIC_KINDS, SESSION_CHILDREN, InodeTable, K, Node, child
+from memfs.fs.nodes import (BACKING_FILES, DIR_KINDS, DYNAMIC_KINDS, INDEX_CHILDREN, SESSION_CHILDREN, InodeTable,
+                            K, Node, child)
 from memfs.pace import Pacer, as_worker
 from memfs.store import rescanner
 from memfs.store.appender import LineAppender
@@ -93,7 +94,7 @@ class OpenFile:
     # wrapped bare event), else the log's length when it was opened. The log's current end
     # (pwrite there, a seek to the end) is always accepted too.
     next_off: int = -1
-    fd: int = -1  # a backing file read in place (rejected.jsonl), closed at release
+    fd: int = -1  # a backing file read in place (BACKING_FILES), closed at release
     reader: LogReader | None = None  # events.jsonl: the version it opened (SPEC §3.7), closed at release
     writing: bool = False  # the session handle claims to be writing (SessionHandle.claim_writing)
     close_failed: bool = False  # a flush could not commit the fragment: release drops it
@@ -215,7 +216,13 @@ class Operations(pyfuse3.Operations):
             return int(node.arg) in content.turn_numbers(self._session(node))
         if kind is K.QUERY:
             return content.parse_query(node.arg) is not None
+        if kind is K.IMPORT_SOURCES:
+            return refuse_symlink(self._backing(node)) is not None
         return True
+
+    def _backing(self, node: Node):
+        """The store's file a :data:`BACKING_FILES` node serves."""
+        return self.store.root / node.session / BACKING_FILES[node.kind]
 
     def _content(self, node: Node) -> bytes:
         """The bytes of a generated file as they are now."""
@@ -256,9 +263,8 @@ class Operations(pyfuse3.Operations):
                         st = os.fstat(handle.reader.fd)
                         return st.st_size, st.st_mtime_ns
             return session.file_len, self._file_mtime(session.path / "events.jsonl")
-        if kind is K.REJECTED:
-            path = self.store.root / node.session / "rejected.jsonl"
-            st = refuse_symlink(path)  # ELOOP, as its open: not the size of a link planted there
+        if kind in BACKING_FILES:
+            st = refuse_symlink(self._backing(node))  # ELOOP, as its open: not the size of a link planted there
             return (st.st_size, st.st_mtime_ns) if st is not None else (0, self.started)
         if kind is K.SESSION:
             try:  # a session that cannot be opened (a planted link) is still listed, as before
@@ -435,7 +441,7 @@ class Operations(pyfuse3.Operations):
         elif kind is K.SESSION:
             names = (["README.md"] if self.opts.single_session else []) + list(SESSION_CHILDREN)
         elif kind is K.INDEX:
-            names = ["turns.json"]
+            names = [name for name, sub in INDEX_CHILDREN.items() if self._exists(Node(sub, node.session))]
         elif kind is K.DERIVED:
             names = content.view_names(self._session(node)) + ["turns"]
         elif kind is K.TURNS:
@@ -551,10 +557,9 @@ class Operations(pyfuse3.Operations):
         handle = OpenFile(node)
         if node.kind is K.EVENTS:
             await self._served(node, self._open_events, handle, writing, flags, ctx.pid)
-        elif node.kind is K.REJECTED:  # streamed from an fd: never copied whole into memory
-            path = self.store.root / node.session / "rejected.jsonl"
+        elif node.kind in BACKING_FILES:  # streamed from an fd: never copied whole into memory
             try:
-                handle.fd = open_nofollow(path, os.O_RDONLY)
+                handle.fd = open_nofollow(self._backing(node), os.O_RDONLY)
             except FileNotFoundError:
                 handle.snapshot = b""
         elif node.kind is K.QUERY:
@@ -846,6 +851,9 @@ class Operations(pyfuse3.Operations):
             if self.cluster is not None:
                 values.update(self._cluster_xattrs())
             return values
+        if node.kind is K.EVENTS:  # where a refused write went: its reason there too
+            reason = self._session(node).last_refusal
+            return {} if reason is None else {b"user.memfs.last_error": reason.encode()}
         if node.kind is not K.SESSION:
             return {}
         return self._session_xattrs(node)

@@ -48,9 +48,9 @@ from memfs.ingest import AutoTranslator, Untranslatable, classify, parse_object,
 from memfs.store.config import DEFAULT_EVICT_TO
 from memfs.store.session import open_session
 from memfs.store.meta import now_rfc3339
-from memfs.store.paths import INDEX_DIR, atomic_write, sanitize
+from memfs.store.paths import IMPORT_SOURCES, INDEX_DIR, atomic_write, sanitize
 
-SOURCES = "index/import-sources.json"
+SOURCES = IMPORT_SOURCES
 CHUNK = 1 << 20
 HEAD_LINES = 64
 

@@ -13,6 +13,10 @@ Decisions recorded here:
 
 * The session is opened before the agent starts; when it cannot be (another process holds
   it, a bad name), ``record`` says why and exits 1 without running the agent.
+* A command that cannot run is said as a shell says it, with a shell's status (127 not found,
+  126 found but not executable: :class:`NotRunnable`), and leaves nothing behind: it is looked
+  up before the session is opened, and a session (or store) made for a command whose start
+  then fails anyway is removed again.
 * **A crash mid-turn.** When the agent exits and the session is left inside a turn it was
   recording, ``record`` closes that turn as failed — ``turn.failed`` with the message "agent
   exited with status N before the turn ended" (or "killed by signal SIG…") — so the session
@@ -28,8 +32,10 @@ Decisions recorded here:
 
 from __future__ import annotations
 
+import errno
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,6 +47,7 @@ from memfs.errors import MemfsError
 from memfs.ingest import AutoTranslator, Untranslatable, dumps
 from memfs.ingest.importer import append_tolerant, reject
 from memfs.store.config import DEFAULT_EVICT_TO
+from memfs.store.paths import remove_tree, sanitize
 from memfs.store.session import open_session
 
 READ_SIZE = 1 << 16
@@ -53,6 +60,30 @@ class RecordReport:
         self.refused = 0
         self.store_error: str | None = None
         self.closed_turn: str | None = None
+
+
+class NotRunnable(MemfsError):
+    """The agent's command cannot be run; ``status`` is a shell's for it (127 or 126)."""
+
+    def __init__(self, reason: str, status: int):
+        super().__init__(reason)
+        self.status = status
+
+
+def check_runnable(program: str) -> None:
+    """Raise :class:`NotRunnable` when a shell could not run ``program``: a name not on
+    ``PATH`` (127, "command not found"), a path that does not exist (127) or is not an
+    executable file (126)."""
+    if "/" not in program:
+        if shutil.which(program) is None:
+            raise NotRunnable(f"{program}: command not found", 127)
+        return
+    if not os.path.exists(program):
+        raise NotRunnable(f"{program}: No such file or directory", 127)
+    if os.path.isdir(program):
+        raise NotRunnable(f"{program}: Is a directory", 126)
+    if not os.access(program, os.X_OK):
+        raise NotRunnable(f"{program}: Permission denied", 126)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -78,11 +109,15 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
     """Run ``cmd``, copy its stdout to ``stdout_fd`` and record its events in ``session``.
 
     Returns ``(exit status, report)``; the status is the agent's (128+N for signal N).
+    Raises :class:`NotRunnable` for a command that cannot run, having created nothing.
     """
     out_fd = sys.stdout.fileno() if stdout_fd is None else stdout_fd
     warn = warn or (lambda text: print(f"memfs record: {text}", file=sys.stderr, flush=True))
     report = RecordReport()
     translator = AutoTranslator(fmt)
+    check_runnable(cmd[0])
+    root = Path(root)
+    new_root, new_session = not os.path.lexists(root), not os.path.lexists(root / sanitize(session))
     handle = open_session(root, session, durability="write", max_events=max_events, evict_to=evict_to)
     try:  # the session's writer for the whole run: a busy session is said before the agent starts
         handle.claim_writing(lock=True)
@@ -140,10 +175,14 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
     storer = threading.Thread(target=store_lines, name="memfs-record-store", daemon=True)
     try:
         proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, bufsize=0)
-    except OSError:
+    except OSError as exc:  # found, but it would not start (a race, no interpreter for it)
         handle.end_writing()
         handle.close()
-        raise
+        if new_session:  # nothing was recorded: leave nothing behind
+            remove_tree(root / sanitize(session))
+            if new_root:
+                os.rmdir(root)
+        raise NotRunnable(f"{cmd[0]}: {exc.strerror}", 127 if exc.errno == errno.ENOENT else 126) from None
     forwarded = {}
 
     def forward(signum, frame):

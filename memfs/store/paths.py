@@ -33,6 +33,7 @@ TURNS = "index/turns.json"
 TURNS_CACHE = "index/turns.cache"  # memfs extension: see memfs.store.meta
 CAP_MARKER = "index/pending-cap-rewrite.json"
 TURN_TIMES = "index/turn-times.jsonl"  # memfs extension: see memfs.store.turntimes
+IMPORT_SOURCES = "index/import-sources.json"  # memfs extension: see memfs.ingest.importer
 DERIVED_DIR = "derived"
 
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
