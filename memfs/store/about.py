@@ -1,0 +1,85 @@
+"""What a session is about (SPEC §10 "Session metadata"): agent, conversation, project, title…
+
+One small JSON object per session in ``index/about.json`` (a memfs extension beside the VT
+Code-compatible files; VT Code ignores it), replaced atomically. It is written by the ingest
+(``memfs record`` / ``memfs import``: what the agent's own record says) and read by the
+listing (``memfs sessions``), the views (``summary.md``, ``context.md``) and search filters.
+
+Fields (all optional; unknown fields are kept): ``agent`` (``codex``, ``claude``, ``gemini``,
+``vtcode``, or what a native writer names), ``agent_version``, ``conversation_id`` (the agent's
+own id: Claude ``sessionId``, Codex thread id, Gemini ``sessionId``), ``title``,
+``title_source`` (``agent`` when the agent wrote it, else ``prompt``), ``first_prompt``,
+``cwd``, ``project``, ``git_branch``, ``model``, ``parent_session``, ``children`` [names],
+``started_at``, ``ended_at``, ``status`` (``running``, ``completed``, ``failed``,
+``abandoned``), ``pr_link``, ``forked_from``.
+
+:func:`merge` applies what a capture learnt: the first value stays for what a conversation
+has once (``conversation_id``, ``agent``, ``first_prompt``, ``cwd``, ``project``,
+``started_at``, ``parent_session``), the latest wins for what moves (``model``,
+``git_branch``, ``agent_version``, ``ended_at``, ``status``, ``pr_link``), ``children`` is a
+union, and an agent-written ``title`` replaces one made from the prompt, never the reverse.
+The caller holds the session's writer lock (the ingest does): merges of one session never race.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from memfs.store.paths import INDEX_DIR, atomic_write, ensure_private_dir
+
+ABOUT = "index/about.json"
+FIRST_WINS = frozenset({"conversation_id", "agent", "first_prompt", "cwd", "project", "started_at",
+                        "parent_session", "forked_from"})
+TITLE_CHARS = 80  # a title made from the first prompt is cut to this many characters
+
+
+def read(session_dir: Path) -> dict:
+    """The session's metadata (``{}`` when it has none or the file does not parse)."""
+    try:
+        data = orjson.loads((session_dir / ABOUT).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def prompt_title(prompt: str) -> str:
+    """A title made from a prompt: its first line, whitespace collapsed, cut to
+    :data:`TITLE_CHARS` characters (an ellipsis marks a cut)."""
+    line = " ".join(prompt.strip().split("\n", 1)[0].split())
+    return line if len(line) <= TITLE_CHARS else line[:TITLE_CHARS - 1] + "…"
+
+
+def merged(old: dict, new: dict) -> dict:
+    """``old`` with what ``new`` adds, by the rules of the module docstring (pure)."""
+    out = dict(old)
+    for key, value in new.items():
+        if value is None or value == "" or value == []:
+            continue
+        if key == "children":
+            out[key] = sorted(set(out.get(key) or []) | set(value))
+        elif key in ("title", "title_source"):
+            continue  # below
+        elif key in FIRST_WINS:
+            out.setdefault(key, value)
+        else:
+            out[key] = value
+    title, source = new.get("title"), new.get("title_source") or "agent"
+    if not title and new.get("first_prompt") and not out.get("title"):
+        title, source = prompt_title(new["first_prompt"]), "prompt"
+    if title and (not out.get("title") or source == "agent" or out.get("title_source") == "prompt"):
+        if not (source == "prompt" and out.get("title_source") == "agent"):
+            out["title"], out["title_source"] = title, source
+    return out
+
+
+def merge(session_dir: Path, new: dict) -> dict:
+    """Merge ``new`` into the session's metadata on disk (atomic replace; nothing written when
+    nothing changed) and return the result."""
+    old = read(session_dir)
+    out = merged(old, new)
+    if out != old:
+        ensure_private_dir(session_dir / INDEX_DIR)
+        atomic_write(session_dir / ABOUT, orjson.dumps(out))
+    return out
