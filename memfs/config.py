@@ -9,7 +9,9 @@
 * ``[retention]``: ``max_sessions``, ``max_age_days``;
 * ``[search]``: ``max_results``, ``min_score``;
 * ``[cluster]``: ``servers`` (a list of ``nats://`` URLs, or one comma-separated string),
-  ``stream``, ``replicas``, ``timeout``, ``max_age``, ``max_bytes``, ``backlog`` (SPEC §9).
+  ``stream``, ``replicas``, ``timeout``, ``max_age``, ``max_bytes``, ``backlog`` (SPEC §9),
+  and authentication: ``user``, ``password_file``, ``token_file``, ``creds``, ``tls_ca``,
+  ``tls_cert``, ``tls_key`` (files, never secrets inline: :mod:`memfs.cluster.auth`).
 
 Decisions recorded here:
 
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memfs.cluster import ClusterConfig, parse_servers
+from memfs.cluster import AUTH_KEYS, AUTH_PATH_KEYS, ClusterConfig, parse_servers
 from memfs.errors import MemfsError
 from memfs.store.config import (DEFAULT_EVICT_TO, DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES,
                                 DURABILITY_MODES, check_evict_to)
@@ -166,7 +168,8 @@ _TABLES: dict[str, dict[str, tuple]] = {
     "retention": {"max_sessions": _INT, "max_age_days": _NUM},
     "search": {"max_results": _INT, "min_score": _NUM},
     "cluster": {"servers": ((list, str), "a list of nats:// URLs"), "stream": _STR, "replicas": _INT,
-                "timeout": _NUM, "max_age": _NUM, "max_bytes": _INT, "backlog": _INT},
+                "timeout": _NUM, "max_age": _NUM, "max_bytes": _INT, "backlog": _INT,
+                **{key: _STR for key in AUTH_KEYS}},
 }
 _PATH_KEYS = ("store", "workspace", "mountpoint")
 
@@ -203,7 +206,10 @@ def load_config(path: str | os.PathLike) -> Config:
                 if spec is None:
                     raise ConfigError(f"{path}: unknown key {key}.{sub} "
                                       f"(known: {', '.join(_TABLES[key])})")
-                setattr(table, sub, _checked(str(path), f"{key}.{sub}", subvalue, spec))
+                subvalue = _checked(str(path), f"{key}.{sub}", subvalue, spec)
+                if key == "cluster" and sub in AUTH_PATH_KEYS:
+                    subvalue = os.path.abspath(path.parent / Path(subvalue).expanduser())
+                setattr(table, sub, subvalue)
             continue
         spec = _TOP.get(key)
         if spec is None:

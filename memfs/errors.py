@@ -36,6 +36,12 @@ class InvalidName(MemfsError):
     errno_name = "EINVAL"
 
 
+class NameTooLong(InvalidName):
+    """A new session's name longer than a directory name may be (``NAME_MAX``)."""
+
+    errno_name = "ENAMETOOLONG"
+
+
 class BadQuery(MemfsError):
     """A search file name with an unknown parameter or a bad value (SPEC §6 search names)."""
 

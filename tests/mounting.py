@@ -45,13 +45,16 @@ class Mount:
         return self.log.read_text(errors="replace")
 
 
-def start(store: Path, mnt: Path, *args: str, env: dict | None = None, timeout: float = 15) -> Mount:
-    """Start ``python -m memfs mount STORE MNT ARGS`` and wait until the mount is up."""
+def start(store: Path, mnt: Path, *args: str, env: dict | None = None, timeout: float = 15,
+          wrap: tuple[str, ...] = ()) -> Mount:
+    """Start ``python -m memfs mount STORE MNT ARGS`` and wait until the mount is up; ``wrap``:
+    a command that runs it (``("unshare", "--pid", "--fork")``: the server is then not
+    :attr:`Mount.proc` but its child)."""
     mnt.mkdir(parents=True, exist_ok=True)
     log = mnt.parent / f"{mnt.name}.log"
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "memfs", "mount", str(store), str(mnt), *args],
+            [*wrap, sys.executable, "-m", "memfs", "mount", str(store), str(mnt), *args],
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, env={**os.environ, **(env or {})},
         )
     m = Mount(proc, mnt, store, log)
@@ -77,8 +80,8 @@ def cleanup(m: Mount) -> None:
 
 
 @contextmanager
-def mounted(store: Path, mnt: Path, *args: str, env: dict | None = None):
-    m = start(store, mnt, *args, env=env)
+def mounted(store: Path, mnt: Path, *args: str, env: dict | None = None, wrap: tuple[str, ...] = ()):
+    m = start(store, mnt, *args, env=env, wrap=wrap)
     try:
         yield m
     finally:

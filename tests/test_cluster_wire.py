@@ -18,7 +18,7 @@ import trio
 
 from memfs.cluster import ClusterConfig
 from memfs.cluster.follow import Follower
-from memfs.cluster.testing import NatsCluster, free_ports, nats_server_binary
+from memfs.cluster.testing import NatsCluster, free_ports, make_certs, nats_server_binary
 from memfs.cluster.wire import Connection
 
 from mounting import event, mounted, needs_fuse
@@ -274,16 +274,8 @@ def wait_healthy(server: subprocess.Popen, http: int, log) -> None:
 
 def tls_files(d) -> tuple:
     """A CA and a certificate for 127.0.0.1 it signed (openssl), as PEM files."""
-    def run(*args):
-        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
-
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=memfs test CA",
-        "-keyout", "ca.key", "-out", "ca.pem")
-    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", "server.key", "-out", "server.csr")
-    (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "1",
-        "-extfile", "san.cnf", "-out", "server.pem")
-    return d / "ca.pem", d / "server.pem", d / "server.key"
+    certs = make_certs(d)
+    return certs["ca"], certs["server_cert"], certs["server_key"]
 
 
 @needs_fuse

@@ -173,7 +173,8 @@ class Follower:
             return
         self._cseq = cseq
         try:
-            self.node.delivered(subject.decode()[len(SUBJECT_PREFIX):], seq, body, int(fields[at + 6]),
+            # (a subject that is not UTF-8 gives a name the applier refuses: skipped, in one log line)
+            self.node.delivered(subject.decode(errors="replace")[len(SUBJECT_PREFIX):], seq, body, int(fields[at + 6]),
                                 int(fields[at + 5]) / 1e9)
         except Exception:  # never the connection's end
             log.exception("cluster: follower: stream message %d", seq)

@@ -15,8 +15,9 @@ Threads (the trio loop never waits for the network):
   with ``Nats-Expected-Last-Subject-Sequence`` = the stream sequence of the last line of that
   session this host applied (0: none) and ``Nats-Msg-Id`` = ``<host id>:<session>:<that
   sequence>:<digest of the line>`` (:func:`msg_id`, deterministic: a retry of the same publish
-  is stored once, two hosts never share an id, nor two lines of one host); once JetStream
-  acknowledged it, commit the line to the local store through the store's one commit. A refusal for a wrong last sequence (err_code 10071) means another host
+  is stored once, two hosts never share an id — the host id is unique per daemon start — nor
+  two lines of one host); once JetStream acknowledged it — an ack checked, not assumed
+  (:mod:`memfs.cluster.trust`) — commit the line to the local store through the store's one commit. A refusal for a wrong last sequence (err_code 10071) means another host
   appended first: catch up (fetch the session's messages after the last applied one and commit
   them), revalidate, publish again;
 * the *applier* thread commits what the follower (an ordered consumer on ``memfs.>``, from
@@ -54,6 +55,11 @@ place after each applied line: ``{"stream": …, "seq": N}``), so a restarted ho
 there. A crash between the log's write and the sidecar's leaves the log one line ahead; the
 first message after the sidecar's sequence is then compared with the log's last line, and
 skipped when equal.
+
+What the stream brings is checked first (:mod:`memfs.cluster.trust`): a session name from a
+subject must be one ``mkdir`` takes (:meth:`ClusterNode.replica`), and a line this host cannot
+apply goes to the session's ``rejected.jsonl`` with its stream sequence; either way the
+follower moves past it.
 """
 
 from __future__ import annotations
@@ -65,7 +71,6 @@ import json
 import logging
 import os
 import queue
-import socket
 import threading
 import time
 import uuid
@@ -75,9 +80,14 @@ import nats
 from nats.js import api
 from nats.js.errors import APIError, NotFoundError
 
-from memfs.cluster import SUBJECT_PREFIX, ClusterConfig
-from memfs.errors import AlreadyExists, NotFound, ValidationError
-from memfs.store.paths import INDEX_DIR, EVENTS, open_nofollow
+from memfs.cluster import SUBJECT_PREFIX, ClusterConfig, redact
+from memfs.cluster.auth import Credentials, Refused, refusal
+from memfs.cluster.trust import (HEADER_ROOM, MESSAGE_TOO_BIG, Diverged, ack_problem, is_this_publish, line_limit,
+                                 new_host_id)
+from memfs.errors import AlreadyExists, NotFound, SymlinkRefused, ValidationError
+from memfs.store.catalog import is_session_dir
+from memfs.store.config import check_line_size
+from memfs.store.paths import INDEX_DIR, EVENTS, new_session_name_problem, open_nofollow
 
 log = logging.getLogger("memfs.cluster")
 
@@ -95,17 +105,28 @@ BATCH_MAX = 256  # messages per atomic batch (the server takes up to 1,000)
 JOIN_ATTEMPT = 2.0
 
 
-def msg_id(host_id: str, session: str, expected: int, line: bytes) -> str:
+def msg_id(host_id: str, session: str, expected: int, line: bytes, salt: str = "") -> str:
     """A single publish's ``Nats-Msg-Id``: host, session, fence and a digest of the line. A
     retry of the same line on the same fence is stored once; another line on the same fence
     never shares its id (an append that timed out may have been stored: the host's next line,
     published on the same stale fence, must be refused by the fence and caught up, not
-    deduplicated into it — the replicas diverged so before)."""
-    return f"{host_id}:{session}:{expected}:{hashlib.blake2b(line, digest_size=8).hexdigest()}"
+    deduplicated into it — the replicas diverged so before). ``salt``: after a duplicate ack
+    naming another message (:mod:`memfs.cluster.trust`), the id of the publish again."""
+    digest = hashlib.blake2b(line, digest_size=8).hexdigest()
+    return f"{host_id}:{session}:{expected}:{digest}:{salt}" if salt else f"{host_id}:{session}:{expected}:{digest}"
 
 
 class ClusterError(OSError):
     """The cluster could not take an append (``ETIMEDOUT``: no quorum or no server in time)."""
+
+
+class UntrustedName(ClusterError):
+    """A session name that ``mkdir`` would refuse (``problem`` says why): from a subject, never
+    followed to a path; a local session of that name is not replicated (``EINVAL``)."""
+
+    def __init__(self, problem: str):
+        super().__init__(errno.EINVAL, f"cluster: {problem}: not a session name of the stream")
+        self.problem = problem
 
 
 class Replica:
@@ -133,7 +154,8 @@ class ClusterNode:
     def __init__(self, store, config: ClusterConfig, host_id: str | None = None):
         self.store = store
         self.config = config
-        self.host_id = host_id or f"{socket.gethostname()}.{os.getpid()}"
+        self.auth = Credentials.load(config)  # what both connections present (files checked now)
+        self.host_id = host_id or new_host_id()  # unique per start (memfs.cluster.trust)
         self.replicas: dict[str, Replica] = {}
         self._replicas_lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
@@ -150,6 +172,8 @@ class ClusterNode:
         self.oldest_unapplied: float | None = None  # when the oldest queued message arrived
         self.disconnected_at: float | None = time.time()  # when the follower stopped (here: not started yet)
         self.atomic = False  # the stream takes atomic batches (set on connect)
+        self.max_line = line_limit(1 << 20, None)  # the longest line published (set on connect)
+        self.limit_name = "cluster mode"  # where it comes from, for the reason of a refusal
         # the host-wide checkpoint: every stream message up to ``checkpointed`` is applied here
         self.resumed_after = 0  # the checkpoint the follower started after (0: from the start)
         self.delivered_count = 0  # messages the follower delivered since start
@@ -189,19 +213,39 @@ class ClusterNode:
             raise
 
     async def _connect(self) -> None:
+        refused_logged = False
+
         async def disconnected():
             log.warning("cluster: disconnected from NATS")
 
         async def reconnected():
-            log.info("cluster: reconnected to %s", self.nc.connected_url.netloc if self.nc.connected_url else "?")
+            nonlocal refused_logged
+            refused_logged = False
+            url = self.nc.connected_url
+            log.info("cluster: reconnected to %s", redact(url.netloc) if url else "?")
 
-        async def error(exc):
-            log.debug("cluster: %s", exc)
+        async def error(exc):  # (nats-py retries after it returns; raised, nats.connect ends)
+            nonlocal refused_logged
+            why = refusal(exc)
+            if why is None:
+                log.debug("cluster: %s", exc)
+                return
+            current = getattr(self.nc, "_current_server", None)  # (which server refused: nats-py's own)
+            url = current.uri.geturl() if current is not None else ",".join(self.config.servers)
+            where = redact(url)
+            detail = self.auth.describe_tls(why) if why.startswith("TLS") else self.auth.describe(url)
+            if self.js is None:  # joining: refused credentials or TLS fail the mount now; the client
+                self.nc = None  # is dropped, not closed (nats-py's close waits forever after a failed TLS)
+                raise Refused(f"{why} at {where} ({detail})")
+            if not refused_logged:  # (then nats-py keeps trying, as for a server down)
+                refused_logged = True
+                log.error("cluster: %s at %s (%s)", why, where, detail)
 
-        self.nc = await nats.connect(self.config.servers, name=f"memfs {self.host_id}",
-                                     connect_timeout=max(1, int(self.config.timeout)), max_reconnect_attempts=-1,
-                                     reconnect_time_wait=0.25, disconnected_cb=disconnected,
-                                     reconnected_cb=reconnected, error_cb=error)
+        self.nc = nats.NATS()  # (assigned first: stop() closes it whatever connect did)
+        await self.nc.connect(self.config.servers, name=f"memfs {self.host_id}",
+                              connect_timeout=max(1, int(self.config.timeout)), max_reconnect_attempts=-1,
+                              reconnect_time_wait=0.25, disconnected_cb=disconnected,
+                              reconnected_cb=reconnected, error_cb=error, **self.auth.nats_options())
         self.js = self.nc.jetstream(timeout=self.config.timeout)
         attempt = min(self.config.timeout, JOIN_ATTEMPT)
         join_js = self.nc.jetstream(timeout=attempt)
@@ -245,6 +289,11 @@ class ClusterNode:
                 log.warning("cluster: stream %s does not take atomic batches (%s): one publish per line",
                             cfg.stream, exc)
         self._stream_created = str(info.created)
+        size = info.config.max_msg_size
+        self.max_line = line_limit(self.nc.max_payload, size)
+        self.limit_name = (f"cluster mode: the server's max_payload of {self.nc.max_payload} bytes"
+                           + (f" or stream {cfg.stream}'s max_msg_size of {size}" if size and size > 0 else "")
+                           + f", less {HEADER_ROOM} for the message's headers")
         start = self._read_checkpoint(info.state.last_seq)
         self.resumed_after = self.applied_seq = self.delivered_seq = self.checkpointed = start
         if start:
@@ -308,6 +357,14 @@ class ClusterNode:
     # --- per-session state -----------------------------------------------------------------
 
     def replica(self, name: str) -> Replica:
+        """Session ``name``'s replica; :class:`UntrustedName` when ``mkdir`` would refuse the
+        name (SPEC §9: a name from a subject never reaches a path unchecked)."""
+        rep = self.replicas.get(name)
+        if rep is not None:
+            return rep
+        problem = new_session_name_problem(name)
+        if problem:
+            raise UntrustedName(problem)
         with self._replicas_lock:
             rep = self.replicas.get(name)
             if rep is None:
@@ -320,6 +377,9 @@ class ClusterNode:
     def _load(self, rep: Replica) -> None:
         """Read the session's last applied sequence from its sidecar (caller holds rep.lock)."""
         if rep.seq is not None:
+            return
+        if not is_session_dir(self.store.root / rep.name):  # none here (a symlink is none: never followed)
+            rep.seq = 0
             return
         try:
             with open(self._sidecar(rep.name), "rb") as f:
@@ -356,13 +416,15 @@ class ClusterNode:
                 break
             if os.path.exists(self._sidecar(name)):
                 continue
-            rep = self.replica(name)
             try:
+                rep = self.replica(name)
                 with rep.lock:
                     self._load(rep)
                     if rep.unpublished:
                         self._publish_local(rep)
                         published += not rep.diverged
+            except UntrustedName as exc:  # made by another tool: readable here, not replicated
+                log.warning("cluster: session %s not published: %s", name, exc.problem)
             except Exception:
                 log.exception("cluster: session %s: publishing its local lines failed (retried at its next write)",
                               name)
@@ -420,12 +482,24 @@ class ClusterNode:
                  "stream already)", rep.name, rep.seq, known)
 
     def _next_of(self, subject: str, after: int):
-        """The stream's first message on ``subject`` after sequence ``after`` (None: none)."""
-        try:
-            return self._call(self.js.get_msg(self.config.stream, seq=after + 1, subject=subject, next=True),
-                              self.config.timeout)
-        except NotFoundError:
-            return None
+        """The stream's first message on ``subject`` after sequence ``after`` (None: none), asked
+        again until the ``timeout``; then :class:`ClusterError` ``ETIMEDOUT`` (no quorum, or no
+        server reachable: an append that needs it fails as one that is not acknowledged)."""
+        deadline = time.monotonic() + self.config.timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return self._call(self.js.get_msg(self.config.stream, seq=after + 1, subject=subject, next=True),
+                                  max(0.1, left))
+            except NotFoundError:
+                return None
+            except (TimeoutError, asyncio.TimeoutError, nats.errors.Error, APIError) as exc:
+                if time.monotonic() >= deadline:
+                    raise ClusterError(errno.ETIMEDOUT, f"cluster: session {subject[len(SUBJECT_PREFIX):]}: no "
+                                       f"answer from stream {self.config.stream} within {self.config.timeout:g} s "
+                                       "(no quorum, or no server reachable)") from exc
+                log.debug("cluster: reading %s after %d: %r (asking again)", subject, after, exc)
+                time.sleep(0.05)
 
     def _diverged(self, rep: Replica) -> None:
         rep.unpublished, rep.diverged, rep.seq = False, True, 0
@@ -498,7 +572,7 @@ class ClusterNode:
 
     def describe(self) -> str:
         """``stream MEMFS on nats://a:4222,…``: what the mount's root shows in ``user.memfs.cluster``."""
-        return f"stream {self.config.stream} on {','.join(self.config.servers)}"
+        return f"stream {self.config.stream} on {redact(','.join(self.config.servers))}"
 
     def lag(self) -> float:
         """Seconds this host's replica is behind the stream: 0 when every delivered message is
@@ -581,19 +655,27 @@ class ClusterNode:
                 continue
             error = ack.get("error")
             if error is None:
-                first = ack["seq"] - ack["count"] + 1
-                for i, line in enumerate(lines):
-                    self._commit_local(rep, first + i, line, create=True)
-                return len(lines)
-            if error.get("err_code") != WRONG_LAST_SEQUENCE:
+                problem = ack_problem(ack, self.config.stream, rep.seq, batch_id, len(lines))
+                if problem is None:
+                    first = ack["seq"] - ack["count"] + 1
+                    for i, line in enumerate(lines):
+                        self._commit_local(rep, first + i, line, create=True)
+                    return len(lines)
+                # checked, not assumed: what the stream holds of this batch is what the catch-up finds
+                log.warning("cluster: session %s: the ack of batch %s is %s: catching up", rep.name, batch_id, problem)
+            elif error.get("err_code") == MESSAGE_TOO_BIG:
+                raise ClusterError(errno.EFBIG, f"cluster: session {rep.name}: a line is over stream "
+                                   f"{self.config.stream}'s max_msg_size")
+            elif error.get("err_code") != WRONG_LAST_SEQUENCE:
                 log.debug("cluster: batch to %s refused: %s (retrying)", subject, error)
                 time.sleep(0.05)  # no stream leader yet: retry until the deadline
                 continue
+            else:
+                log.info("cluster: session %s: batch fenced at sequence %d (another host appended first): "
+                         "catching up", rep.name, rep.seq)
             if fences >= MAX_FENCE_RETRIES:
                 raise ClusterError(errno.EAGAIN, f"cluster: session {rep.name}: fenced {fences} times")
             fences += 1
-            log.info("cluster: session %s: batch fenced at sequence %d (another host appended first): catching up",
-                     rep.name, rep.seq)
             ours = self._catch_up(rep, tried)  # another host appended first (or we did, unacked)
             if ours:
                 return ours  # a previous attempt was stored whole: caught up with the rest
@@ -635,10 +717,11 @@ class ClusterNode:
         line = record[0]
         deadline = time.monotonic() + self.config.timeout
         fences = 0
+        salt = ""  # once a duplicate ack named another message: the line goes again under a new id
         while True:
             expected = rep.seq
-            headers = {"Nats-Expected-Last-Subject-Sequence": str(expected),
-                       "Nats-Msg-Id": msg_id(self.host_id, rep.name, expected, line)}
+            mid = msg_id(self.host_id, rep.name, expected, line, salt)
+            headers = {"Nats-Expected-Last-Subject-Sequence": str(expected), "Nats-Msg-Id": mid}
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ClusterError(errno.ETIMEDOUT, f"cluster: no acknowledgement for session {rep.name} "
@@ -647,6 +730,9 @@ class ClusterNode:
                 ack = self._call(self.js.publish(subject, line, timeout=min(left, 1.0), headers=headers),
                                  min(left, 1.0) + 0.5)
             except APIError as exc:
+                if exc.err_code == MESSAGE_TOO_BIG:
+                    raise ClusterError(errno.EFBIG, f"cluster: session {rep.name}: the line is over stream "
+                                       f"{self.config.stream}'s max_msg_size") from exc
                 if exc.err_code == WRONG_LAST_SEQUENCE and fences < MAX_FENCE_RETRIES:
                     fences += 1
                     log.info("cluster: session %s: fenced at sequence %d (another host appended first): catching up",
@@ -665,6 +751,22 @@ class ClusterNode:
                     raise ClusterError(errno.ENOTCONN, "cluster: connection closed") from exc
                 time.sleep(0.05)  # no responders while the stream elects a new leader: not a busy loop
                 continue
+            problem = ack_problem({"stream": ack.stream, "seq": ack.seq, "duplicate": ack.duplicate},
+                                  self.config.stream, expected)
+            if problem is not None:  # checked, not assumed: is the message at that sequence this publish?
+                try:
+                    stored = self._call(self.js.get_msg(self.config.stream, seq=ack.seq), min(left, 1.0) + 0.5)
+                except NotFoundError:
+                    stored = None
+                except (TimeoutError, nats.errors.Error, asyncio.TimeoutError, APIError) as exc:
+                    log.debug("cluster: reading stream message %d: %r (publishing again, same id)", ack.seq, exc)
+                    time.sleep(0.05)
+                    continue
+                if not is_this_publish(stored, subject, line, mid, expected):
+                    log.warning("cluster: session %s: the ack of its line on fence %d is %s, another message: "
+                                "publishing the line again under a new Nats-Msg-Id", rep.name, expected, problem)
+                    salt = uuid.uuid4().hex[:8]
+                    continue
             self._commit_local(rep, ack.seq, line, create=True)
             return
 
@@ -675,10 +777,8 @@ class ClusterNode:
         subject = SUBJECT_PREFIX + rep.name
         ours = 0
         while True:
-            try:
-                msg = self._call(self.js.get_msg(self.config.stream, seq=rep.seq + 1, subject=subject, next=True),
-                                 self.config.timeout)
-            except NotFoundError:
+            msg = self._next_of(subject, rep.seq)
+            if msg is None:
                 return ours
             if batch_ids and msg.headers and msg.headers.get("Nats-Batch-Id") in batch_ids:
                 ours += 1
@@ -725,9 +825,8 @@ class ClusterNode:
             if ack is not None and (ack.get("error") or {}).get("err_code") == WRONG_LAST_SEQUENCE:
                 log.info("cluster: session %s: fenced at sequence %d (another host appended first): catching up",
                          rep.name, rep.seq)
-            if ack is None or "error" in ack or ack.get("stream") != self.config.stream \
-                    or not isinstance(ack.get("seq"), int):
-                return False
+            if ack is None or ack_problem(ack, self.config.stream, rep.seq) is not None:
+                return False  # (a duplicate too: the worker path checks what is stored at its sequence)
             self._commit_local(rep, ack["seq"], record[0], create=False, handle=handle, record=record)
             self.fast_appends += 1
             return True
@@ -742,11 +841,19 @@ class ClusterNode:
 
     def _commit_local(self, rep: Replica, seq: int, line: bytes, create: bool, handle=None, record=None) -> None:
         """Commit one line of the stream to the local replica (caller holds rep.lock); ``record``:
-        ``line`` as ``handle`` validated it already (this host's own line)."""
-        if seq <= rep.seq or rep.diverged:
+        ``line`` as ``handle`` validated it already (this host's own line). A line this host
+        cannot apply — refused by its validation (any client of the servers may publish), or
+        of a session whose history here differs from the stream's — goes to the session's
+        ``rejected.jsonl`` with its stream sequence instead, and is passed (SPEC §9)."""
+        if seq <= rep.seq:
             return
         if handle is None:
             handle = self._handle(rep.name, create)
+        if rep.diverged:  # (its sequence stays 0: a restart finds the clash again)
+            handle.reject(line, Diverged(f"session {rep.name} here differs from stream {self.config.stream}'s "
+                                         "(written before cluster mode): the stream's line is not applied"),
+                          stream_seq=seq)
+            return
         if rep.verify_tail:
             rep.verify_tail = False
             tail = handle.read_bytes(max(0, handle.file_len - len(line) - 1))
@@ -757,8 +864,10 @@ class ClusterNode:
         try:
             if record is None:
                 record = handle.validate(line)
-        except ValidationError as exc:  # cannot happen for a line another memfs accepted
-            log.error("cluster: session %s: stream message %d refused here: %s", rep.name, seq, exc)
+        except ValidationError as exc:  # not a line another memfs accepted
+            log.warning("cluster: session %s: stream message %d refused here (in rejected.jsonl): %s",
+                        rep.name, seq, exc)
+            handle.reject(line, exc, stream_seq=seq)
             rep.seq = seq
             self._save(rep)
             return
@@ -817,6 +926,10 @@ class ClusterNode:
                 with rep.lock:
                     self._ready(rep)
                     self._commit_local(rep, seq, data, create=True)
+            except UntrustedName as exc:  # no session: nothing to record it in
+                log.warning("cluster: stream message %d skipped: %s", seq, exc.problem)
+            except (NotFound, AlreadyExists, SymlinkRefused) as exc:  # the name is taken here by no session folder
+                log.warning("cluster: session %s: stream message %d skipped: %s", name, seq, exc)
             except Exception:
                 log.exception("cluster: session %s: applying stream message %d failed", name, seq)
                 if self._checkpoint_limit is None:  # a restart delivers it again
@@ -851,6 +964,10 @@ class ClusterSession:
         return self.handle.name
 
     def validate(self, line: bytes):
+        """The session's validation, and no line longer than the servers take (``EFBIG``)."""
+        node = self.node
+        if len(line) > node.max_line:
+            check_line_size(len(line), node.max_line, node.limit_name)
         return self.handle.validate(line)
 
     def reject(self, line: bytes, error, *, pid=None) -> None:
@@ -858,7 +975,7 @@ class ClusterSession:
 
     def append(self, line: bytes, pid=None) -> None:
         try:
-            record = self.handle.validate(line)
+            record = self.validate(line)
         except ValidationError as exc:
             self.handle.reject(line, exc, pid=pid)
             raise

@@ -20,10 +20,12 @@ deduplicated there).
 :meth:`Connection.run` (a task in the mount's nursery) keeps the connection: it connects to the
 configured servers in turn, runs the ``on_connect`` hooks (the follower's subscription), and
 after a failure tries the next server after :data:`RECONNECT_WAIT` seconds. Subscriptions end
-with the connection (the hooks make them again). ``nats://user:password@host:port`` and
-``nats://token@host:port`` URLs authenticate as ``nats-py`` does, and ``tls://`` URLs (or a
-server that requires TLS) speak TLS verified against the system's trusted certificates, as
-``nats-py`` does with such a URL.
+with the connection (the hooks make them again). It presents the mount's
+:class:`memfs.cluster.auth.Credentials` — the same as ``nats-py``'s connection: user and
+password, token, NKey (the server's nonce signed) or user JWT, else the URL's userinfo — and
+speaks TLS when the URL is ``tls://`` or the server requires it, with the configured CA and
+client certificate (else the system's trusted CAs). A server that refuses the credentials, or
+a failed TLS handshake, is logged once as an error (then retried quietly, as nats-py does).
 """
 
 from __future__ import annotations
@@ -34,9 +36,13 @@ import logging
 import os
 import ssl
 from collections.abc import Awaitable, Callable
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 import trio
+
+from memfs.cluster import redact
+from memfs.cluster.auth import Credentials, Refused, refusal
+from memfs.errors import MemfsError
 
 log = logging.getLogger("memfs.cluster")
 
@@ -52,10 +58,12 @@ Handler = Callable[[bytes, bytes, bytes, bytes], None]
 class Connection:
     """One plain NATS connection owned by a trio loop."""
 
-    def __init__(self, servers: list[str], name: str = "memfs"):
+    def __init__(self, servers: list[str], name: str = "memfs", auth: Credentials | None = None):
         self.servers = servers
         self.name = name
-        self.connected_url: str | None = None  # the server spoken to now (None: not connected)
+        self.auth = auth or Credentials()
+        self.connected_url: str | None = None  # the server spoken to now, userinfo hidden (None: not connected)
+        self._refused: set[str] = set()  # servers whose refusal was logged (once each)
         self.max_payload = 0
         self.requests = 0  # requests answered
         self.on_connect: list[Callable[[], Awaitable[None]]] = []  # run after each handshake
@@ -82,10 +90,16 @@ class Connection:
         for url in itertools.cycle(self.servers):
             try:
                 await self._serve(url)
-            except _LOST as exc:
-                log.debug("cluster: event-loop connection to %s: %r", url, exc)
+            except (*_LOST, MemfsError) as exc:  # (MemfsError: refused, or a secret file unreadable)
+                why = str(exc) if isinstance(exc, MemfsError) else refusal(exc)
+                if why is not None and url not in self._refused:
+                    self._refused.add(url)
+                    detail = self.auth.describe_tls(why) if why.startswith("TLS") else self.auth.describe(url)
+                    log.error("cluster: event-loop connection: %s at %s (%s)", why, redact(url), detail)
+                else:
+                    log.debug("cluster: event-loop connection to %s: %r", redact(url), exc)
             except Exception:  # never the mount's end: nats-py's connection still publishes
-                log.exception("cluster: event-loop connection to %s failed", url)
+                log.exception("cluster: event-loop connection to %s failed", redact(url))
             finally:
                 self._lost()
             await trio.sleep(RECONNECT_WAIT)
@@ -97,9 +111,10 @@ class Connection:
         try:
             with trio.fail_after(CONNECT_TIMEOUT):
                 stream, reader = await self._handshake(stream, parts)
-            self._stream, self.connected_url = stream, url
+            self._stream, self.connected_url = stream, redact(url)
+            self._refused.discard(url)
             self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else None
-            log.debug("cluster: event-loop connection to %s", url)
+            log.debug("cluster: event-loop connection to %s", self.connected_url)
             lost: list[BaseException] = []
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_until_lost, self._send_loop, stream, lost, nursery.cancel_scope)
@@ -124,18 +139,16 @@ class Connection:
         info = json.loads(line[5:])
         if not info.get("headers"):
             raise ValueError("the server does not take headers: cluster mode needs nats-server >= 2.2")
-        if parts.scheme == "tls" or info.get("tls_required"):  # as nats-py: the system's trusted CAs
-            stream = trio.SSLStream(stream, ssl.create_default_context(), server_hostname=parts.hostname)
+        if parts.scheme == "tls" or info.get("tls_required"):  # as nats-py: else the system's trusted CAs
+            stream = trio.SSLStream(stream, self.auth.tls or ssl.create_default_context(),
+                                    server_hostname=parts.hostname)
             await stream.do_handshake()
             reader = _Reader(stream)
         self.max_payload = int(info.get("max_payload", 1 << 20))
         connect = {"verbose": False, "pedantic": False, "lang": "python-trio", "version": "memfs",
                    "protocol": 1, "headers": True, "no_responders": True, "name": self.name,
                    "tls_required": isinstance(stream, trio.SSLStream)}
-        if parts.username and parts.password is not None:
-            connect["user"], connect["pass"] = unquote(parts.username), unquote(parts.password)
-        elif parts.username:
-            connect["auth_token"] = unquote(parts.username)
+        connect.update(self.auth.connect_fields(info, parts.geturl()))
         self._inbox = b"_INBOX." + os.urandom(11).hex().encode() + b"."
         await stream.send_all(b"CONNECT " + json.dumps(connect).encode() + b"\r\nSUB " + self._inbox + b"* "
                               + _REPLIES_SID + b"\r\nPING\r\n")
@@ -144,7 +157,11 @@ class Connection:
             if line == b"PONG":
                 return stream, reader
             if line.startswith(b"-ERR"):
-                raise OSError(f"{parts.hostname}:{parts.port} refused the connection: {line[5:].decode(errors='replace')}")
+                said = line[5:].decode(errors="replace")
+                why = refusal(OSError(said))
+                if why is not None:
+                    raise Refused(why)
+                raise OSError(f"{parts.hostname}:{parts.port} refused the connection: {said}")
 
     def _lost(self) -> None:
         """The connection ended: every request waiting on it gets None; subscriptions end."""
@@ -251,20 +268,22 @@ class Connection:
         """Publish ``payload`` to ``subject`` (with ``headers``) and wait up to ``timeout``
         seconds for the reply: its JSON (a JetStream ack ``{"stream", "seq", "duplicate"?}``,
         or ``{"error": {...}}`` — ``code`` 503 when nothing answers the subject), or None when
-        there was no connection, it was lost, the reply did not come in time, the payload is
-        larger than the server takes, or the reply is not JSON.
+        there was no connection, it was lost, the reply did not come in time, the message
+        (headers included) is larger than the server takes, or the reply is not JSON.
 
         ``on_reply``, when given, is called with that reply on this loop as soon as it is read
         — before any message read after it is handled — and what it returns (or raises) is the
         result; it is not called when None is returned for want of a reply."""
-        if self._stream is None or len(payload) > self.max_payload or len(self._out) > MAX_QUEUED:
+        head = b"NATS/1.0\r\n" + b"".join(f"{k}: {v}\r\n".encode() for k, v in headers.items()) + b"\r\n" \
+            if headers else b""
+        # (over max_payload with its headers, the server would close the connection)
+        if self._stream is None or len(head) + len(payload) > self.max_payload or len(self._out) > MAX_QUEUED:
             return None
         token = str(next(self._ids)).encode()
         waiter = _Waiter(on_reply)
         self._waiters[token] = waiter
         reply_to = self._inbox + token
         if headers:
-            head = b"NATS/1.0\r\n" + b"".join(f"{k}: {v}\r\n".encode() for k, v in headers.items()) + b"\r\n"
             self._queue(b"HPUB %s %s %d %d\r\n%s%s\r\n" % (subject.encode(), reply_to, len(head),
                                                            len(head) + len(payload), head, payload))
         else:

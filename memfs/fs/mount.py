@@ -26,6 +26,7 @@ import pyfuse3
 import trio
 
 from memfs import views
+from memfs.config import ConfigError
 from memfs.errors import MemfsError
 from memfs.fs import registry
 from memfs.fs.ops import MountOptions, Operations
@@ -151,7 +152,8 @@ async def _serve(store: Store, ops: Operations) -> None:
             from memfs.cluster.follow import Follower
             from memfs.cluster.wire import Connection
 
-            ops.nats = Connection(ops.cluster.config.servers, name=f"memfs {ops.cluster.host_id} (event loop)")
+            ops.nats = Connection(ops.cluster.config.servers, name=f"memfs {ops.cluster.host_id} (event loop)",
+                                  auth=ops.cluster.auth)
             Follower(ops.nats, ops.cluster)
             nursery.start_soon(ops.nats.run)
         try:
@@ -169,6 +171,11 @@ def run(config) -> int:
     """Mount and serve until unmounted or signalled; return an exit status."""
     logging.basicConfig(level=getattr(logging, str(config.log_level).upper(), logging.INFO),
                         format="memfs[%(process)d] %(levelname)s %(message)s")
+    if config.cluster.enabled:  # no NATS credential shown: not in a log, nor in ps (SPEC §9)
+        from memfs.cluster.auth import hide_argv_secrets, redact_logs
+
+        redact_logs()
+        hide_argv_secrets()
     mountpoint = Path(os.path.abspath(Path(config.mountpoint).expanduser()))
     _check_mountpoint(mountpoint)
     mountpoint = Path(os.path.realpath(mountpoint))  # resolved now: once mounted, no lookups of our own tree
@@ -269,11 +276,17 @@ def start_cluster(config, store: Store):
         from memfs.cluster.node import ClusterNode
     except ImportError as exc:
         raise MemfsError(f"cluster mode needs the cluster extra: pip install 'memfs[cluster]' ({exc})") from None
+    from memfs.cluster import redact
+    from memfs.cluster.auth import Refused
+
+    servers = redact(",".join(config.cluster.servers))
     try:
         node = ClusterNode(store, config.cluster).start()
+    except (Refused, ConfigError) as exc:  # a refused credential, TLS, a bad secret file: said as is
+        raise MemfsError(f"cannot join the cluster: {exc}") from None
     except Exception as exc:
-        raise MemfsError(f"cannot join the cluster at {','.join(config.cluster.servers)}: {exc!r}") from None
-    log.info("cluster: %s, stream %s, replicas %d, host id %s", ",".join(config.cluster.servers),
+        raise MemfsError(f"cannot join the cluster at {servers}: {redact(repr(exc))}") from None
+    log.info("cluster: %s, stream %s, replicas %d, host id %s", servers,
              config.cluster.stream, config.cluster.effective_replicas, node.host_id)
     return node
 

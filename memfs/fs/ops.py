@@ -585,14 +585,16 @@ class Operations(pyfuse3.Operations):
                 session.claim_writing()  # the lock, once taken, stays while this file is open
                 handle.writing = True
                 self._untick(session.name)  # (after the claim: no new tick from now on)
-                target = session
+                target, limit, limit_name = session, self.store.settings.max_line_bytes, "max_line_bytes"
                 if self.cluster is not None:  # publish with the fence first, then the local commit
                     target = self.cluster.session(session)
+                    if self.cluster.max_line < limit:  # a longer line, refused at once (no publish)
+                        limit, limit_name = self.cluster.max_line, self.cluster.limit_name
                 # fsync mode: the loop commits, the syncer syncs (memfs.fs.syncer); with the
                 # intake, the thread that read the write commits and syncs (write_now)
                 deferred = self.durability is not None and self.cluster is None and session.durability == "fsync"
-                handle.appender = LineAppender(target, max_line_bytes=self.store.settings.max_line_bytes, pid=pid,
-                                               sync=not deferred)
+                handle.appender = LineAppender(target, max_line_bytes=limit, pid=pid, sync=not deferred,
+                                               limit_name=limit_name)
                 handle.append_mode = bool(flags & os.O_APPEND)
                 handle.next_off = session.file_len
         except BaseException:
@@ -708,7 +710,8 @@ class Operations(pyfuse3.Operations):
         session, cluster, nats = handle.session, self.cluster, self.nats
         line = buf[:-1]
         rep = None
-        if nats is not None and nats.ready and not session.may_block_append(len(buf), 1):
+        if nats is not None and nats.ready and len(buf) <= cluster.max_line \
+                and not session.may_block_append(len(buf), 1):  # (a longer line: refused on the worker path)
             rep = cluster.claim_fast(session.name)
         if rep is not None:
             try:  # under the replica's lock: against the state the fence names

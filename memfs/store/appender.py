@@ -37,11 +37,13 @@ log = logging.getLogger("memfs.store")
 class LineAppender:
     """Splits written bytes into lines and appends them to ``handle``."""
 
-    __slots__ = ("handle", "max_line_bytes", "pid", "partial", "sync")
+    __slots__ = ("handle", "max_line_bytes", "limit_name", "pid", "partial", "sync")
 
-    def __init__(self, handle: SessionHandle, *, max_line_bytes: int, pid: int | None = None, sync: bool = True):
+    def __init__(self, handle: SessionHandle, *, max_line_bytes: int, pid: int | None = None, sync: bool = True,
+                 limit_name: str = "max_line_bytes"):
         self.handle = handle
         self.max_line_bytes = max_line_bytes
+        self.limit_name = limit_name  # where ``max_line_bytes`` comes from, for the reason of a refusal
         self.pid = pid
         self.sync = sync  # False: in ``fsync`` mode, the caller waits for durability (SessionHandle.begin_sync)
         self.partial = bytearray()  # an unterminated line: earlier writes' bytes
@@ -77,7 +79,7 @@ class LineAppender:
         last_nl = buf.rfind(b"\n")
         if last_nl < 0:
             try:
-                check_line_size(len(buf), self.max_line_bytes)
+                check_line_size(len(buf), self.max_line_bytes, self.limit_name)
             except ValidationError as exc:
                 self._refuse(buf, exc)
             self.partial = bytearray(buf)

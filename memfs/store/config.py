@@ -43,10 +43,11 @@ def evict_floor(max_events: int, evict_to: float) -> int:
     return int((Decimal(repr(float(evict_to))) * max_events).to_integral_value(ROUND_FLOOR))
 
 
-def check_line_size(size: int, limit: int) -> None:
-    """Raise :class:`LineTooLong` when a line of ``size`` bytes is over ``limit``."""
+def check_line_size(size: int, limit: int, what: str = "max_line_bytes") -> None:
+    """Raise :class:`LineTooLong` when a line of ``size`` bytes is over ``limit`` (``what``: where
+    the limit comes from, for the reason)."""
     if size > limit:
-        raise LineTooLong(f"line is {size} bytes or more, over the limit of {limit} (max_line_bytes)")
+        raise LineTooLong(f"line is {size} bytes or more, over the limit of {limit} ({what})")
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterator
 
-from memfs.errors import SymlinkRefused
+from memfs.errors import InvalidName, NameTooLong, SymlinkRefused
 from memfs.pace import worker_started
 
 DIR_MODE = 0o700
@@ -36,6 +36,8 @@ TURN_TIMES = "index/turn-times.jsonl"  # memfs extension: see memfs.store.turnti
 IMPORT_SOURCES = "index/import-sources.json"  # memfs extension: see memfs.ingest.importer
 DERIVED_DIR = "derived"
 
+NAME_MAX = 255  # bytes of a directory name (Linux)
+
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
@@ -47,18 +49,28 @@ def sanitize(session_id: str) -> str:
 
 
 def new_session_name_problem(name: str) -> str | None:
-    """Why ``name`` cannot be the directory name of a *new* session, or None when it can.
+    """Why ``name`` cannot be the directory name of a *new* session, or None when it can."""
+    error = new_session_name_error(name)
+    return None if error is None else str(error)
+
+
+def new_session_name_error(name: str) -> InvalidName | None:
+    """Why ``name`` cannot be the directory name of a *new* session, as the error to raise
+    (:class:`NameTooLong` for a name over :data:`NAME_MAX` bytes), or None when it can.
 
     It must already be in sanitized form and must not begin with ``-`` (a name like ``-rf``
     reads as an option to every shell tool that is handed it). Existing sessions with such
-    a name (made by another tool) stay readable; only creating one is refused.
+    a name (made by another tool) stay readable; only creating one is refused. The one check
+    of ``mkdir`` and of a session name taken from a cluster subject (SPEC §9).
     """
     if not name or name != sanitize(name):
-        return (f"invalid session name {name!r}: use letters, digits, '-', '_', '.' "
-                f"and no leading dot (e.g. {sanitize(name)!r})")
+        return InvalidName(f"invalid session name {name[:64]!r}: use letters, digits, '-', '_', '.' "
+                           f"and no leading dot (e.g. {sanitize(name)[:64]!r})")
     if name.startswith("-"):
-        return (f"invalid session name {name!r}: it must not begin with '-' "
-                f"(e.g. {'_' + name.lstrip('-')!r})")
+        return InvalidName(f"invalid session name {name[:64]!r}: it must not begin with '-' "
+                           f"(e.g. {'_' + name.lstrip('-')[:63]!r})")
+    if len(name) > NAME_MAX:  # (sanitized: one byte a character)
+        return NameTooLong(f"invalid session name {name[:16]!r}…: {len(name)} bytes, over the limit of {NAME_MAX}")
     return None
 
 

@@ -4,7 +4,8 @@ One record per refused line:
 ``{"at","reason","errno","bytes","sha256","line","pid"}`` — ``bytes`` and ``sha256`` are the
 whole refused line's length and SHA-256; ``line`` is its first :data:`KEEP_BYTES` (4 KiB) as
 lossy UTF-8, with ``"truncated": true`` when the line was longer. When those kept bytes are
-not valid UTF-8, ``line_b64`` (a memfs extra field) holds them exactly.
+not valid UTF-8, ``line_b64`` (a memfs extra field) holds them exactly. A line of a cluster's
+stream that this host could not apply carries its ``stream_seq`` (memfs extra, SPEC §9).
 
 Decisions recorded here:
 
@@ -64,7 +65,8 @@ def _valid(data: bytes) -> bool:
         return False
 
 
-def rejected_record(raw: bytes, reason: str, errno_name: str, pid: int | None = None) -> bytes:
+def rejected_record(raw: bytes, reason: str, errno_name: str, pid: int | None = None,
+                    stream_seq: int | None = None) -> bytes:
     """One ``rejected.jsonl`` line (with its ``\\n``) for the refused ``raw`` bytes."""
     kept = raw[:KEEP_BYTES]
     text, valid = _kept_text(kept, len(raw) > KEEP_BYTES)
@@ -81,13 +83,16 @@ def rejected_record(raw: bytes, reason: str, errno_name: str, pid: int | None = 
         record["truncated"] = True
     if not valid:
         record["line_b64"] = base64.b64encode(kept).decode()
+    if stream_seq is not None:
+        record["stream_seq"] = stream_seq
     return orjson.dumps(record) + b"\n"
 
 
-def record_rejected(session_dir: Path, raw: bytes, reason: str, errno_name: str, pid: int | None = None) -> None:
+def record_rejected(session_dir: Path, raw: bytes, reason: str, errno_name: str, pid: int | None = None,
+                    stream_seq: int | None = None) -> None:
     """Append one record for the refused ``raw`` bytes to the session's ``rejected.jsonl``,
     rotating it first when the record would take it past the limit."""
-    data = rejected_record(raw, reason, errno_name, pid)
+    data = rejected_record(raw, reason, errno_name, pid, stream_seq)
     path = session_dir / REJECTED
     fd = open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:

@@ -18,14 +18,14 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from memfs.errors import AlreadyExists, InvalidName, NotEmpty, NotFound, SessionBusy
+from memfs.errors import AlreadyExists, NotEmpty, NotFound, SessionBusy
 from memfs.store.lock import is_live
 from memfs.store.catalog import is_session_dir, session_names
 from memfs.store.config import DEFAULT_EVICT_TO, DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES
 
 
 DEFAULT_MAX_OPEN_SESSIONS = 256  # sessions a store keeps open (one descriptor each), SPEC §3.5
-from memfs.store.paths import EVENTS, REJECTED, ensure_private_dir, new_session_name_problem, remove_tree
+from memfs.store.paths import EVENTS, REJECTED, ensure_private_dir, new_session_name_error, remove_tree
 from memfs.store.session import SessionHandle, open_session
 
 
@@ -180,9 +180,9 @@ class Store:
 
     def create(self, name: str) -> SessionHandle:
         """Create session ``name``; it must already be in sanitized form and not exist."""
-        problem = new_session_name_problem(name)
-        if problem:
-            raise InvalidName(problem)
+        error = new_session_name_error(name)
+        if error is not None:
+            raise error
         with self._gate(name):
             path = self.root / name
             if self.held(name) is not None or os.path.lexists(path):

@@ -299,10 +299,10 @@ class Session:
                 self.refuse(raw, err, pid)
             raise
 
-    def refuse(self, raw: bytes, err: ValidationError, pid: int | None) -> None:
+    def refuse(self, raw: bytes, err: ValidationError, pid: int | None, stream_seq: int | None = None) -> None:
         """Record a refused line in ``rejected.jsonl`` (SPEC §3.8)."""
         reason = str(err)
-        record_rejected(self.dir, raw, reason, err.errno_name, pid)
+        record_rejected(self.dir, raw, reason, err.errno_name, pid, stream_seq)
         self.last_refusal = reason
 
     def commit(self, records: Iterable[Record], sync: bool = True) -> int:
@@ -722,9 +722,10 @@ class SessionHandle:
         later whether a refusal is reported, like the filesystem's short writes)."""
         return self._writable().check_line(line, None, record=False)
 
-    def reject(self, line: bytes, error: ValidationError, *, pid: int | None = None) -> None:
-        """Record a refused line in ``rejected.jsonl``."""
-        self._s.refuse(line, error, pid)
+    def reject(self, line: bytes, error: ValidationError, *, pid: int | None = None,
+               stream_seq: int | None = None) -> None:
+        """Record a refused line in ``rejected.jsonl`` (``stream_seq``: a cluster stream's line)."""
+        self._s.refuse(line, error, pid, stream_seq)
 
     @property
     def last_refusal(self) -> str | None:
