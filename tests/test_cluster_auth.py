@@ -175,6 +175,10 @@ def test_token_file_and_a_wrong_token(tmp_path, request):
                              token_file=secret_file(tmp_path / "wrong", "tok-wrong"))
         refused(tmp_path, cluster.urls, wrong, "authorization failed", f"the token in {tmp_path / 'wrong'}")
         refused(tmp_path, cluster.urls, None, "authorization failed", "no credentials given")
+        # TLS configured, the server offers none: refused before any credential is sent
+        plain = cluster_toml(tmp_path / "p.toml", stream_name(request), tls_ca=make_certs(tmp_path / "certs")["ca"],
+                             token_file=secret_file(tmp_path / "token", token))
+        refused(tmp_path, cluster.urls, plain, "TLS failed", "the server does not offer TLS")
     finally:
         cluster.stop()
 

@@ -67,6 +67,42 @@ def refusal(exc: BaseException) -> str | None:
     return None
 
 
+def tls_not_offered(url: str) -> str:
+    """The refusal when ``tls_ca``/``tls_cert`` is set and the server at ``url`` does not ask for
+    TLS: this side never speaks plain text then (a stripped or misconfigured server)."""
+    return (f"TLS failed at {redact(url)} (the server does not offer TLS, and tls_ca/tls_cert is set: "
+            "this side never sends credentials in plain text)")
+
+
+async def check_tls_offered(servers: list[str], timeout: float) -> None:
+    """Before ``nats-py`` (which speaks TLS only when a server's INFO asks for it) connects with
+    TLS configured: read each reachable server's INFO and raise :class:`Refused` when one does
+    not require TLS. A server that cannot be reached is left to the connection's own retries."""
+    import asyncio
+    import json
+
+    for url in servers:
+        parts = urlsplit(url)
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(parts.hostname, parts.port or 4222), timeout)
+        except (OSError, asyncio.TimeoutError):
+            continue
+        try:
+            line = await asyncio.wait_for(reader.readline(), timeout)
+        except (OSError, asyncio.TimeoutError):
+            continue
+        finally:
+            writer.close()
+        if line.startswith(b"INFO "):
+            try:
+                info = json.loads(line[5:])
+            except ValueError:
+                continue
+            if not info.get("tls_required"):
+                raise Refused(tls_not_offered(url))
+
+
 def _read(key: str, path: str) -> bytes:
     """A secret file's content, stripped; a ConfigError naming the key when unreadable or empty."""
     from memfs.config import ConfigError

@@ -81,7 +81,7 @@ from nats.js import api
 from nats.js.errors import APIError, NotFoundError
 
 from memfs.cluster import SUBJECT_PREFIX, ClusterConfig, redact
-from memfs.cluster.auth import Credentials, Refused, refusal
+from memfs.cluster.auth import Credentials, Refused, check_tls_offered, refusal
 from memfs.cluster.trust import (HEADER_ROOM, MESSAGE_TOO_BIG, Diverged, ack_problem, is_this_publish, line_limit,
                                  new_host_id)
 from memfs.errors import AlreadyExists, NotFound, SymlinkRefused, ValidationError
@@ -241,6 +241,8 @@ class ClusterNode:
                 refused_logged = True
                 log.error("cluster: %s at %s (%s)", why, where, detail)
 
+        if self.auth.tls is not None:  # (nats-py would speak plain text to a server not asking for TLS)
+            await check_tls_offered(self.config.servers, min(self.config.timeout, JOIN_ATTEMPT))
         self.nc = nats.NATS()  # (assigned first: stop() closes it whatever connect did)
         await self.nc.connect(self.config.servers, name=f"memfs {self.host_id}",
                               connect_timeout=max(1, int(self.config.timeout)), max_reconnect_attempts=-1,

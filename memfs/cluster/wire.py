@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 import trio
 
 from memfs.cluster import redact
-from memfs.cluster.auth import Credentials, Refused, refusal
+from memfs.cluster.auth import Credentials, Refused, refusal, tls_not_offered
 from memfs.errors import MemfsError
 
 log = logging.getLogger("memfs.cluster")
@@ -144,6 +144,8 @@ class Connection:
                                     server_hostname=parts.hostname)
             await stream.do_handshake()
             reader = _Reader(stream)
+        elif self.auth.tls is not None:  # TLS was configured: never credentials in plain text
+            raise Refused(tls_not_offered(parts.geturl()))
         self.max_payload = int(info.get("max_payload", 1 << 20))
         connect = {"verbose": False, "pedantic": False, "lang": "python-trio", "version": "memfs",
                    "protocol": 1, "headers": True, "no_responders": True, "name": self.name,
