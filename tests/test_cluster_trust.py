@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 import memfs
-from cluster import NatsCluster
+from cluster import NatsCluster, require
 from mounting import cleanup, event, mounted, start
 from test_cluster import (cluster_config, delete_stream, hosts, item, lines_of, nats_cluster,  # noqa: F401 (fixtures)
                           same_replicas, stream_name, wait_for, write_line)
 
-nats = pytest.importorskip("nats")
+nats = require("nats")
 from nats.js.errors import NotFoundError  # noqa: E402
 
 FIRST = event("thread.started", thread_id="t")
@@ -202,6 +202,7 @@ def test_a_duplicate_ack_is_not_taken_for_the_write(hosts, nats_cluster, request
                  what="both hosts to have the decoys")
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="unshare --pid needs root")
 def test_daemons_in_their_own_pid_namespaces_get_different_host_ids(tmp_path, nats_cluster, request):
     """Two daemons on one machine, each in a PID namespace of its own (as in containers): both
     are pid 1, yet the host ids in their ``Nats-Msg-Id`` differ."""

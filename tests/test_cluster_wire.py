@@ -21,10 +21,11 @@ from memfs.cluster.follow import Follower
 from memfs.cluster.testing import NatsCluster, free_ports, make_certs, nats_server_binary
 from memfs.cluster.wire import Connection
 
+from cluster import require
 from mounting import event, mounted, needs_fuse
 from test_cluster import delete_stream, nats_cluster, stream_name  # noqa: F401 (fixture)
 
-nats = pytest.importorskip("nats")
+nats = require("nats")
 from nats.js import api  # noqa: E402
 
 
