@@ -5,8 +5,9 @@ translated by ``memfs record``/``memfs import``, by Claude Code. :class:`Origin`
 decoded events in order and settles on the first decisive sign:
 
 1. an explicit ``agent`` string on ``thread.started`` (a memfs extension, ignored by other
-   readers: ``"codex"``, ``"vtcode"``, ``"claude-code"``, or any other name). The ingest writes
-   it for the streams it translates, since a translated stream has no shape of its own;
+   readers: ``"codex"``, ``"vtcode"``, ``"claude"``, ``"gemini"``, or any other name). The ingest
+   writes it for the streams it translates, since a translated stream has no shape of its own.
+   Older memfs versions wrote ``"claude-code"``: it reads as ``"claude"`` (:func:`agent_name`);
 2. a shape only Codex writes: its item ids (``item_0``, ``item_1``, … — Codex numbers the items
    of a run), ``turn.failed`` with ``error`` and no ``message``, an ``mcp_tool_call`` with
    ``tool`` and no ``tool_name``, a ``todo_list`` item, a ``declined`` command, a ``web_search``
@@ -33,7 +34,15 @@ HEAD_BYTES = 64 * 1024
 UNKNOWN = "unknown"
 CODEX = "codex"
 VTCODE = "vtcode"
-CLAUDE_CODE = "claude-code"
+CLAUDE = "claude"
+CLAUDE_CODE = CLAUDE  # the former constant's name (its value was "claude-code")
+_ALIASES = {"claude-code": CLAUDE}  # names older writers used -> the name today
+
+
+def agent_name(name: str) -> str:
+    """The agent's name today for a name a log or ``about.json`` gives (``claude-code`` →
+    ``claude``); any other name as it is."""
+    return _ALIASES.get(name, name)
 
 _VTCODE_EVENTS = frozenset((
     "thread.completed", "thread.compact_boundary", "context.reset", "turn.blocked",
@@ -44,10 +53,15 @@ _VTCODE_ITEMS = frozenset(("harness", "decision", "tool_invocation", "tool_outpu
 _ITEM_EVENTS = frozenset(("item.started", "item.updated", "item.completed"))
 
 
+def run_local_id(iid: object) -> bool:
+    """An item id Codex ``exec --json`` numbers per run (``item_0``, ``item_1``, …): it names
+    an item of one run only, never the same thing across captures."""
+    return type(iid) is str and iid.startswith("item_") and iid[5:].isdigit() and iid[5:].isascii()
+
+
 def _codex_item(item: dict) -> bool:
     itype = item.get("type")
-    iid = item.get("id")
-    if type(iid) is str and iid.startswith("item_") and iid[5:].isdigit() and iid[5:].isascii():
+    if run_local_id(item.get("id")):
         return True
     if itype == "todo_list":
         return True
@@ -87,7 +101,7 @@ class Origin:
                 self.thread_id = event["thread_id"]
             agent = event.get("agent")
             if type(agent) is str and agent and self.agent == UNKNOWN:
-                self.agent = agent
+                self.agent = agent_name(agent)
             return
         if self.agent != UNKNOWN:
             return

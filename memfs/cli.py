@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -41,6 +42,7 @@ import memfs
 from memfs.config import Config, apply_overrides, load_config
 from memfs.errors import CapRewriteError, MemfsError, ValidationError
 from memfs.store import fsck as fsck_mod
+from memfs.store import listing
 from memfs.store import migrate as migrate_mod
 from memfs.store import pack as pack_mod
 from memfs.store import retention
@@ -273,21 +275,22 @@ def cmd_mounts(args: argparse.Namespace) -> int:
 
 def cmd_sessions(args: argparse.Namespace) -> int:
     root = _root(args)
-    sessions = retention.list_sessions(root)
+    every = retention.list_sessions(root)
+    sessions = list(filter(listing.Filter(args.agent, args.project, args.status, args.since), every))
     if args.json:
-        _json([s.to_dict() for s in sessions])
-        return 0
-    if not sessions:
-        _out(f"no sessions in {root}")
-        return 0
-    rows = [["UPDATED", "STATUS", "TURNS", "EVENTS", "AGENT", "FLAGS", "SESSION"]]
-    for s in sessions:
-        flags = ",".join(f for f, on in (("live", s.live), ("pinned", s.pinned), ("imported", s.imported),
-                                         ("unreadable", not s.readable)) if on) or "-"
-        name = s.name if s.session_id == s.name else f"{s.name} ({s.session_id})"
-        rows.append([s.updated_at or "-", s.status, str(s.turn_count), str(s.event_count), s.agent, flags, name])
-    _table(rows, right={2, 3})
+        _json([listing.entry(s) for s in sessions])
+    elif not sessions:
+        _out(f"no sessions in {root}" if not every else f"none of the {len(every)} sessions in {root} match")
+    else:
+        _table(listing.rows(sessions, shutil.get_terminal_size((100, 24)).columns), right=listing.RIGHT)
     return 0
+
+
+def _since(text: str) -> float:
+    try:
+        return listing.parse_since(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -808,7 +811,15 @@ def build_parser() -> argparse.ArgumentParser:
     add("mounts", cmd_mounts, "list the memfs mounts: mountpoint, store, server pid and log (with --store/"
                               "--workspace: that store's only)", parents=(common, as_json))
 
-    add("sessions", cmd_sessions, "list sessions, most recently updated first", parents=(common, as_json))
+    p = add("sessions", cmd_sessions, "list sessions, most recently updated first", parents=(common, as_json),
+            epilog="Columns: last activity (UTC), agent, project, title, turns, status, tokens, cost, session. "
+                   "--json carries every field of each session's metadata (index/about.json).")
+    p.add_argument("--agent", metavar="NAME", help="only sessions of this agent (claude, codex, gemini, vtcode, ...)")
+    p.add_argument("--project", metavar="P", help="only sessions of this project: its path or name, or a directory "
+                                                  "the session ran in or under")
+    p.add_argument("--status", choices=listing.STATUSES, help="only sessions with this status")
+    p.add_argument("--since", type=_since, metavar="WHEN",
+                   help="only sessions active since WHEN: a date or time (2026-01-31, UTC) or an age (7d, 12h)")
 
     p = add("show", cmd_show, "a session's summary, a turn's events, or a derived view", parents=(common, as_json))
     p.add_argument("session", metavar="SESSION")

@@ -104,13 +104,14 @@ def test_sessions_human_and_json(capsys, store):
     code, out, _ = run(capsys, "sessions", "--store", store)
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["UPDATED", "STATUS", "TURNS", "EVENTS", "AGENT", "FLAGS", "SESSION"]
-    assert lines[1].split()[1:] == ["active", "1", "4", "unknown", "-", "newer"]
-    assert lines[2].split()[1:] == ["completed", "1", "5", "vtcode", "-", "older"]
+    assert lines[0].split() == ["UPDATED", "AGENT", "PROJECT", "TITLE", "TURNS", "STATUS", "TOKENS", "COST", "SESSION"]
+    assert lines[1].split()[2:] == ["unknown", "-", "-", "1", "completed", "-", "-", "newer"]  # active, idle
+    assert lines[2].split()[2:] == ["vtcode", "-", "-", "1", "completed", "-", "-", "older"]
     code, out, _ = run(capsys, "sessions", "--json", "--store", store)
     listed = json.loads(out)
     assert [s["name"] for s in listed] == ["newer", "older"]
     assert listed[1]["status"] == "completed" and listed[1]["turn_count"] == 1 and listed[1]["live"] is False
+    assert (listed[0]["status"], listed[0]["manifest_status"]) == ("completed", "active")
     assert (listed[1]["agent"], listed[1]["thread_id"]) == ("vtcode", "t")  # thread.completed: VT Code's
 
 
@@ -121,7 +122,7 @@ def test_sessions_json_names_the_agent_and_thread_of_a_codex_stream(capsys, stor
     [listed] = json.loads(out)
     assert (listed["agent"], listed["thread_id"]) == ("codex", "0199a213-81c0-7800-8aa1-bbab2a035a53")
     code, out, _ = run(capsys, "sessions", "--store", store)
-    assert out.splitlines()[1].split()[4] == "codex"
+    assert out.splitlines()[1].split()[2] == "codex"
 
 
 def test_sessions_of_a_workspace(capsys, tmp_path):

@@ -362,7 +362,8 @@ def test_codex_stream_facts_trajectory_summary_and_progress(session):
 
 
 @pytest.mark.parametrize(("first", "agent"), [
-    ({"type": "thread.started", "thread_id": "x", "agent": "claude-code"}, "claude-code"),  # the ingest's marker
+    ({"type": "thread.started", "thread_id": "x", "agent": "claude"}, "claude"),  # the ingest's marker
+    ({"type": "thread.started", "thread_id": "x", "agent": "claude-code"}, "claude"),  # older memfs wrote it
     ({"type": "turn.started", "context": {"origin": "user"}}, "vtcode"),
     (item("todo_list", items=[]), "codex"),
     ({"type": "turn.started"}, "unknown"),

@@ -11,23 +11,29 @@ own id: Claude ``sessionId``, Codex thread id, Gemini ``sessionId``), ``title``,
 ``title_source`` (``agent`` when the agent wrote it, else ``prompt``), ``first_prompt``,
 ``cwd``, ``project``, ``git_branch``, ``model``, ``parent_session``, ``children`` [names],
 ``started_at``, ``ended_at``, ``status`` (``running``, ``completed``, ``failed``,
-``abandoned``), ``pr_link``, ``forked_from``.
+``abandoned``), ``pr_link``, ``forked_from``, ``turns`` (``{"<turn number>": {"prompt",
+"turn_id", "usage"}}``: what a later capture of the conversation knew of a stored turn that
+the stored turn lacks — SPEC §10: metadata, never a duplicate turn; see
+:mod:`memfs.ingest.identity`).
 
 :func:`merge` applies what a capture learnt: the first value stays for what a conversation
 has once (``conversation_id``, ``agent``, ``first_prompt``, ``cwd``, ``project``,
 ``started_at``, ``parent_session``), the latest wins for what moves (``model``,
 ``git_branch``, ``agent_version``, ``ended_at``, ``status``, ``pr_link``), ``children`` is a
-union, and an agent-written ``title`` replaces one made from the prompt, never the reverse.
-The caller holds the session's writer lock (the ingest does): merges of one session never race.
+union, ``turns`` is merged per turn and field (first wins), and an agent-written ``title``
+replaces one made from the prompt, never the reverse. The caller holds the session's writer lock (the ingest does): merges of one session never race.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import orjson
 
-from memfs.store.paths import INDEX_DIR, atomic_write, ensure_private_dir
+from memfs.errors import SymlinkRefused
+from memfs.store.paths import INDEX_DIR, atomic_write, ensure_private_dir, open_nofollow, read_fd
 
 ABOUT = "index/about.json"
 FIRST_WINS = frozenset({"conversation_id", "agent", "first_prompt", "cwd", "project", "started_at",
@@ -36,10 +42,17 @@ TITLE_CHARS = 80  # a title made from the first prompt is cut to this many chara
 
 
 def read(session_dir: Path) -> dict:
-    """The session's metadata (``{}`` when it has none or the file does not parse)."""
+    """The session's metadata (``{}`` when it has none, the file does not parse or is not a
+    regular file: a symlink is never followed)."""
     try:
-        data = orjson.loads((session_dir / ABOUT).read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+        fd = open_nofollow(session_dir / ABOUT, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO never blocks
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return {}
+            data = orjson.loads(read_fd(fd))
+        finally:
+            os.close(fd)
+    except (OSError, SymlinkRefused, orjson.JSONDecodeError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -59,6 +72,13 @@ def merged(old: dict, new: dict) -> dict:
             continue
         if key == "children":
             out[key] = sorted(set(out.get(key) or []) | set(value))
+        elif key == "turns" and isinstance(value, dict):
+            turns = {n: dict(t) for n, t in (out.get(key) or {}).items() if isinstance(t, dict)}
+            for n, fields in value.items():
+                if isinstance(fields, dict):
+                    for name, v in fields.items():
+                        turns.setdefault(str(n), {}).setdefault(name, v)
+            out[key] = turns
         elif key in ("title", "title_source"):
             continue  # below
         elif key in FIRST_WINS:

@@ -21,29 +21,7 @@ not live (``session.lock`` held), with a readable manifest whose status is not `
 Paths are always ``root / <directory entry name>``; a manifest's ``session_id`` is never used
 to build one. A symlinked sessions root is refused as a whole.
 
-Decisions recorded here:
-
-* As in VT Code, ``max_sessions`` and ``max_age_days`` bound the *removable* sessions: the
-  count cap ranks candidates only, and 0 means none are kept (``max_age_days`` 0 removes
-  every completed session and disables the sweep). ``memfs gc --dry-run`` shows the effect.
-* Pinned and preserved sessions are left wholly alone: not swept, not removed.
-* Every rewrite and removal happens while holding the session's liveness lock, with the
-  manifest re-read under it, so a session opened meanwhile is never touched.
-* ``updated_at`` that does not parse falls back to the manifest file's mtime.
-* **Last activity** and **empty** (no events: :func:`is_empty`) as ``docs/design.md`` says.
-* A removal re-checks, under the lock, that the log's length is the one decided on: a session
-  written meanwhile stays.
-* A session imported by ``memfs migrate`` (its manifest carries ``imported_from``, or it has
-  the ``imported/`` folder once appends rewrote the manifest) holds its
-  history in ``derived/`` with zero turns in the log; it is not an empty shell, so step 2
-  skips it (steps 3 and 4 still apply).
-* Bytes freed are the sizes of the regular files removed.
-* A listing also says which agent wrote each session and its thread id
-  (:mod:`memfs.agents`: from the head of its log, as ``summary.md`` says it). The read is
-  cached until the log is replaced or its head changes.
-* A removal first renames the session to ``.trash-<pid>-<hex>-<name>`` in the root (hidden:
-  never listed), then deletes it; ``gc`` (and ``fsck``) delete such leftovers of a removal
-  a crash interrupted, once their process is gone. ``memfs sessions`` only reads.
+Decisions: ``docs/design.md`` ("Retention").
 """
 
 from __future__ import annotations
@@ -59,13 +37,14 @@ from typing import Callable, Iterable
 
 import orjson
 
-from memfs.agents import HEAD_BYTES, Origin
+from memfs.agents import HEAD_BYTES, Origin, agent_name
 from memfs.errors import SessionBusy, SymlinkRefused
 from memfs.events import decode_stored
 from memfs.store import lock as liveness
 from memfs.store.machine import TurnState
 from memfs.store.meta import TurnIndex, format_rfc3339, now_rfc3339, parse_rfc3339, read_manifest
 from memfs.store.recovery import recover, scan_into
+from memfs.store.about import read as read_about
 from memfs.store.session import open_session
 from memfs.store.paths import (EVENTS, MANIFEST, PIN, REJECTED, atomic_write, open_nofollow, pid_alive, read_file,
                                refuse_symlink, remove_file, remove_tree, sanitize, tree_bytes)
@@ -135,10 +114,11 @@ class SessionInfo:
     thread_id: str | None = None
     in_turn: bool = False  # a turn is open
     described_len: int = -1  # the log length the manifest describes (-1: unknown)
+    about: dict = field(default_factory=dict)  # index/about.json (memfs.store.about; listings only)
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        del d["updated_ts"], d["described_len"]
+        del d["updated_ts"], d["described_len"], d["about"]
         return d
 
 
@@ -340,7 +320,12 @@ def list_sessions(root: str | os.PathLike) -> list[SessionInfo]:
         follow_tail(path, info)
         info.pinned = is_pinned(path)
         info.live = liveness.is_live(path)
-        info.agent, info.thread_id = _origin(path)
+        info.about = read_about(path)
+        agent, conversation = info.about.get("agent"), info.about.get("conversation_id")
+        told = agent_name(agent) if type(agent) is str and agent else None
+        told_all = told is not None and type(conversation) is str  # then the log is not read
+        info.agent, info.thread_id = (told, conversation) if told_all else _origin(path)
+        info.agent = told or info.agent
         sessions.append(info)
     sessions.sort(key=lambda s: s.name)
     sessions.sort(key=lambda s: s.updated_ts, reverse=True)

@@ -120,6 +120,7 @@ def context_markdown(handle, budget: int = DEFAULT_BUDGET) -> str:
     st = state_for(handle)
     with st.lock:
         st.refresh(handle)
+        st.refresh_about()
         return st.context(handle, budget)
 
 

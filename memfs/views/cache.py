@@ -18,7 +18,10 @@ fold, the turn counters must agree with the live manifest; if they do not, it re
 whole fold that still disagrees is trusted: it is the views' own reading of the bytes).
 
 Only the view being read is rendered, and only when the fold changed since it was last
-rendered (``epoch``). A view whose bytes changed is queued for the backing store
+rendered (``epoch``) — or, for the views that begin with the session's metadata
+(:data:`ABOUT_VIEWS`), when ``index/about.json`` was replaced since it was last read (its
+``lstat`` identity is checked at each read of those views: the ingest merges metadata without
+touching the log). A view whose bytes changed is queued for the backing store
 (:mod:`memfs.views.persist`) unless the handle is read-only.
 
 Counters for tests and benchmarks: the module-level :data:`stats` and each state's
@@ -37,6 +40,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+from memfs.store.about import ABOUT
+from memfs.store.about import read as read_about
 from memfs.store.meta import now_rfc3339
 from memfs.views import context, memory, persist, progress, summary
 from memfs.views.fold import Fold
@@ -47,6 +52,7 @@ from memfs.views.trajectory import Trajectory
 VIEW_NAMES = ("memory.json", "trajectory.jsonl", "summary.md", "progress.json", "progress.md", "goal.json",
               "context.md")
 TURNS_DIR = "turns"
+ABOUT_VIEWS = frozenset(("summary.md", "context.md"))  # they begin with index/about.json
 
 
 # Folding this many bytes or more pauses the cyclic garbage collector (see _gc_paused).
@@ -116,6 +122,9 @@ class ViewState:
         self._written_turns: dict[int, tuple] = {}
         self._touched: tuple[int, bytes] = (-1, b"[]")
         self._turn_ts: dict[int, str] = {}
+        self.about: dict = {}  # index/about.json as last read (refresh_about)
+        self.about_epoch = 0  # changes whenever it does
+        self._about_key: tuple | None | bool = False  # its lstat identity (None: absent; False: unread)
 
     # --- refreshing ------------------------------------------------------------------------
 
@@ -211,17 +220,35 @@ class ViewState:
             if stem.isdigit() and int(stem) < base:
                 persist.remove(self.path, f"{TURNS_DIR}/{name}")
 
+    def refresh_about(self) -> None:
+        """Re-read ``index/about.json`` when it is not the file last read (an atomic replace
+        always gives a new inode) or is gone (call under the lock)."""
+        try:
+            st = os.lstat(self.path / ABOUT)
+            key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        except OSError:
+            key = None
+        if key != self._about_key:
+            self._about_key = key
+            about = read_about(self.path) if key is not None else {}
+            if about != self.about:
+                self.about = about
+                self.about_epoch += 1
+
     # --- rendering -------------------------------------------------------------------------
 
     def render(self, handle, name: str) -> bytes:
         """The current bytes of view ``name`` (one of :data:`VIEW_NAMES`)."""
         with self.lock:
             self.refresh(handle)
+            if name in ABOUT_VIEWS:
+                self.refresh_about()
+            key = (self.epoch, self.about_epoch if name in ABOUT_VIEWS else 0)
             cached = self._rendered.get(name)
-            if cached is not None and cached[0] == self.epoch:
+            if cached is not None and cached[0] == key:
                 return cached[1]
             data = _RENDERERS[name](self, handle)
-            self._rendered[name] = (self.epoch, data)
+            self._rendered[name] = (key, data)
             stats.renders += 1
             if not handle.read_only and self._written.get(name) != data:
                 self._written[name] = data
@@ -266,7 +293,7 @@ class ViewState:
 
     def context(self, handle, budget: int) -> str:
         """``context.md`` in ``budget`` tokens (the fold must be fresh: call under the lock)."""
-        return context.render(handle.session_id, self.fold, self.ledger(handle), budget)
+        return context.render(handle.session_id, self.fold, self.ledger(handle), budget, self.about)
 
     def note_turn_written(self, handle, n: int, key: tuple, data: bytes) -> None:
         if handle.read_only or self._written_turns.get(n) == key:
@@ -295,7 +322,7 @@ def _trajectory(st: ViewState, handle) -> bytes:
 
 
 def _summary(st: ViewState, handle) -> bytes:
-    return summary.render(handle.session_id, st.fold, st.offset, st.created_at).encode()
+    return summary.render(handle.session_id, st.fold, st.offset, st.created_at, st.about).encode()
 
 
 def _progress_json(st: ViewState, handle) -> bytes:

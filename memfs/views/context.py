@@ -4,6 +4,8 @@ What an agent resuming the work needs, most important first, under a size budget
 
     # Context: session sess-1
 
+    **Title:** Make fetch() retry
+    **Agent:** codex 0.171.0, model gpt-5
     **Goal:** Make fetch() retry
     **Progress:** 2 of 3 milestones done (67%), confidence 0.90, stalled since …
     **Session:** completed, 2 turns (1 completed, 1 failed), agent codex (thread `0199…`)
@@ -25,6 +27,8 @@ What an agent resuming the work needs, most important first, under a size budget
 
 Decisions (the spec leaves the view to memfs):
 
+* The header begins with what ``index/about.json`` says (:mod:`memfs.views.header`; nothing
+  without it), before the goal.
 * The budget is in tokens, estimated at 4 bytes a token (:data:`BYTES_PER_TOKEN`); the default
   is :data:`DEFAULT_BUDGET` (2,000 tokens, 8,000 bytes) and the mount takes another as
   ``derived/context.md?budget=N`` (1 ≤ N ≤ :data:`MAX_BUDGET`). The brief never exceeds it.
@@ -44,6 +48,7 @@ from __future__ import annotations
 
 from memfs.store.meta import ABANDONED, COMPLETED, FAILED, OPEN
 from memfs.views.progress import DONE, _MARK
+from memfs.views.header import block
 from memfs.views.summary import agent_line
 
 BYTES_PER_TOKEN = 4
@@ -114,8 +119,9 @@ class _Brief:
             self.add(entry)
 
 
-def render(session_id: str, fold, ledger: dict, budget: int = DEFAULT_BUDGET) -> str:
-    """The brief of a session's fold and its ``progress.json`` ledger, in ``budget`` tokens."""
+def render(session_id: str, fold, ledger: dict, budget: int = DEFAULT_BUDGET, about: dict | None = None) -> str:
+    """The brief of a session's fold and its ``progress.json`` ledger, in ``budget`` tokens;
+    ``about``: the session's ``index/about.json``."""
     brief = _Brief(budget * BYTES_PER_TOKEN)
     turns = fold.turns
     outcomes = bytes(turns.index.outcome)
@@ -130,7 +136,7 @@ def render(session_id: str, fold, ledger: dict, budget: int = DEFAULT_BUDGET) ->
         progress += f", stalled since {ledger['stalled_since']}"
     status = turns.status + (f", turn {turns.index.last_ordinal} open" if turns.in_turn else "")
     closed = len(outcomes) - outcomes.count(OPEN)
-    header = (f"# Context: session {_one_line(session_id)}\n\n"
+    header = (f"# Context: session {_one_line(session_id)}\n\n{block(about or {})}"
               f"**Goal:** {_one_line(ledger['goal']) or '_none recorded_'}\n"
               f"**Progress:** {progress}\n"
               f"**Session:** {status}, {closed} turns ({outcomes.count(COMPLETED)} completed, "

@@ -1,8 +1,12 @@
 """``derived/summary.md`` (SPEC §4.2): a short human-readable digest of the session.
 
-Layout::
+Layout (the bold lines after the title: what ``index/about.json`` says, see
+:mod:`memfs.views.header`; none without it)::
 
     # Session sess-1
+
+    **Title:** Add retries to fetch()
+    **Agent:** codex 0.171.0, model gpt-5
 
     - **Status:** completed
     - **Agent:** codex (thread `0199a213-81c0-7800-8aa1-bbab2a035a53`)
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 from memfs.store.meta import ABANDONED, COMPLETED, FAILED, OPEN
 from memfs.views.fold import Fold
+from memfs.views.header import block
 
 MAX_FILES = 50
 
@@ -44,7 +49,8 @@ def agent_line(origin) -> str:
     return f"{origin.agent} ({thread})"
 
 
-def render(session_id: str, fold: Fold, events_len: int, created_at: str) -> str:
+def render(session_id: str, fold: Fold, events_len: int, created_at: str, about: dict | None = None) -> str:
+    """The digest; ``about``: the session's ``index/about.json`` (its block comes first)."""
     turns = fold.turns
     index = turns.index
     outcomes = bytes(index.outcome)
@@ -54,7 +60,8 @@ def render(session_id: str, fold: Fold, events_len: int, created_at: str) -> str
     status = turns.status
     if turns.in_turn:
         status += f", turn {index.last_ordinal} open"
-    out = [f"# Session {session_id}\n\n",
+    head = block(about or {})
+    out = [f"# Session {session_id}\n\n", f"{head}\n" if head else "",
            f"- **Status:** {status}\n",
            f"- **Agent:** {agent_line(fold.origin)}\n",
            f"- **Turns:** {closed} closed ({completed} completed, {failed} failed, {abandoned} abandoned)"]
