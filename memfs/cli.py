@@ -844,7 +844,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("record", cmd_record, "run an agent, pass its output through, and record its events in SESSION",
             usage="memfs record [options] SESSION [--format F] -- CMD [ARGS...]",
             epilog="The agent's stdout is copied through unchanged and its stderr is untouched; its event "
-                   "stream (Codex exec --json, or Claude Code stream-json, translated) is appended as it "
+                   "stream (Codex exec --json, or Claude Code / Gemini CLI stream-json, translated) is appended as it "
                    "arrives. Refused lines go to rejected.jsonl and never stop the agent. The exit status "
                    "is the agent's (128+N when killed by signal N; 127 or 126, as in a shell, when it cannot run).")
     p.add_argument("session", metavar="SESSION")
@@ -853,10 +853,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--evict-to", type=_evict_to, metavar="FRACTION", help=EVICT_TO_HELP)
     p.set_defaults(cmd=[])  # main() gives it everything after "--"
 
-    p = add("import", cmd_import, "bring Codex and Claude Code transcripts in as sessions (idempotent)",
+    p = add("import", cmd_import, "bring Codex, Claude Code and Gemini CLI transcripts in as sessions (idempotent)",
             parents=(common, as_json),
             epilog="Codex exec --json output, Codex rollout files (~/.codex/sessions), Claude Code stream-json "
-                   "output and transcripts (~/.claude/projects). A DIR yields its *.jsonl files, recursively. "
+                   "output and transcripts (~/.claude/projects), Gemini CLI stream-json output and chat files "
+                   "(~/.gemini/tmp). A DIR yields its *.jsonl files, recursively. "
                    "Each file becomes a session named by its thread/session id; what was imported is "
                    "remembered in the session's index/import-sources.json, so importing again adds only "
                    "new lines. Exit status 1 when a file failed or changed since its last import.")

@@ -477,7 +477,7 @@ def test_import_sources_json_shows_in_the_index_read_only_and_live(tmp_path):
     with open(fixture) as f:
         source.write_text("".join(f.readlines()[:10]))
     assert _memfs("import", "--store", store, source).returncode == 0
-    (name,) = os.listdir(store)
+    (name,) = [n for n in os.listdir(store) if not n.startswith(".")]  # (.memfs-conversations.*: not sessions)
     with mounted(store, mnt) as m:
         index = m.mnt / "sessions" / name / "index"
         sidecar = index / "import-sources.json"
@@ -504,7 +504,7 @@ def test_import_sources_json_shows_in_the_index_read_only_and_live(tmp_path):
         other = tmp_path / "rollout.jsonl"
         other.write_bytes(open(fixture.replace("codex_exec", "codex_rollout"), "rb").read())
         assert _memfs("import", "--store", store, other).returncode == 0
-        (new,) = set(os.listdir(store)) - {name, "plain"}
+        (new,) = {n for n in os.listdir(store) if not n.startswith(".")} - {name, "plain"}
         assert "import-sources.json" in os.listdir(m.mnt / "sessions" / new / "index")
     with mounted(store, mnt, "--session", name) as m:  # the sandbox's view has it too
         assert (m.mnt / "index" / "import-sources.json").read_bytes() == grown

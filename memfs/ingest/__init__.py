@@ -10,7 +10,8 @@ records in ``rejected.jsonl``. Lines that carry nothing the event family has a p
 
 Formats (``--format``): ``codex`` covers Codex ``exec --json`` output (already this event
 family: passed through byte for byte) and Codex rollout files; ``claude`` covers Claude Code
-``stream-json`` output and Claude Code transcripts; ``auto`` picks by the first JSON line.
+``stream-json`` output and Claude Code transcripts; ``gemini`` covers Gemini CLI ``stream-json``
+output and chat files; ``auto`` picks by the first JSON line.
 No I/O happens in the translators; :mod:`memfs.ingest.record` and
 :mod:`memfs.ingest.importer` are the runners.
 """
@@ -21,7 +22,7 @@ from typing import Any
 
 import orjson
 
-FORMATS = ("auto", "codex", "claude")
+FORMATS = ("auto", "codex", "claude", "gemini")
 
 
 class Untranslatable(ValueError):
@@ -58,14 +59,43 @@ def text_of(value: Any) -> str:
     return ""
 
 
+OUTPUT_HEAD = OUTPUT_TAIL = 2048  # bytes of a long tool output kept from its start and its end
+
+
+def bounded_output(text: str) -> str:
+    """A tool's output as stored in an item (``aggregated_output``, an output): whole when it
+    is at most :data:`OUTPUT_HEAD` + :data:`OUTPUT_TAIL` UTF-8 bytes, else its first and last
+    2 KiB (cut on character boundaries) joined by ``"\n…\n"``."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= OUTPUT_HEAD + OUTPUT_TAIL:
+        return text
+    return (data[:OUTPUT_HEAD].decode("utf-8", "ignore") + "\n…\n"
+            + data[-OUTPUT_TAIL:].decode("utf-8", "ignore"))
+
+
+PROMPT_BYTES = 4096  # a prompt carried in ``turn.started.context.prompt`` is cut to this
+
+
+def bounded_prompt(text: str) -> str:
+    """A user's prompt as ``turn.started.context.prompt`` carries it: its first
+    :data:`PROMPT_BYTES` UTF-8 bytes (cut on a character boundary)."""
+    data = text.encode("utf-8", "surrogatepass")
+    return text if len(data) <= PROMPT_BYTES else data[:PROMPT_BYTES].decode("utf-8", "ignore")
+
+
 def classify(obj: dict) -> str | None:
     """Which translator reads a decoded line: ``native`` (this event family, Codex
     ``exec --json`` included), ``rollout`` (Codex rollout files), ``claude`` (Claude Code
-    ``stream-json`` and transcripts), or None when the line does not say."""
+    ``stream-json`` and transcripts), ``gemini`` (Gemini CLI ``stream-json`` and chat files:
+    :func:`memfs.ingest.gemini_shapes.shape`), or None when the line does not say."""
     if "event" in obj and "schema_version" in obj:
         return "native"
     if "payload" in obj and "timestamp" in obj and isinstance(obj.get("type"), str):
         return "rollout"
+    from memfs.ingest.gemini_shapes import shape
+
+    if shape(obj) is not None:
+        return "gemini"
     kind = obj.get("type")
     if not isinstance(kind, str):
         return None
@@ -95,15 +125,24 @@ def session_id_of(obj: dict) -> str | None:
     if kind == "claude":
         sid = obj.get("session_id") or obj.get("sessionId")
         return sid if isinstance(sid, str) and sid else None
+    if kind == "gemini":
+        from memfs.ingest.gemini_shapes import session_id
+
+        return session_id(obj)
     return None
 
 
-def make_translator(kind: str):
-    """A fresh translator for ``native``, ``rollout`` or ``claude``."""
-    from memfs.ingest import claude, codex
+def make_translator(kind: str, reader=None):
+    """A fresh translator for ``native``, ``rollout`` or ``claude``. ``reader`` (see
+    :class:`memfs.ingest.sidefiles.SideReader`) is handed to a translator that reads side files
+    (``reader`` attribute: Claude Code's ``tool-results/``)."""
+    from memfs.ingest import claude, codex, gemini
 
-    return {"native": codex.ExecTranslator, "rollout": codex.RolloutTranslator,
-            "claude": claude.ClaudeTranslator}[kind]()
+    translator = {"native": codex.ExecTranslator, "rollout": codex.RolloutTranslator,
+                  "claude": claude.ClaudeTranslator, "gemini": gemini.GeminiTranslator}[kind]()
+    if reader is not None and hasattr(translator, "reader"):
+        translator.reader = reader
+    return translator
 
 
 class AutoTranslator:
@@ -111,15 +150,21 @@ class AutoTranslator:
     ``auto``, ``codex`` or ``claude``: the last two only accept their own formats). Lines
     before that go through as native lines (the store then judges them)."""
 
-    def __init__(self, fmt: str = "auto"):
+    def __init__(self, fmt: str = "auto", reader=None):
         if fmt not in FORMATS:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}")
         self.fmt = fmt
+        self.reader = reader  # side files, for the translators that read them
         self.inner = None
 
     @property
     def kind(self) -> str | None:
         return getattr(self.inner, "kind", None)
+
+    @property
+    def meta(self) -> dict:
+        """What the record says of the conversation (``memfs.store.about`` keys), so far."""
+        return getattr(self.inner, "meta", None) or {}
 
     def _choose(self, raw: bytes) -> None:
         try:
@@ -129,20 +174,26 @@ class AutoTranslator:
         kind = classify(obj)
         if kind is None:
             return
-        allowed = {"auto": ("native", "rollout", "claude"), "codex": ("native", "rollout"),
-                   "claude": ("claude",)}[self.fmt]
+        allowed = {"auto": ("native", "rollout", "claude", "gemini"), "codex": ("native", "rollout"),
+                   "claude": ("claude",), "gemini": ("gemini",)}[self.fmt]
         if kind not in allowed:
             raise Untranslatable(f"--format {self.fmt}: this line is in another format ({_FORMAT_NAMES[kind]})")
-        self.inner = make_translator(kind)
+        self.inner = make_translator(kind, self.reader)
 
     def feed(self, raw: bytes) -> list[bytes]:
         if self.inner is None:
             self._choose(raw)
             if self.inner is None:
-                if self.fmt == "claude":
+                if self.fmt in ("claude", "gemini"):
                     return _refuse_unknown(raw, self.fmt)
                 return [raw]
         return self.inner.feed(raw)
+
+    def finish(self) -> list[bytes]:
+        """At the end of a one-shot import: what closes a record that has no end-of-turn mark
+        (a Gemini chat file's last turn); nothing for the other formats."""
+        finish = getattr(self.inner, "finish", None)
+        return finish() if finish is not None else []
 
     def state(self) -> dict:
         return {"kind": self.kind, "inner": self.inner.state() if self.inner is not None else None}
@@ -150,14 +201,16 @@ class AutoTranslator:
     def restore(self, state: dict) -> None:
         kind = state.get("kind")
         if kind:
-            self.inner = make_translator(kind)
+            self.inner = make_translator(kind, self.reader)
             self.inner.restore(state.get("inner") or {})
 
 
 _FORMAT_NAMES = {"native": "Codex exec --json / memfs events", "rollout": "a Codex rollout file",
-                 "claude": "Claude Code stream-json or transcript"}
+                 "claude": "Claude Code stream-json or transcript",
+                 "gemini": "Gemini CLI stream-json or chat file"}
 
 
 def _refuse_unknown(raw: bytes, fmt: str) -> list[bytes]:
     parse_object(raw, fmt)  # raises for non-JSON
-    raise Untranslatable(f"{fmt}: not a Claude Code message (no known \"type\")")
+    what = "a Gemini CLI stream-json or chat line" if fmt == "gemini" else "a Claude Code message"
+    raise Untranslatable(f"{fmt}: not {what} (no known \"type\")")

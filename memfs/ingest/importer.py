@@ -1,25 +1,39 @@
-"""``memfs import``: agents' transcript files become sessions, once (SPEC §8).
+"""``memfs import``: agents' transcript files become sessions, once (SPEC §8, §10).
 
-Each source file becomes one session, named by the thread or session id it carries (Codex's
-``thread.started``/``session_meta`` id, Claude Code's ``session_id``/``sessionId``; a Claude
-Code sub-agent file ``agent-<hash>.jsonl`` gets ``<sessionId>.agent-<hash>``; a file naming no
-id, its file name), sanitized as every session id is.
+Each source file goes to the session of the conversation it carries (Codex's
+``thread.started``/``session_meta`` id, Claude Code's ``session_id``/``sessionId``, Gemini's
+``sessionId``): the session that already holds that conversation, whatever captured it, else a
+new one named by the id (:mod:`memfs.ingest.conversations`; a valid ``mkdir`` name). A Claude Code
+sub-agent file ``<session>/subagents/agent-<id>.jsonl`` goes to the child session
+``<parent session>.agent-<id>`` (``parent_session`` in its ``about.json``, and it is one of the
+parent's ``children``); a file naming no id, to its file name. What the session already holds
+of the conversation is not appended again (:class:`memfs.ingest.identity.Dedupe`), and the
+record's metadata is merged into ``index/about.json`` after each batch. A file whose lines
+make no event but a ``thread.started`` (a Claude Code transcript with only metadata lines) is
+no session: reported ``empty``, nothing made.
+
+Inputs: a FILE as given; under a DIR every ``*.jsonl`` and ``*.jsonl.zst`` (Codex's compressed
+rollouts, decompressed as a stream up to :data:`MAX_DECOMPRESSED` bytes — a larger one is
+refused whole, with the reason); a Codex home (a DIR holding ``sessions/`` or
+``archived_sessions/``) gives those two, a Codex ``sessions`` DIR also its sibling
+``archived_sessions``. A conversation split over several files (paginated rollouts, a resumed
+Gemini chat) lands in one session, each file read once.
 
 **Idempotent.** What was imported from each source is remembered in the session's
 ``index/import-sources.json`` (a memfs sidecar; VT Code ignores it): per source path, the bytes
-and lines consumed, the sha256 of that prefix, the source's size then, and the translator's
-state. An import reads a source from where the last one stopped, after checking that the
-prefix is unchanged; a source whose imported prefix changed (rewritten, truncated) is
-reported as ``changed`` and left alone, never imported twice. Only complete lines are
-consumed: a partial last line waits for its newline. The sidecar is replaced atomically right
-after the session's new lines are durable (``flush``); a crash exactly between the two makes
-the next import repeat that last batch — the one window where a line can be appended twice.
+and lines consumed (of the decompressed content for ``*.zst``), the sha256 of that prefix, the
+source's size then, the translator's state and the dedupe's. An import reads a source from
+where the last one stopped, after checking that the prefix is unchanged; a source whose
+imported prefix changed (rewritten, truncated) is reported as ``changed`` and left alone,
+never imported twice. Only complete lines are consumed: a partial last line waits for its
+newline. The sidecar is replaced atomically right after the session's new lines are durable
+(``flush``); a crash exactly between the two makes the next import repeat that last batch —
+which the dedupe then drops, as it drops what another capture of the conversation brought.
 
 **Follow** (:func:`follow`) keeps watching directories with inotify (through ctypes: no new
 dependency), including directories created later (Codex's ``YYYY/MM/DD``), and appends the
 lines tools add as they add them, each source's position kept in the same sidecar, so a
-restart neither loses nor repeats a line and never rewrites a session. A directory yields its
-``*.jsonl`` files, recursively.
+restart neither loses nor repeats a line and never rewrites a session.
 
 Refused lines (untranslatable, or refused by the event contract) go to the session's
 ``rejected.jsonl`` with their reason and the import goes on: one hostile line costs that
@@ -44,15 +58,19 @@ import orjson
 
 from memfs.errors import CapRewriteError, MemfsError, ValidationError
 from memfs.events import parse_line
-from memfs.ingest import AutoTranslator, Untranslatable, classify, parse_object, session_id_of
+from memfs.ingest import (AutoTranslator, Untranslatable, classify, conversations, gemini_shapes, identity,
+                          parse_object, session_id_of)
+from memfs.ingest.sidefiles import SideReader
+from memfs.store.catalog import is_session_dir
 from memfs.store.config import DEFAULT_EVICT_TO
 from memfs.store.session import open_session
 from memfs.store.meta import now_rfc3339
-from memfs.store.paths import IMPORT_SOURCES, INDEX_DIR, atomic_write, sanitize
+from memfs.store.paths import IMPORT_SOURCES, atomic_write
 
 SOURCES = IMPORT_SOURCES
 CHUNK = 1 << 20
 HEAD_LINES = 64
+MAX_DECOMPRESSED = 1 << 30  # bytes a compressed source may decompress to
 
 
 # --- appending a batch, refusals included -----------------------------------------------------
@@ -111,16 +129,83 @@ class ImportItem:
     lines: int = 0  # source lines consumed now
     appended: int = 0  # events appended now
     refused: int = 0  # lines refused now (in rejected.jsonl)
+    duplicates: int = 0  # events dropped now: the session already holds them (memfs.ingest.identity)
     reason: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def identify(path: Path, fmt: str) -> tuple[str | None, str | None]:
-    """``(kind, session id)`` from the first lines of a source (either may be None)."""
+# --- compressed sources ------------------------------------------------------------------------
+
+
+class InputTooLarge(MemfsError):
+    """A compressed source decompresses to more than the limit."""
+
+
+def compressed(path: Path) -> bool:
+    return path.name.endswith(".zst")
+
+
+class _Limited:
+    """A reader of a zstd stream that refuses to give more than ``limit`` bytes."""
+
+    def __init__(self, path: Path, limit: int):
+        import zstandard
+
+        self.zstd_error = zstandard.ZstdError
+        self.path, self.limit, self.total = path, limit, 0
+        self.inner = zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), read_across_frames=True,
+                                                                closefd=True)
+
+    def read(self, n: int) -> bytes:
+        try:
+            data = self.inner.read(n)
+        except self.zstd_error as exc:  # a corrupt or truncated stream
+            raise InputTooLarge(f"{self.path}: cannot decompress: {exc}") from None
+        self.total += len(data)
+        if self.total > self.limit:
+            raise InputTooLarge(f"{self.path}: decompresses to more than {self.limit} bytes, the limit; refused")
+        return data
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def open_input(path: Path, limit: int = MAX_DECOMPRESSED):
+    """The source's bytes: the file, or its decompressed content for ``*.zst`` (at most
+    ``limit`` bytes: :class:`InputTooLarge` past it)."""
+    return _Limited(path, limit) if compressed(path) else open(path, "rb")
+
+
+def _skip(f, n: int, hasher=None) -> int:
+    """Read ``n`` bytes of ``f`` (into ``hasher``); returns how many there were."""
+    left = n
+    while left:
+        chunk = f.read(min(CHUNK, left))
+        if not chunk:
+            break
+        if hasher is not None:
+            hasher.update(chunk)
+        left -= len(chunk)
+    return n - left
+
+
+# --- one source file ---------------------------------------------------------------------------
+
+AGENT_OF_KIND = {"claude": "claude", "rollout": "codex", "gemini": "gemini"}
+
+
+def identify(path: Path, fmt: str, limit: int = MAX_DECOMPRESSED) -> tuple[str | None, str | None]:
+    """``(kind, conversation id)`` from the first lines of a source (either may be None)."""
     kind = sid = None
-    with open(path, "rb") as f:
+    with open_input(path, limit) as f:
         head = f.read(CHUNK)
     complete = head[: head.rfind(b"\n") + 1] if len(head) == CHUNK else head
     for raw in complete.splitlines()[:HEAD_LINES]:
@@ -132,87 +217,131 @@ def identify(path: Path, fmt: str) -> tuple[str | None, str | None]:
         sid = sid or session_id_of(obj)
         if kind and sid:
             break
-    if kind == "claude" and sid and path.stem.startswith("agent-"):
-        sid = f"{sid}.{path.stem}"
     return kind, sid
 
 
-def _prefix_sha(path: Path, length: int) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        left = length
-        while left:
-            chunk = f.read(min(CHUNK, left))
-            if not chunk:
-                break
-            h.update(chunk)
-            left -= len(chunk)
-    return h.hexdigest()
+def _is_thread_start(line: bytes) -> bool:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    if type(obj) is dict and type(obj.get("event")) is dict:
+        obj = obj["event"]
+    return type(obj) is dict and obj.get("type") == "thread.started"
 
 
 class Source:
     """One source file being imported (kept between batches by :func:`follow`)."""
 
-    def __init__(self, path: Path, fmt: str):
+    def __init__(self, path: Path, fmt: str, max_decompressed: int = MAX_DECOMPRESSED, dry_run: bool = False):
         self.path = path
+        self.dry_run = dry_run
         self.key = str(path.resolve())
         self.fmt = fmt
+        self.limit = max_decompressed
+        self.compressed = compressed(path)
         self.session: str | None = None
         self.kind: str | None = None
+        self.conversation: str | None = None
+        self.parent: str | None = None  # a sub-agent's parent session (directory name)
+        self.extra: dict = {}
         self.entry: dict | None = None
         self.translator: AutoTranslator | None = None
         self.hasher = None
         self.changed = False
+        self.handle = None
+        self.capture: identity.Capture | None = None
+
+    def _place(self, root: Path, kind: str | None, sid: str | None) -> str:
+        """The session's directory name (see :mod:`memfs.ingest.identity`): a Claude Code
+        sub-agent file ``agent-<id>.jsonl`` goes to ``<parent session>.agent-<id>``."""
+        agent = AGENT_OF_KIND.get(kind)
+
+        def find(cid: str) -> str | None:
+            return conversations.find_conversation(root, cid, agent, write=not self.dry_run)
+
+        if not sid:  # the file's name, less its extension
+            name = self.path.name
+            return conversations.session_name(name[:-len(".jsonl.zst")] if name.endswith(".jsonl.zst")
+                                              else self.path.stem)
+        if kind == "claude" and self.path.stem.startswith("agent-"):
+            self.parent = find(sid) or conversations.new_session_name(root, sid)
+            self.conversation = f"{sid}.{self.path.stem}"
+            self.extra = {"conversation_id": self.conversation, "parent_session": self.parent}
+            return find(self.conversation) or conversations.session_name(f"{self.parent}.{self.path.stem}")
+        parent = gemini_shapes.subagent_parent(self.path, sid) if kind == "gemini" else None
+        if parent:  # a Gemini sub-agent's chat, chats/<parent id>/<sid>.jsonl: <parent session>.<sid>
+            self.parent = find(parent) or conversations.new_session_name(root, parent)
+            self.conversation = sid
+            self.extra = {"conversation_id": sid, "parent_session": self.parent}
+            return find(sid) or conversations.session_name(f"{self.parent}.{sid}")
+        self.conversation = sid
+        return find(sid) or conversations.new_session_name(root, sid)
 
     def prepare(self, root: Path) -> bool:
         """Find the session and where the last import stopped; False while the file does not
         yet say which session it is (or is empty)."""
         if self.entry is not None:
             return True
-        if not self.path.stat().st_size:
+        st = self.path.stat()
+        if not st.st_size:
             return False
-        kind, sid = identify(self.path, self.fmt)
-        self.kind, self.session = kind, sid or self.path.stem
-        session_dir = root / sanitize(self.session)
+        kind, sid = identify(self.path, self.fmt, self.limit)
+        self.kind = kind
+        self.session = self._place(root, kind, sid)
+        session_dir = root / self.session
         entry = read_sources(session_dir).get(self.key) if session_dir.is_dir() else None
-        self.translator = AutoTranslator(self.fmt)
+        self.translator = AutoTranslator(self.fmt, reader=SideReader.for_transcript(self.path))  # tool-results/
+        hasher = hashlib.sha256()
         if entry:
             offset = entry.get("offset", 0)
-            if self.path.stat().st_size < offset or _prefix_sha(self.path, offset) != entry.get("sha256"):
-                self.changed = True
-                self.entry = entry
-                return True
+            if not (self.compressed and entry.get("csize") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns):
+                if not self.compressed and st.st_size < offset:
+                    self.changed = True
+                else:
+                    with open_input(self.path, self.limit) as f:
+                        self.changed = _skip(f, offset, hasher) < offset or hasher.hexdigest() != entry.get("sha256")
+                if self.changed:
+                    self.entry = entry
+                    return True
+            else:
+                hasher = None  # unchanged since: nothing to read
             self.translator.restore(entry.get("state") or {})
         else:
-            entry = {"path": self.key, "offset": 0, "lines": 0, "sha256": hashlib.sha256().hexdigest()}
+            entry = {"path": self.key, "offset": 0, "lines": 0, "sha256": hasher.hexdigest()}
         self.entry = entry
-        self.hasher = hashlib.sha256()
-        if entry["offset"]:
-            with open(self.path, "rb") as f:
-                left = entry["offset"]
-                while left:
-                    chunk = f.read(min(CHUNK, left))
-                    self.hasher.update(chunk)
-                    left -= len(chunk)
+        self.hasher = hasher
         return True
 
     def run(self, root: Path, item: ImportItem, *, dry_run: bool, durability: str, max_events: int,
-            evict_to: float = DEFAULT_EVICT_TO, progress: Callable[[int], None] | None = None) -> None:
-        """Consume the complete lines past the remembered offset."""
+            evict_to: float = DEFAULT_EVICT_TO, progress: Callable[[int], None] | None = None,
+            final: bool = False) -> None:
+        """Consume the complete lines past the remembered offset; ``final`` (a one-shot import,
+        not ``--follow``): then close what the record leaves open for want of an end mark (a
+        Gemini chat file's last turn: :meth:`AutoTranslator.finish`)."""
         item.session, item.format = self.session, self.translator.kind if self.translator else self.kind
         if self.changed:
             item.status, item.reason = "changed", "the source's imported part changed since the last import; left alone"
             return
         offset = self.entry["offset"]
-        size = self.path.stat().st_size
-        if size <= offset:
+        st = self.path.stat()
+        if (st.st_size <= offset and not self.compressed) or self.hasher is None:
             item.status = "up-to-date"
             return
-        handle = None if dry_run else open_session(root, self.session, durability=durability, max_events=max_events,
-                                                   evict_to=evict_to)
+        if self.compressed:  # refused whole, before anything is appended
+            with open_input(self.path, self.limit) as f:
+                while f.read(CHUNK):
+                    pass
+        self.opening = {"durability": durability, "max_events": max_events, "evict_to": evict_to}
+        self.capture = identity.Capture(root, agent=AGENT_OF_KIND.get(self.kind), conversation_id=self.conversation,
+                                        extra=self.extra, parent=self.parent, state=self.entry.get("identity"))
+        self.pending, self.handle = [], None
+        existed = self.started = is_session_dir(root / self.session)
+        if existed:  # (a new session is made by its first event: a stub makes none)
+            self._open(root, dry_run)
         try:
-            with open(self.path, "rb") as f:
-                f.seek(offset)
+            with open_input(self.path, self.limit) as f:
+                _skip(f, offset)
                 carry = b""
                 while True:
                     data = f.read(CHUNK)
@@ -222,29 +351,76 @@ class Source:
                     cut = data.rfind(b"\n") + 1
                     carry = data[cut:]
                     if cut:
-                        self._batch(handle, data[:cut], item, dry_run)
+                        self._batch(root, data[:cut], item, dry_run)
                         offset += cut
                         if not dry_run:
                             self.hasher.update(data[:cut])
                     if progress:
                         progress(len(data) - len(carry))
+            if final:
+                self._emit(root, self.translator.finish(), item, dry_run)
+            self._emit(root, self.capture.finish(), item, dry_run, filtered=True)
             item.format = self.translator.kind or item.format
-            if handle is not None and item.lines:
+            handle = self.handle
+            if handle is not None and not dry_run and item.lines:
                 handle.flush()
+                self.capture.after(handle, self.translator.meta)
                 sources = read_sources(handle.path)
                 self.entry = {"path": self.key, "format": item.format, "offset": offset,
-                              "lines": self.entry["lines"] + item.lines, "size": size,
+                              "lines": self.entry["lines"] + item.lines, "size": st.st_size,
                               "sha256": self.hasher.hexdigest(), "state": self.translator.state(),
-                              "updated_at": now_rfc3339()}
+                              "identity": self.capture.state(), "updated_at": now_rfc3339()}
+                if self.compressed:
+                    self.entry.update(csize=st.st_size, mtime_ns=st.st_mtime_ns)
                 sources[self.key] = self.entry
                 write_sources(handle.path, sources)
         finally:
-            if handle is not None:
-                handle.close()
+            if self.handle is not None:
+                self.handle.close()
+                self.handle = None
+        item.duplicates += self.capture.dropped
+        if item.lines and self.entry.get("offset") != offset:  # consumed, not remembered: start over next time
+            self.entry = None
         if not item.lines:
             item.status = "up-to-date"
+        elif not existed and not self.started and not item.refused:
+            item.status, item.reason = "empty", "no conversation in it (only metadata lines)"
 
-    def _batch(self, handle, data: bytes, item: ImportItem, dry_run: bool) -> None:
+    def _open(self, root: Path, dry_run: bool) -> None:
+        if dry_run:
+            self.handle = open_session(root, self.session, read_only=True)
+        else:
+            self.handle = open_session(root, self.session, **self.opening)
+        self.capture.attach(self.handle)
+
+    def _emit(self, root: Path, lines: list[bytes], item: ImportItem, dry_run: bool, force: bool = False,
+              filtered: bool = False) -> None:
+        """Append (dry run: count) translated lines, less what the session already holds. The
+        session is made by the first line that is more than a ``thread.started``."""
+        if not self.started:
+            self.pending.extend(lines)
+            if not force and all(_is_thread_start(line) for line in self.pending):
+                return
+            self.started = True
+            lines, self.pending = self.pending, []
+            if self.handle is None and not dry_run:
+                self._open(root, dry_run)
+        if self.handle is not None and not filtered:
+            lines = self.capture.filter(lines, self.translator.meta)
+        if dry_run:
+            for line in lines:
+                try:
+                    parse_line(line)
+                    item.appended += 1
+                except ValidationError:
+                    item.refused += 1
+        elif lines:
+            a, r = append_tolerant(self.handle, lines)
+            item.appended, item.refused = item.appended + a, item.refused + r
+            self.capture.appended()
+            self.capture.after(self.handle, self.translator.meta)
+
+    def _batch(self, root: Path, data: bytes, item: ImportItem, dry_run: bool) -> None:
         out: list[bytes] = []
         for raw in data.split(b"\n")[:-1]:
             item.lines += 1
@@ -253,46 +429,61 @@ class Source:
             if not raw.strip():
                 continue
             try:
-                produced = self.translator.feed(raw)
+                out.extend(self.translator.feed(raw))
             except Untranslatable as exc:
-                if out and handle is not None:
-                    a, r = append_tolerant(handle, out)
-                    item.appended, item.refused = item.appended + a, item.refused + r
-                    out = []
+                self._emit(root, out, item, dry_run, force=True)
+                out = []
                 item.refused += 1
-                if handle is not None:
-                    reject(handle, raw, str(exc))
+                if not dry_run:
+                    reject(self.handle, raw, str(exc))
                 continue
-            if dry_run:
-                for line in produced:
-                    try:
-                        parse_line(line)
-                        item.appended += 1
-                    except ValidationError:
-                        item.refused += 1
-            else:
-                out.extend(produced)
-        if out and handle is not None:
-            a, r = append_tolerant(handle, out)
-            item.appended, item.refused = item.appended + a, item.refused + r
+        self._emit(root, out, item, dry_run)
+
+
+def _roots(top: Path) -> list[Path]:
+    """Where the files of a directory given to import are: a Codex home (it holds
+    ``sessions/`` or ``archived_sessions/``) → those two; a Codex ``sessions`` folder → it and
+    its sibling ``archived_sessions``; a Claude Code home (``.claude`` holding ``projects/``)
+    → ``projects/``; anything else → itself."""
+    if top.name == ".claude" and (top / "projects").is_dir():
+        return [top / "projects"]
+    homes = [top / "sessions", top / "archived_sessions"]
+    if any(p.is_dir() for p in homes):
+        return [p for p in homes if p.is_dir()]
+    if top.name == "sessions" and (top.parent / "archived_sessions").is_dir():
+        return [top, top.parent / "archived_sessions"]
+    return [top]
+
+
+def is_source_name(name: str) -> bool:
+    return name.endswith(".jsonl") or name.endswith(".jsonl.zst")
 
 
 def discover(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """The files to import: each FILE as given, and every ``*.jsonl`` under each DIR."""
+    """The files to import: each FILE as given, and every ``*.jsonl`` / ``*.jsonl.zst`` under
+    each DIR (see :func:`_roots`), each once; a sub-agent's file after its parent's."""
     found: list[Path] = []
+    seen: set[str] = set()
     for p in map(Path, paths):
         if p.is_dir():
-            found.extend(sorted(q for q in p.rglob("*.jsonl") if q.is_file()))
+            files = sorted((q for root in _roots(p) for q in root.rglob("*") if is_source_name(q.name) and q.is_file()),
+                           key=lambda q: (q.parent.name == "subagents", str(q)))
         elif p.exists():
-            found.append(p)
+            files = [p]
         else:
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(p))
+        for q in files:
+            key = str(q.resolve())
+            if key not in seen:
+                seen.add(key)
+                found.append(q)
     return found
 
 
 def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "auto", dry_run: bool = False,
                  max_events: int = 0, evict_to: float = DEFAULT_EVICT_TO,
-                 progress: Callable[[int, int], None] | None = None) -> list[ImportItem]:
+                 progress: Callable[[int, int], None] | None = None,
+                 max_decompressed: int = MAX_DECOMPRESSED) -> list[ImportItem]:
     """Import each source file once (see the module docstring); one item per file."""
     files = discover(paths)
     total = sum(f.stat().st_size for f in files)
@@ -308,12 +499,12 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
             if progress:
                 progress(done, total)
         try:
-            source = Source(path, fmt)
+            source = Source(path, fmt, max_decompressed, dry_run)
             if not source.prepare(root):
                 item.status = "empty"
                 continue
             source.run(root, item, dry_run=dry_run, durability="buffered", max_events=max_events, evict_to=evict_to,
-                       progress=step)
+                       progress=step, final=True)
         except (MemfsError, OSError) as exc:
             item.status, item.reason = "error", str(exc)
     if progress:
@@ -398,7 +589,7 @@ def follow(root: Path, dirs: Iterable[str | os.PathLike], *, fmt: str = "auto", 
         def process(path: Path) -> None:
             key = str(path.resolve())
             source = sources.get(key)
-            if source is None:
+            if source is None or source.compressed:  # (a compressed file is read whole again when it changes)
                 source = sources[key] = Source(path, fmt)
             item = ImportItem(str(path))
             try:
@@ -411,10 +602,14 @@ def follow(root: Path, dirs: Iterable[str | os.PathLike], *, fmt: str = "auto", 
             if report and (item.lines or item.status in ("error", "changed")):
                 report(item)
 
+        def wanted(path: Path) -> bool:
+            return is_source_name(path.name) and any(path.is_relative_to(r) for t in tops for r in _roots(t))
+
         tops = [Path(d) for d in dirs]
         for top in tops:
             if not top.is_dir():
                 raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(top))
+        for top in dict.fromkeys([*tops, *(r for t in tops for r in _roots(t))]):
             watch_tree(top)
         for path in discover(tops):
             process(path)
@@ -431,8 +626,9 @@ def follow(root: Path, dirs: Iterable[str | os.PathLike], *, fmt: str = "auto", 
                     if mask & (IN_CREATE | IN_MOVED_TO):
                         watch_tree(path)
                         for p in discover([path]):
-                            process(p)
-                elif name.endswith(".jsonl") and path.is_file():
+                            if wanted(p):
+                                process(p)
+                elif wanted(path) and path.is_file():
                     process(path)
     finally:
         ino.close()

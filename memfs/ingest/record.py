@@ -28,6 +28,12 @@ Decisions recorded here:
 * When memfs's own stdout goes away (the reader of a pipe exits), the copying stops and the
   agent's pipe is closed, so the agent sees the broken pipe it would see without memfs.
 * A last line without a newline is recorded when the agent exits.
+* **Identity** (SPEC §10, :mod:`memfs.ingest.identity`): what the session already holds of the
+  conversation (a resumed run's replay, another capture's turns) is not appended again; the
+  record's metadata goes to ``index/about.json`` as it arrives — ``conversation_id`` as soon as
+  the stream names it, so that a later ``memfs import`` of the agent's own files finds this
+  session whatever its name — and ``agent`` from the command's name (``claude``, ``codex``,
+  ``gemini``) when the stream does not say.
 """
 
 from __future__ import annotations
@@ -44,13 +50,14 @@ from pathlib import Path
 from typing import Sequence
 
 from memfs.errors import MemfsError
-from memfs.ingest import AutoTranslator, Untranslatable, dumps
+from memfs.ingest import AutoTranslator, Untranslatable, dumps, identity
 from memfs.ingest.importer import append_tolerant, reject
 from memfs.store.config import DEFAULT_EVICT_TO
 from memfs.store.paths import remove_tree, sanitize
 from memfs.store.session import open_session
 
 READ_SIZE = 1 << 16
+AGENTS = ("claude", "codex", "gemini")  # agents known by their command's name
 
 
 class RecordReport:
@@ -119,8 +126,11 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
     root = Path(root)
     new_root, new_session = not os.path.lexists(root), not os.path.lexists(root / sanitize(session))
     handle = open_session(root, session, durability="write", max_events=max_events, evict_to=evict_to)
+    program = os.path.basename(cmd[0])
+    capture = identity.Capture(root, agent=program if program in AGENTS else None, live=True)
     try:  # the session's writer for the whole run: a busy session is said before the agent starts
         handle.claim_writing(lock=True)
+        capture.attach(handle)
     except BaseException:
         handle.close()
         raise
@@ -152,14 +162,19 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
                     _guard(lambda: reject(handle, raw, str(exc)))
             _append(batch)
             if final:
+                _append(capture.finish(), filtered=True)
                 return
 
-    def _append(batch: list[bytes]) -> None:
-        if batch:
-            def go():
-                a, r = append_tolerant(handle, batch)
+    def _append(batch: list[bytes], filtered: bool = False) -> None:
+        def go():
+            kept = batch if filtered else capture.filter(batch, translator.meta)
+            if kept:
+                a, r = append_tolerant(handle, kept)
                 report.appended += a
                 report.refused += r
+                capture.appended()
+            capture.after(handle, translator.meta)
+        if batch:
             _guard(go)
 
     def _guard(action) -> None:

@@ -11,7 +11,7 @@ own id: Claude ``sessionId``, Codex thread id, Gemini ``sessionId``), ``title``,
 ``title_source`` (``agent`` when the agent wrote it, else ``prompt``), ``first_prompt``,
 ``cwd``, ``project``, ``git_branch``, ``model``, ``parent_session``, ``children`` [names],
 ``started_at``, ``ended_at``, ``status`` (``running``, ``completed``, ``failed``,
-``abandoned``), ``pr_link``, ``forked_from``, ``turns`` (``{"<turn number>": {"prompt",
+``abandoned``), ``pr_link``, ``forked_from``, ``turn_notes`` (``{"<turn number>": {"prompt",
 "turn_id", "usage"}}``: what a later capture of the conversation knew of a stored turn that
 the stored turn lacks — SPEC §10: metadata, never a duplicate turn; see
 :mod:`memfs.ingest.identity`).
@@ -20,7 +20,7 @@ the stored turn lacks — SPEC §10: metadata, never a duplicate turn; see
 has once (``conversation_id``, ``agent``, ``first_prompt``, ``cwd``, ``project``,
 ``started_at``, ``parent_session``), the latest wins for what moves (``model``,
 ``git_branch``, ``agent_version``, ``ended_at``, ``status``, ``pr_link``), ``children`` is a
-union, ``turns`` is merged per turn and field (first wins), and an agent-written ``title``
+union, ``turn_notes`` is merged per turn and field (first wins), and an agent-written ``title``
 replaces one made from the prompt, never the reverse. The caller holds the session's writer lock (the ingest does): merges of one session never race.
 """
 
@@ -72,7 +72,7 @@ def merged(old: dict, new: dict) -> dict:
             continue
         if key == "children":
             out[key] = sorted(set(out.get(key) or []) | set(value))
-        elif key == "turns" and isinstance(value, dict):
+        elif key == "turn_notes" and isinstance(value, dict):
             turns = {n: dict(t) for n, t in (out.get(key) or {}).items() if isinstance(t, dict)}
             for n, fields in value.items():
                 if isinstance(fields, dict):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Iterable
 
-from memfs.agents import HEAD_BYTES, Origin
+from memfs.agents import CODEX, HEAD_BYTES, Origin
 from memfs.events import Kind, decode_stored
 from memfs.facts import event_facts, failure_message, mcp_call, todo_entries
 from memfs.store.machine import TurnState, apply
@@ -68,6 +68,8 @@ class Fold:
         self.goal = GoalTracker()
         self.origin = Origin()  # which agent wrote the log, its thread id
         self.prompt: str | None = None  # first user prompt of the latest turn that has one
+        self.thread: str | None = None  # the latest thread.started's thread id
+        self.thread_totals: dict = {}  # thread id -> its running token total (Codex), see _turn_usage
         self._prompt_turn: int | None = 0  # the turn it came from (None: outside turns)
         self.lines = 0
         self.skipped = 0
@@ -125,6 +127,8 @@ class Fold:
                     self._lifecycle(etype, event, rec, was_in and (kind is _TURN_COMPLETED or kind is _TURN_FAILED))
             elif etype.startswith("goal."):
                 self.goal.apply(event, offset, self._stamp(event, rec))
+            elif etype == "thread.started" and type(event.get("thread_id")) is str:
+                self.thread = event["thread_id"]
         self.lines += n
         self.skipped += skipped
         return end
@@ -146,6 +150,9 @@ class Fold:
         started_at = context.get("timestamp") if type(context) is dict else None
         rec = TurnRecord(ordinal, started_at if type(started_at) is str else None, self.ledger.done)
         self.records.append(rec)
+        prompt = context.get("prompt") if type(context) is dict else None
+        if type(prompt) is str and prompt.strip():  # the ingest's turn.started.context.prompt
+            self.prompt, self._prompt_turn = prompt, ordinal
         return rec
 
     def _closed(self, rec: TurnRecord, outcome: int, event: dict) -> None:
@@ -169,8 +176,7 @@ class Fold:
     def _lifecycle(self, etype: str, event: dict, rec: TurnRecord | None, closes: bool) -> None:
         usage = event.get("usage")
         if usage is not None:
-            tokens = [0, 0, 0, 0]
-            add_usage(tokens, usage)
+            tokens = self._turn_usage(event, usage)
             if rec is not None:
                 for i, n in enumerate(tokens):
                     rec.usage[i] += n
@@ -185,6 +191,29 @@ class Fold:
             at = event.get("completed_at")
             rec.completed_at = at if type(at) is str else None
             self._closed(rec, COMPLETED if etype == "turn.completed" else FAILED, event)
+
+    def _turn_usage(self, event: dict, usage) -> list[int]:
+        """A close's own usage. Codex counts a thread's tokens cumulatively, across a resumed
+        conversation too: ``exec --json``'s ``turn.completed`` usage is that running total, and
+        a translated rollout's close carries it as ``thread_usage`` beside the usage it saw
+        grow (which, on a later page of a paginated rollout, is the whole total again). Either
+        way the turn's own is the total's growth since the thread's previous close, when that
+        is known and no counter went down (else: the close's own ``usage``)."""
+        tokens = [0, 0, 0, 0]
+        add_usage(tokens, usage)
+        total = event.get("thread_usage")
+        if type(total) is dict:
+            current = [0, 0, 0, 0]
+            add_usage(current, total)
+        elif self.origin.agent == CODEX:
+            current = tokens[:]
+        else:
+            return tokens
+        before = self.thread_totals.get(self.thread)
+        self.thread_totals[self.thread] = current
+        if before is not None and all(n >= b for n, b in zip(current, before)):
+            return [n - b for n, b in zip(current, before)]
+        return tokens
 
     def _plan(self, item: dict, rec: TurnRecord | None) -> None:
         """A ``plan`` or ``todo_list`` item: the milestones, whichever came last."""

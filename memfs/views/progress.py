@@ -18,9 +18,10 @@ Rules (the spec's, and the decisions taken where it is silent):
   most one stall per turn, applied at the first of those events. Events outside any turn
   neither advance nor stall.
 * ``goal`` is the GoalTracker's current objective. When no ``goal.created`` names one, it is
-  the first user prompt of the latest turn that has one (a ``user_message`` item, see
-  :mod:`memfs.views.fold`), else the title of the plan or to-do list that drives the milestones
-  (:func:`plan_title`: a Codex stream carries no prompt line), else ``""``.
+  the first user prompt of the latest turn that has one (``turn.started``'s ``context.prompt``
+  or a ``user_message`` item, see :mod:`memfs.views.fold`), else the title of the plan or
+  to-do list that drives the milestones (:func:`plan_title`: a Codex stream carries no prompt
+  line), else ``""``.
 * Timestamps (``stalled_since``, ``updated_at``) come from the log where it has them, so the
   view does not change when it is merely regenerated: the causing event's ``completed_at`` (a
   plan item's ``context.timestamp``), else the turn's ``turn.started`` ``context.timestamp``,

@@ -1,0 +1,134 @@
+"""Codex rollout shapes → values of this event family: small pure readers used by
+:mod:`memfs.ingest.codex` (command lines, tool outputs and their exit codes, MCP results,
+prompts). Shapes of ``codex-rs/protocol`` as Codex CLI 0.171 writes them, older ones too."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+import orjson
+
+from memfs.ingest import text_of
+
+SHELL_TOOLS = ("shell", "container.exec", "exec_command", "local_shell", "shell_command")
+# user-role text Codex writes itself: environment, instructions, notices (never the prompt)
+NOT_PROMPT = ("<environment_context>", "<user_instructions>", "<INSTRUCTIONS>", "# AGENTS.md instructions",
+              "<skills_instructions>", "<permissions instructions>", "<user_shell_command>", "<turn_aborted>",
+              "<collaboration_mode>", "<personality", "<apps_instructions>")
+SUMMARY_PREFIX = "Another language model started to solve this problem"
+EXIT_LINE = re.compile(r"^Process exited with code (-?\d{1,9})$", re.M)
+# 0.171 ``item_completed`` item types: a rollout that writes them has its answers there
+V2_ITEMS = frozenset(("UserMessage", "AgentMessage", "Reasoning", "CommandExecution", "McpToolCall",
+                      "FileChange", "WebSearch", "ContextCompaction", "Plan"))
+USAGE_KEYS = ("input_tokens", "cached_input_tokens", "output_tokens")
+
+
+def usage_of(u: Any) -> dict:
+    """The token counters of a Codex ``TokenUsage`` this family has a place for."""
+    out = {}
+    if isinstance(u, dict):
+        for key in USAGE_KEYS:
+            v = u.get(key)
+            if type(v) is int and v >= 0:
+                out[key] = v
+    return out
+
+
+def patch_changes(patch: str) -> list[dict]:
+    """The files an ``apply_patch`` input names (``*** Add/Update/Delete File:``)."""
+    changes = []
+    for line in patch.splitlines():
+        for prefix, kind in (("*** Add File: ", "add"), ("*** Update File: ", "update"),
+                             ("*** Delete File: ", "delete")):
+            if line.startswith(prefix):
+                changes.append({"path": line[len(prefix):].strip(), "kind": kind})
+    return changes
+
+
+def command_text(value: Any) -> str:
+    """A command as one line: ``[bash, -lc, X]`` is ``X``; other argv lists shell-joined."""
+    if isinstance(value, list):
+        parts = [str(p) for p in value]
+        if len(parts) == 3 and parts[0] in ("bash", "sh", "zsh", "/bin/bash", "/bin/sh", "/bin/zsh") \
+                and parts[1] in ("-lc", "-c"):
+            return parts[2]
+        return shlex.join(parts)
+    return value if isinstance(value, str) else ""
+
+
+def json_or_text(value: Any) -> Any:
+    """A JSON string decoded; anything else (or invalid JSON) as it is."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return value
+
+
+def prompt_text(content: Any) -> str | None:
+    """The prompt in a user message's content: its text blocks that are not Codex's own
+    (environment context, instructions); None when none is left."""
+    blocks = content if isinstance(content, list) else [content]
+    parts = [t for t in (text_of([b]) for b in blocks) if t.strip() and not t.lstrip().startswith(NOT_PROMPT)]
+    text = "\n".join(parts)
+    return text if text.strip() else None
+
+
+def harness_made(payload: dict) -> bool:
+    """A 0.171 message Codex wrote itself (its content's provenance is ``harness``)."""
+    meta = payload.get("internal_chat_message_metadata_passthrough")
+    marks = meta.get("content_item_metadata") if isinstance(meta, dict) else None
+    return isinstance(marks, list) and any(
+        isinstance(m, dict) and isinstance(m.get("provenance"), dict) and m["provenance"].get("type") == "harness"
+        for m in marks)
+
+
+def tool_output(output: Any) -> tuple[str, int | None, bool | None]:
+    """``(text, exit code, success)`` of a ``function_call_output``'s ``output``: Codex's
+    ``{content, success}``, its JSON ``{"output", "metadata": {"exit_code"}}``, or its text
+    ``…Process exited with code N…\\nOutput:\\n<text>`` (0.1xx unified exec)."""
+    if isinstance(output, dict):
+        success = output.get("success")
+        return text_of(output.get("content")), None, success if type(success) is bool else None
+    text = text_of(output)
+    if text.startswith("{"):
+        decoded = json_or_text(text)
+        if isinstance(decoded, dict) and "output" in decoded:
+            meta = decoded.get("metadata")
+            code = meta.get("exit_code") if isinstance(meta, dict) else None
+            return text_of(decoded.get("output")), code if type(code) is int else None, None
+    code = None
+    head, sep, rest = text.partition("\nOutput:\n")
+    if sep and len(head) < 1024:
+        m = EXIT_LINE.search(head)
+        code = int(m.group(1)) if m else None
+        text = rest
+    return text, code, None
+
+
+def mcp_result(result: Any) -> tuple[dict | None, dict | None, str]:
+    """``(result, error, status)`` of an MCP call's result as ``exec --json`` writes them, from
+    ``mcp_tool_call_end``'s ``{"Ok": …}``/``{"Err": …}`` or an item's ``CallToolResult``."""
+    if isinstance(result, dict) and "Err" in result:
+        return None, {"message": text_of(result["Err"]) or str(result["Err"])}, "failed"
+    ok = result.get("Ok") if isinstance(result, dict) and "Ok" in result else result
+    if not isinstance(ok, dict):
+        return None, None, "completed"
+    content = ok.get("content") if isinstance(ok.get("content"), list) else []
+    out = {"content": content, "structured_content": ok.get("structured_content", ok.get("structuredContent"))}
+    failed = ok.get("is_error", ok.get("isError")) is True
+    return out, ({"message": text_of(content) or "error"} if failed else None), "failed" if failed else "completed"
+
+
+def mcp_name(name: str, namespace: Any) -> tuple[str, str] | None:
+    """``(server, tool)`` of a function call that is an MCP tool's, else None."""
+    if isinstance(namespace, str) and namespace.startswith("mcp__") and len(namespace) > 5:
+        return namespace[5:].rstrip("_"), name
+    if name.startswith("mcp__"):
+        server, sep, tool = name[5:].partition("__")
+        if sep and server and tool:
+            return server, tool
+    return None

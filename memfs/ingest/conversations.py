@@ -1,0 +1,184 @@
+"""Which session holds an agent conversation (SPEC §10 "Identity"), and its project.
+
+**Which session.** A conversation (Claude ``sessionId``, Codex thread id, Gemini
+``sessionId``) lives in the session whose ``index/about.json`` names it as
+``conversation_id`` (and the same ``agent``) — one made by ``memfs record NAME`` under a name
+the user chose included — else in a new session named by the id (:func:`session_name`: a
+valid ``mkdir`` name). The lookup goes through a small map at the root,
+``<root>/.memfs-conversations.json`` (``{conversation id: {session, agent}}``; hidden, so not a
+session), replaced atomically under ``.memfs-conversations.lock``. The map is a cache: an
+entry is trusted only when the session it names still says that conversation id, and a
+missing, unreadable or stale map is rebuilt by one scan of the sessions' ``about.json``. It is
+kept by everything that sets a conversation id through the ingest (``import``, ``import
+--follow``, ``record``); the first session registered for a conversation keeps it.
+
+:func:`project_of` says a session's ``project``: the git top-level of its ``cwd`` when that
+is a directory here inside a work tree, else the ``cwd`` itself.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import orjson
+
+from memfs.agents import agent_name
+from memfs.store import about
+from memfs.store.catalog import is_session_dir, session_names
+from memfs.store.paths import (NAME_MAX, atomic_write, ensure_private_dir, new_session_name_problem, open_nofollow,
+                               sanitize)
+
+CONVERSATIONS = ".memfs-conversations.json"
+CONVERSATIONS_LOCK = ".memfs-conversations.lock"
+GIT_TIMEOUT = 5.0
+
+
+# --- names and the conversation map --------------------------------------------------------------
+
+
+def session_name(conversation_id: str) -> str:
+    """A new session's directory name for an id read from a file: sanitized, no leading
+    ``-``, within ``NAME_MAX`` (cut, with a hash of the id) — a valid ``mkdir`` name."""
+    name = sanitize(conversation_id)
+    if name.startswith("-"):
+        name = "_" + name.lstrip("-")
+    if len(name) > NAME_MAX:
+        name = name[:NAME_MAX - 17] + "-" + hashlib.sha256(conversation_id.encode()).hexdigest()[:16]
+    problem = new_session_name_problem(name)
+    if problem:  # (cannot happen after the fixes above; a clear error if it ever does)
+        raise ValueError(problem)
+    return name
+
+
+def new_session_name(root: Path, conversation_id: str) -> str:
+    """:func:`session_name`, unless a session of that name holds another conversation (then
+    the name gets a hash of the id)."""
+    name = session_name(conversation_id)
+    other = about.read(Path(root) / name).get("conversation_id") if is_session_dir(Path(root) / name) else None
+    if other and other != conversation_id:
+        name = session_name(f"{name[:NAME_MAX - 17]}-{hashlib.sha256(conversation_id.encode()).hexdigest()[:16]}")
+    return name
+
+
+def _agents_match(a: str | None, b: str | None) -> bool:
+    return not a or not b or agent_name(a) == agent_name(b)
+
+
+def _holds(root: Path, name: str, conversation_id: str, agent: str | None) -> bool:
+    """The session ``name`` says it holds this conversation."""
+    path = root / name
+    if not is_session_dir(path):
+        return False
+    meta = about.read(path)
+    return meta.get("conversation_id") == conversation_id and _agents_match(agent, meta.get("agent"))
+
+
+def _read_map(root: Path) -> dict | None:
+    try:
+        data = orjson.loads((root / CONVERSATIONS).read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    conv = data.get("conversations") if isinstance(data, dict) else None
+    return conv if isinstance(conv, dict) else None
+
+
+class _MapLock:
+    def __init__(self, root: Path):
+        self.root = root
+
+    def __enter__(self):
+        ensure_private_dir(self.root)
+        self.fd = open_nofollow(self.root / CONVERSATIONS_LOCK, os.O_RDWR | os.O_CREAT)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)  # (releases the lock)
+
+
+def _scan(root: Path) -> dict:
+    """``{conversation id: {session, agent}}`` from every session's ``about.json`` (the first
+    session by name wins a conversation two sessions claim)."""
+    found: dict = {}
+    for name in session_names(root):
+        meta = about.read(root / name)
+        cid = meta.get("conversation_id")
+        if isinstance(cid, str) and cid and cid not in found:
+            found[cid] = {"session": name, "agent": meta.get("agent")}
+    return found
+
+
+def rebuild_map(root: Path) -> dict:
+    """Scan the sessions and replace the map; returns it."""
+    with _MapLock(root):
+        conv = _scan(root)
+        atomic_write(root / CONVERSATIONS, orjson.dumps({"version": 1, "conversations": conv}))
+    return conv
+
+
+def find_conversation(root: Path, conversation_id: str, agent: str | None = None, *, write: bool = True) -> str | None:
+    """The session holding ``conversation_id`` (of ``agent`` when given), or None; ``write``
+    False (a dry run): a map in need of a rebuild is not replaced."""
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    conv = _read_map(root)
+    if conv is not None:
+        entry = conv.get(conversation_id)
+        if entry is None:
+            return None  # (a map is kept by every capture that names a conversation)
+        name = entry.get("session") if isinstance(entry, dict) else None
+        if isinstance(name, str) and _holds(root, name, conversation_id, agent):
+            return name
+    entry = (rebuild_map(root) if write else _scan(root)).get(conversation_id)  # missing, unreadable or stale
+    if entry and _agents_match(agent, entry.get("agent")):
+        return entry["session"]
+    return None
+
+
+def register(root: Path, conversation_id: str, agent: str | None, session: str) -> None:
+    """Note that ``session`` holds ``conversation_id`` (unless another session still does)."""
+    root = Path(root)
+    with _MapLock(root):
+        conv = _read_map(root)
+        if conv is None:
+            conv = _scan(root)
+        entry = conv.get(conversation_id)
+        if isinstance(entry, dict) and entry.get("session") == session:
+            return
+        if isinstance(entry, dict) and isinstance(entry.get("session"), str) and \
+                _holds(root, entry["session"], conversation_id, agent):
+            return
+        conv[conversation_id] = {"session": session, "agent": agent}
+        atomic_write(root / CONVERSATIONS, orjson.dumps({"version": 1, "conversations": conv}))
+
+
+# --- project ------------------------------------------------------------------------------------
+
+_projects: dict[str, str] = {}
+
+
+def project_of(cwd: str) -> str:
+    """The git top-level of ``cwd`` when it is a directory here inside a git work tree, else
+    ``cwd`` itself (cached per ``cwd``)."""
+    if cwd in _projects:
+        return _projects[cwd]
+    project = cwd
+    if os.path.isabs(cwd) and os.path.isdir(cwd):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        try:
+            proc = subprocess.run(["git", "-C", cwd, "rev-parse", "--show-toplevel"], capture_output=True,
+                                  timeout=GIT_TIMEOUT, env=env, stdin=subprocess.DEVNULL)
+            top = proc.stdout.decode("utf-8", "replace").strip()
+            if proc.returncode == 0 and top and os.path.isabs(top):
+                project = top
+        except (OSError, subprocess.SubprocessError):
+            pass
+    _projects[cwd] = project
+    return project

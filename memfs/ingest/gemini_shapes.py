@@ -1,0 +1,262 @@
+"""Gemini CLI's shapes (SPEC §10): which lines are Gemini CLI's, and what a record, a tool
+call and its result say. Pure; used by :mod:`memfs.ingest.gemini` (the translator) and by
+:func:`memfs.ingest.classify`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import orjson
+
+from memfs.store.paths import new_session_name_problem
+
+AGENT = "gemini"
+STREAM_TYPES = ("init", "message", "tool_use", "tool_result", "error", "result")
+RECORD_TYPES = ("user", "gemini", "info", "error", "warning")
+SHELL_TOOL = "run_shell_command"
+FILE_TOOLS = ("write_file", "replace")
+FINAL_STATUSES = ("success", "error", "cancelled")
+IGNORED_PROMPTS = ("<session_context>", "<hook_context>")  # the CLI's own context, not a prompt
+EXITED = re.compile(r"\ACommand exited with code: (-?\d{1,9})\Z")  # the stream's output of a silent failure
+WORKSPACE = re.compile(r"Workspace Directories:\*{0,2}\n\s*- ([^\n]+)")  # in <session_context>
+_TRAILERS = ("Error", "Exit Code", "Signal", "Background PIDs", "Process Group PGID")
+_MCP_DISPLAY = re.compile(r"\A(.+) \((.+) MCP Server\)\Z")
+
+
+def shape(obj: dict) -> str | None:
+    """``"stream"`` or ``"chat"`` when a decoded line is Gemini CLI's, else None. The keys:
+    stream lines have a ``type`` of :data:`STREAM_TYPES` and a string ``timestamp``, plus
+    ``init``: ``session_id`` + ``model``; ``message``: ``role`` + ``content``; ``tool_use``:
+    ``tool_id`` + ``tool_name``; ``tool_result``: ``tool_id`` + ``status``; ``error``:
+    ``severity`` + ``message``; ``result``: ``status`` and no ``subtype`` (Claude's has one).
+    Chat lines: ``sessionId`` + ``projectHash`` (metadata); a ``$set`` object or a
+    ``$rewindTo`` string; or a record: string ``id``, a ``type`` of :data:`RECORD_TYPES`,
+    ``content`` and ``timestamp``, and none of Claude's ``uuid``/``message``/``sessionId``."""
+    kind = obj.get("type")
+    if type(kind) is not str:
+        if type(obj.get("$set")) is dict or type(obj.get("$rewindTo")) is str:
+            return "chat"
+        if type(obj.get("sessionId")) is str and type(obj.get("projectHash")) is str:
+            return "chat"
+        return None
+    if type(obj.get("timestamp")) is not str:
+        return None
+    if kind in STREAM_TYPES:
+        if kind == "init" and type(obj.get("session_id")) is str and "model" in obj:
+            return "stream"
+        if kind == "message" and obj.get("role") in ("user", "assistant") and "content" in obj:
+            return "stream"
+        if kind == "tool_use" and "tool_id" in obj and "tool_name" in obj:
+            return "stream"
+        if kind == "tool_result" and "tool_id" in obj and "status" in obj:
+            return "stream"
+        if kind == "error" and "severity" in obj and "message" in obj:
+            return "stream"
+        if kind == "result" and "status" in obj and "subtype" not in obj and "is_error" not in obj:
+            return "stream"
+    if kind in RECORD_TYPES and type(obj.get("id")) is str and "content" in obj \
+            and not any(k in obj for k in ("uuid", "message", "sessionId")):
+        return "chat"
+    return None
+
+
+def session_id(obj: dict) -> str | None:
+    """The conversation id a Gemini line names: ``init``'s ``session_id``, the metadata line's
+    ``sessionId`` (a sub-agent's own id: see :func:`subagent_parent`)."""
+    sid = obj.get("session_id") if obj.get("type") == "init" else \
+        obj.get("sessionId") if "projectHash" in obj and "type" not in obj else None
+    return sid if isinstance(sid, str) and sid else None
+
+
+def subagent_parent(path, sid: str | None) -> str | None:
+    """The parent's session id of a sub-agent chat file ``chats/<parent id>/<sid>.jsonl``
+    (the file does not name its parent; its directory does), else None."""
+    if not sid or path.stem != sid or path.parent.parent.name != "chats":
+        return None
+    return path.parent.name or None
+
+
+def child_name(parent: str | None, child: Any) -> str | None:
+    """The session name of sub-agent ``child``'s chat in conversation ``parent``
+    (``<parent>.<sub id>``, as the importer names a sub-agent's chat file), or None when that
+    is not a valid session name."""
+    if not isinstance(parent, str) or not isinstance(child, str) or not parent or not child:
+        return None
+    name = f"{parent}.{child}"
+    return name if new_session_name_problem(name) is None else None
+
+
+def usage_of(tokens: Any) -> dict:
+    """A chat record's ``tokens`` (``input`` includes ``cached``; ``thoughts`` are output)."""
+    if not isinstance(tokens, dict):
+        return {}
+    out = {}
+    for src, dst in (("input", "input_tokens"), ("cached", "cached_input_tokens"), ("output", "output_tokens")):
+        v = tokens.get(src)
+        if type(v) is int and v >= 0:
+            out[dst] = v
+    thoughts = tokens.get("thoughts")
+    if type(thoughts) is int and thoughts > 0:
+        out["output_tokens"] = out.get("output_tokens", 0) + thoughts
+    return out
+
+
+def stats_usage(stats: Any) -> dict:
+    """The stream ``result``'s ``stats`` (the whole run: in ``-p`` mode, one turn)."""
+    if not isinstance(stats, dict):
+        return {}
+    out = {}
+    for src, dst in (("input_tokens", "input_tokens"), ("cached", "cached_input_tokens"),
+                     ("output_tokens", "output_tokens")):
+        v = stats.get(src)
+        if type(v) is int and v >= 0:
+            out[dst] = v
+    return out
+
+
+def add_usages(usages) -> dict:
+    total: dict = {}
+    for u in usages:
+        for k, v in u.items():
+            total[k] = total.get(k, 0) + v
+    return total
+
+
+def parts_text(content: Any) -> str:
+    """The text of a Gemini ``PartListUnion``: a string, a part, or a list of them (thought
+    parts left out)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        content = [content]
+    if not isinstance(content, list):
+        return ""
+    texts = []
+    for part in content:
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, dict) and isinstance(part.get("text"), str) and part.get("thought") is not True:
+            texts.append(part["text"])
+    return "".join(texts)
+
+
+def function_responses(content: Any) -> list[dict]:
+    """The ``functionResponse`` parts of a content."""
+    if isinstance(content, dict):
+        content = [content]
+    if not isinstance(content, list):
+        return []
+    return [p["functionResponse"] for p in content
+            if isinstance(p, dict) and isinstance(p.get("functionResponse"), dict)]
+
+
+def _unwrap(text: str) -> str:
+    body = text.strip()
+    if body.startswith("<untrusted_context>") and body.endswith("</untrusted_context>"):
+        return body[len("<untrusted_context>"):-len("</untrusted_context>")].strip("\n")
+    return text
+
+
+def response_text(result: Any) -> tuple[str, bool]:
+    """``(text, is_error)`` of a tool call's result parts (``functionResponse.response``'s
+    ``output`` or ``error``)."""
+    texts, error = [], False
+    for fr in function_responses(result):
+        resp = fr.get("response")
+        if isinstance(resp, dict):
+            if isinstance(resp.get("output"), str):
+                texts.append(_unwrap(resp["output"]))
+            elif isinstance(resp.get("error"), str):
+                texts.append(resp["error"])
+                error = True
+            else:
+                texts.append(orjson.dumps(resp).decode())
+        elif isinstance(resp, str):
+            texts.append(resp)
+    return "\n".join(texts), error
+
+
+def shell_result(text: str) -> tuple[str, int | None, bool]:
+    """``(output, exit code, failed)`` of ``run_shell_command``'s model-facing result
+    (``Output: …`` then ``Error:``/``Exit Code:``/``Signal:``/``Background PIDs:``/
+    ``Process Group PGID:`` lines, each when it applies); exit 0 when none says otherwise."""
+    if not text.startswith("Output: "):
+        return text, None, False
+    lines = text[len("Output: "):].split("\n")
+    fields: dict = {}
+    for name in reversed(_TRAILERS):
+        if len(lines) > 1 and lines[-1].startswith(name + ": "):
+            fields[name] = lines.pop()[len(name) + 2:]
+    output = "\n".join(lines)
+    if output == "(empty)":
+        output = ""
+    code = fields.get("Exit Code")
+    exit_code = int(code) if code is not None and re.fullmatch(r"-?\d{1,9}", code) else None
+    failed = exit_code not in (None, 0) or "Error" in fields or "Signal" in fields
+    if exit_code is None and not failed:
+        exit_code = 0
+    return output, exit_code, failed
+
+
+def kind_of(name: str) -> str:
+    """The item kind of a call of tool ``name``."""
+    if name == SHELL_TOOL:
+        return "command_execution"
+    if name in FILE_TOOLS:
+        return "file_change"
+    if name.startswith("mcp_"):
+        return "mcp_tool_call"
+    if name == "write_todos":
+        return "todo_list"
+    if name == "google_web_search":
+        return "web_search"
+    if name == "complete_task":
+        return "report"
+    return "tool"
+
+
+def mcp_names(name: str, display: Any = None) -> tuple[str, str]:
+    """``(server, tool)`` of an MCP tool: from the chat file's ``displayName`` ("lookup (notes
+    MCP Server)") when given, else split as Gemini CLI does (``mcp_<server>_<tool>``)."""
+    m = _MCP_DISPLAY.match(display) if isinstance(display, str) else None
+    if m:
+        return m.group(2), m.group(1)
+    server, _, tool = name[len("mcp_"):].partition("_")
+    return server, tool or server
+
+
+def short_hash(*parts: str, n: int = 16) -> str:
+    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:n]
+
+
+def call_item(tid: str, name: str, args: dict, status: str, display: Any = None) -> dict:
+    """The item a call of tool ``name`` with ``args`` is, in ``status``."""
+    kind = kind_of(name)
+    if kind == "command_execution":
+        command = args.get("command")
+        return {"id": tid, "type": kind, "command": command if isinstance(command, str) else "", "status": status}
+    if kind == "file_change":
+        path = args.get("file_path") or args.get("path") or ""
+        return {"id": tid, "type": kind, "changes": [{"path": str(path), "kind": "update"}], "status": status}
+    if kind == "mcp_tool_call":
+        server, tool = mcp_names(name, display)
+        return {"id": tid, "type": kind, "tool_name": name, "server": server, "tool": tool,
+                "arguments": args, "status": status}
+    if kind == "todo_list":
+        todos = args.get("todos") if isinstance(args.get("todos"), list) else []
+        return {"id": tid, "type": kind, "items": [
+            {"text": str(t.get("description", "")), "completed": t.get("status") == "completed",
+             "status": str(t.get("status", ""))} for t in todos if isinstance(t, dict)]}
+    if kind == "web_search":
+        query = args.get("query")
+        return {"id": tid, "type": kind, "query": query if isinstance(query, str) else ""}
+    if kind == "report":
+        result = args.get("result")
+        text = result.get("response") if isinstance(result, dict) else result
+        if not isinstance(text, str):
+            text = orjson.dumps(result).decode()
+        return {"id": tid, "type": "agent_message", "text": text}
+    return {"id": tid, "type": "tool_invocation", "tool_name": name, "status": status, "arguments": args}
