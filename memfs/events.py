@@ -34,10 +34,9 @@ Decisions recorded here where the spec is silent:
   (:func:`foreign_format`). An *envelope* whose event looks like one is not: it is this
   family's line by construction, an unknown event.
 
-The rules live here, as data (:data:`EVENT_FIELDS`) and as the Python functions that word the
-refusals of lines that are not well-formed envelopes; the per-line work that applies them runs
-in the small C module ``memfs._contract`` (memfs/_contract.c), configured below. In Python
-that work cost more than parsing the JSON, on every appended and every rescanned line.
+The rules live here, as data (:data:`EVENT_FIELDS`), with the Python functions that word the
+refusals of lines that are not well-formed envelopes and the interpreter that applies the
+tables to each line (compiled into closures once, at import).
 
 No I/O happens here.
 """
@@ -49,7 +48,6 @@ from typing import Any, Callable
 
 import orjson
 
-from memfs import _contract
 from memfs.errors import ValidationError
 
 SCHEMA_VERSION = "0.18.0"
@@ -85,9 +83,20 @@ append)."""
 
 
 # --- field tables ---------------------------------------------------------------------------
-# The contract as data, interpreted by memfs._contract (the format is described at the top of
-# memfs/_contract.c). A check is (kind, what a value must be, ...); a field is (name, required,
-# check, what it must be when missing — None: the check's own words).
+# The contract as data, interpreted by _compile below. A check is a tuple starting with its kind
+# and what a value must be (the end of a refusal's reason):
+#   ("str"|"bool"|"int"|"uint"|"number"|"object"|"any"|"str_list", what)
+#   ("one_of", what, frozenset_of_str)      ("equal", what, value)
+#   ("fields", what, [field, ...])          an object with these fields, checked in order
+#   ("list_of", what, check)                a list whose every element passes ``check``
+#   ("by", what, key, {value: check}, fallback)       an object, checked by the check its
+#                                           string ``key`` selects (the fallback otherwise)
+#   ("present", what, [(key, check), ...], fallback)  an object, checked by the check of the
+#                                           first ``key`` it has with a non-null value
+# The cases and fallbacks of "by" and "present", and an event type's own check, are checks of
+# an object ("fields", "by" or "present"). A field is (name, required, check, what it must be
+# when missing — None: the check's own words). A required field must be present and pass (null
+# fails every check but "any"); an optional one may be absent or null.
 
 STR = ("str", "a string")
 BOOL = ("bool", "a boolean")
@@ -299,25 +308,194 @@ def _unwrap_slow(obj: Any, line: bytes) -> tuple[dict, bytes]:
     raise ValidationError('line is neither an envelope {"schema_version","event"} nor a bare event with "type"')
 
 
-_contract.configure(
-    orjson.loads, orjson.JSONDecodeError, ValidationError, _undecodable_reason, _unwrap_slow,
-    _NEWLINE_REASON, 'event: "type" must be a string', Kind.OTHER,
-    {etype: (check, LIFECYCLE_KINDS.get(etype, Kind.OTHER)) for etype, check in EVENT_FIELDS.items()},
-)
+# --- the interpreter of the tables -----------------------------------------------------------
+# A compiled check takes a value and returns None when it passes, else (path, what): path None
+# for the value itself, a dotted path below it (``item.changes[0].path``), or a list of them
+# when two or more required fields are missing (what is then _MISSING).
 
-parse_line: Callable[[bytes], Record] = _contract.parse_line
-"""Validate one line for appending and return what to store.
+_MISSING = "missing required fields"
+_ABSENT = object()
+_TYPE_REASON = 'event: "type" must be a string'
+_loads = orjson.loads
+_OTHER = Kind.OTHER
+_EXACT = {"str": str, "bool": bool, "int": int, "object": dict}  # checks that are one type test
 
-``raw`` may end with ``\\n`` (and ``\\r\\n``); it must not contain any other newline. A
-well-formed envelope is stored verbatim; a bare event is wrapped (:func:`_unwrap_slow`). The
-event's fields are checked against :data:`EVENT_FIELDS`. Raises :class:`ValidationError`
-with a one-line reason, for example ``turn.failed: "message" must be a string``.
-"""
 
-decode_stored: Callable[[bytes], "tuple[Kind, dict] | None"] = _contract.decode_stored
-"""Decode a line already in a log, with the rescan's acceptance rules (SPEC §3.3).
+def _join_one(head: str, tail: str) -> str:
+    return head + tail if tail[0] == "[" else f"{head}.{tail}"
 
-Returns ``(kind, event)`` or ``None`` when the rescan must skip the line: blank, not UTF-8,
-not JSON, not an envelope with a string ``schema_version`` and an ``event`` object with a
-string ``type``, or a lifecycle event that fails its checks (other events are not checked).
-"""
+
+def _join(head: str, tail: str | list | None) -> str | list:
+    if tail is None:
+        return head
+    if type(tail) is list:
+        return [_join_one(head, one) for one in tail]
+    return _join_one(head, tail)
+
+
+def _fields(what: str, specs: list) -> Callable:
+    """Every field, in order: the first wrong value is kept (only presence is checked after
+    it); missing required fields win over it: one is reported as a wrong field (with what it
+    must be), two or more as the list of their names."""
+    compiled = [(name, required, _EXACT.get(check[0]), _compile(check), check[1] if missing is None else missing)
+                for name, required, check, missing in specs]
+    not_object = (None, what)
+
+    def run(obj):
+        if type(obj) is not dict:
+            return not_object
+        first = missing = wrong = None
+        for name, required, exact, check, missing_what in compiled:
+            value = obj.get(name, _ABSENT)
+            if type(value) is exact:  # (the common case first: a value of the one right type)
+                continue
+            if value is _ABSENT:
+                if not required:
+                    continue
+                if first is None:
+                    first = (name, missing_what)
+                elif missing is None:
+                    missing = [first[0], name]
+                else:
+                    missing.append(name)
+            elif wrong is None and first is None and (value is not None or required):
+                refusal = check(value)
+                if refusal is not None:
+                    wrong = (_join(name, refusal[0]), refusal[1])
+        if missing is not None:
+            return missing, _MISSING
+        return first if first is not None else wrong
+
+    return run
+
+
+def _compile(spec: tuple) -> Callable:
+    """A check (the format of :data:`EVENT_FIELDS`) as a function of a value."""
+    kind, what = spec[0], spec[1]
+    bad = (None, what)
+    if kind == "fields":
+        return _fields(what, spec[2])
+    if kind == "list_of":
+        item = _compile(spec[2])
+
+        def list_of(v):
+            if type(v) is not list:
+                return bad
+            for i, element in enumerate(v):
+                refusal = item(element)
+                if refusal is not None:
+                    return _join(f"[{i}]", refusal[0]), refusal[1]
+            return None
+        return list_of
+    if kind == "by":
+        key, cases, fallback = spec[2], {v: _compile(c) for v, c in spec[3].items()}, _compile(spec[4])
+
+        def by(v):
+            if type(v) is not dict:
+                return bad
+            selector = v.get(key)
+            return (cases.get(selector, fallback) if type(selector) is str else fallback)(v)
+        return by
+    if kind == "present":
+        keyed, fallback = [(key, _compile(c)) for key, c in spec[2]], _compile(spec[3])
+
+        def present(v):
+            if type(v) is not dict:
+                return bad
+            for key, check in keyed:
+                if v.get(key) is not None:
+                    return check(v)
+            return fallback(v)
+        return present
+    simple = {
+        "str": lambda v: type(v) is str,
+        "bool": lambda v: type(v) is bool,
+        "int": lambda v: type(v) is int,  # a JSON boolean is never an integer
+        "uint": lambda v: type(v) is int and v >= 0,
+        "number": lambda v: type(v) is int or type(v) is float,
+        "object": lambda v: type(v) is dict,
+        "any": lambda v: True,
+        "str_list": lambda v: type(v) is list and all(type(s) is str for s in v),
+    }
+    if kind == "one_of":
+        values = spec[2]
+        test = lambda v: type(v) is str and v in values  # noqa: E731
+    elif kind == "equal":
+        value = spec[2]
+        test = lambda v: v == value  # noqa: E731
+    else:
+        test = simple[kind]
+    return lambda v: None if test(v) else bad
+
+
+_TABLE = {etype: (_compile(check), LIFECYCLE_KINDS.get(etype, Kind.OTHER)) for etype, check in EVENT_FIELDS.items()}
+
+
+def _refusal(etype: str, refusal: tuple) -> str:
+    path, what = refusal
+    if what is _MISSING:
+        return f"{etype}: missing required fields {', '.join(path)}"
+    return f'{etype}: "{path}" must be {what}'
+
+
+def parse_line(raw: bytes) -> Record:
+    """Validate one line for appending and return what to store.
+
+    ``raw`` may end with ``\\n`` (and ``\\r\\n``); it must not contain any other newline. A
+    well-formed envelope is stored verbatim; a bare event is wrapped (:func:`_unwrap_slow`). The
+    event's fields are checked against :data:`EVENT_FIELDS`. Raises :class:`ValidationError`
+    with a one-line reason, for example ``turn.failed: "message" must be a string``.
+    """
+    if type(raw) is not bytes:
+        raise TypeError(f"parse_line takes bytes, not {type(raw).__name__}")
+    # the writer's line: one trailing \n, then one trailing \r, dropped
+    line = raw if raw.endswith(b"}") else raw.removesuffix(b"\n").removesuffix(b"\r")
+    try:
+        obj = _loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise ValidationError(_undecodable_reason(line, exc)) from None
+    if 10 in line:  # a newline (an int: memchr): JSON may span lines; a stored line may not
+        raise ValidationError(_NEWLINE_REASON)
+    if type(obj) is dict and type(event := obj.get("event")) is dict and type(obj.get("schema_version")) is str:
+        stored = line
+    else:
+        event, stored = _unwrap_slow(obj, line)
+    etype = event.get("type")
+    if type(etype) is not str:
+        raise ValidationError(_TYPE_REASON)
+    entry = _TABLE.get(etype)
+    if entry is None:
+        return stored, etype, event, _OTHER
+    check, kind = entry
+    refusal = check(event)
+    if refusal is not None:
+        raise ValidationError(_refusal(etype, refusal))
+    return stored, etype, event, kind
+
+
+def decode_stored(line: bytes) -> "tuple[Kind, dict] | None":
+    """Decode a line already in a log, with the rescan's acceptance rules (SPEC §3.3).
+
+    Returns ``(kind, event)`` or ``None`` when the rescan must skip the line: blank, not UTF-8,
+    not JSON, not an envelope with a string ``schema_version`` and an ``event`` object with a
+    string ``type``, or a lifecycle event that fails its checks (other events are not checked).
+    """
+    try:
+        obj = _loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if type(obj) is not dict:
+        return None
+    event = obj.get("event")
+    if type(event) is not dict or type(obj.get("schema_version")) is not str:
+        return None
+    etype = event.get("type")
+    if type(etype) is not str:
+        return None
+    entry = _TABLE.get(etype)
+    if entry is None:
+        return _OTHER, event
+    check, kind = entry
+    if kind is not _OTHER and check(event) is not None:  # only lifecycle events: they make turns
+        return None
+    return kind, event

@@ -26,7 +26,7 @@ Decisions recorded here:
   sessions it reads, as without a warm-up).
 * **No priority inversion:** background work never gives way while a request is being served on
   a worker thread (:attr:`Pacer.hops`, counted by :meth:`Pacer.hop` on the thread that waits for
-  it: the event loop, or one of the intake's). Such a request may be waiting
+  it, the event loop). Such a request may be waiting
   for what the background thread holds — the session's open, its views' state, the search
   index — and must not wait for the loop to fall idle.
 * After :meth:`Pacer.close` (unmounting) nothing gives way.
@@ -58,11 +58,8 @@ runs of 6–12 rounds), the p99's medians went 2.98 → 1.89, 3.12 → 2.73, 2.9
 (their rewrites' threads get less CPU: the trade is the point). The nice level is absolute
 (:func:`lower_workers` takes the event loop's and adds ``WORKER_NICE``): a worker started by a
 lowered worker inherits its nice value, and lowering that again had put some at 19. Not lowered:
-the intake's threads (:mod:`memfs.fs.intake`), which serve requests — they keep the loop's
-nice level, though they run as batch threads too (``_intake.c`` says why: a woken one must
-not preempt the thread committing everyone's writes) — and ``fsync`` mode's syncer threads
-(the intake's twin), which spend their time in ``fdatasync`` and whose wakeup is a write's
-reply (as batch threads, 8 writers into 8 sessions ran at 0.83 of the rate with them normal,
+``fsync`` mode's syncer threads, which spend their time in ``fdatasync`` and whose wakeup is a
+write's reply (as batch threads, 8 writers into 8 sessions ran at 0.83 of the rate with them normal,
 in 10 interleaved rounds). Raising a priority back needs a privilege, so a lowered thread
 stays lowered; no process other than the mount lowers anything.
 """
@@ -109,9 +106,8 @@ class Pacer:
 
     @contextmanager
     def hop(self):
-        """A request served on a worker thread while the calling thread (the event loop, or one
-        of the intake's, :mod:`memfs.fs.intake`) waits for it: background work does not give
-        way meanwhile."""
+        """A request served on a worker thread while the calling thread (the event loop, or any
+        other) waits for it: background work does not give way meanwhile."""
         with self._lock:
             self.hops += 1
         try:

@@ -3,10 +3,9 @@
 #   1. FUSE userland + build deps via apt (fuse3, libfuse3-dev, pkg-config, bubblewrap, and attr
 #      for getfattr), only if something is missing;
 #   2. a virtualenv at .venv (system python3 >= 3.11, or $PYTHON) with `pip install -e '.[test,cluster]'`
-#      (pyfuse3 is built from source against the libfuse3 headers; memfs's own C module,
-#      memfs/_contract.c, is compiled into the source tree).
-# Re-runs are fast: pip runs only when pyproject.toml, setup.py or a C source changed since the
-# last successful install (or a compiled module is missing).
+#      (pyfuse3 is built from source against the libfuse3 headers; memfs itself is pure Python,
+#      docs/design.md says why).
+# Re-runs are fast: pip runs only when pyproject.toml changed since the last successful install.
 # Usage: scripts/setup.sh [--bench]     (--bench also installs the '.[bench]' extras)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -56,13 +55,10 @@ if ! .venv/bin/python -c '' 2>/dev/null; then
 fi
 
 # --- 3. Python packages (skipped when the stamp matches the build inputs) --
-c_modules=(memfs/_contract memfs/store/_writer memfs/fs/_syncer memfs/fs/_intake)  # the extensions setup.py builds
-hash=$(cat pyproject.toml setup.py "${c_modules[@]/%/.c}" | sha256sum | cut -d' ' -f1)
-built=1
-for m in "${c_modules[@]}"; do compgen -G "$m.*.so" >/dev/null || built=0; done
+hash=$(sha256sum pyproject.toml | cut -d' ' -f1)
 todo=()
 for e in "${extras[@]}"; do
-  [[ $built == 1 && "$(cat ".venv/.stamp-$e" 2>/dev/null)" == "$hash" ]] || todo+=("$e")
+  [[ "$(cat ".venv/.stamp-$e" 2>/dev/null)" == "$hash" ]] || todo+=("$e")
 done
 if ((${#todo[@]})); then
   spec=".[$(IFS=,; echo "${extras[*]}")]"

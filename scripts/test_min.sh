@@ -11,9 +11,9 @@ import re, tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 deps = project["dependencies"] + project["optional-dependencies"]["test"]
 for dep in deps:
-    m = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([0-9][^,;\s]*)", dep.strip())
+    m = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([0-9][^,;\s]*)(,<[0-9][^,;\s]*)?", dep.strip())
     if not m:
-        raise SystemExit(f"test_min.sh: cannot pin {dep!r}: declare a plain '>=' floor")
+        raise SystemExit(f"test_min.sh: cannot pin {dep!r}: declare a plain '>=' floor (and at most a '<' bound)")
     print(f"{m[1]}=={m[2]}")
 PY
 )

@@ -456,11 +456,11 @@ def test_event_facts():
 
 
 def test_parse_and_decode_keep_no_references():
-    """memfs._contract counts its references by hand: accepting, refusing (each way) and
-    decoding many lines leaves no memory behind."""
+    """Accepting, refusing (each way) and decoding many lines leaves no memory behind (no
+    cache or reason kept per line)."""
     lines = [
         line_of({"type": "item.completed", "item": ITEM}),
-        line_of({"type": "turn.started"}, envelope=False),  # wrapped by the Python side
+        line_of({"type": "turn.started"}, envelope=False),  # wrapped
         line_of({"type": "item.completed", "item": {"id": "f", "type": "file_change", "status": "completed",
                                                      "changes": [{"path": "a", "kind": "nope"}]}}),
         line_of({"type": "turn.failed"}),

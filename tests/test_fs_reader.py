@@ -18,11 +18,6 @@ from mounting import event, is_mounted, mounted, needs_fuse
 
 pytestmark = needs_fuse
 
-# The reader takes requests for pyfuse3's tasks: all of them in a `write`-mode mount, or in the
-# intake's twin; with the intake (an `fsync`-mode mount, memfs/fs/intake.py), those its threads
-# queue for the loop
-TWIN = {"MEMFS_IMPL": "py"}
-
 WRITER = r"""
 import json, os, sys
 path, me, turns = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -79,27 +74,15 @@ def test_queued_requests_are_read_at_once_and_every_line_lands_once_in_order(tmp
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "fusermount -u"])
-@pytest.mark.parametrize("reading", ["intake", "twin"])
-def test_the_server_ends_with_its_tasks_waiting_in_the_reader(tmp_path, how, reading):
+def test_the_server_ends_with_its_tasks_waiting_in_the_reader(tmp_path, how):
     # 16 fsync-mode writers: up to 16 requests wait for their syncs at once, while the others'
     # are read; a task that found no request queued must never read (the loop would block
     # there, and the syncs' completions with it). Then both ways of ending end every task.
-    # With the intake (memfs/fs/intake.py) its threads serve the writes, each waiting for its
-    # sync, and start more threads while they wait; the loop's tasks wait on its queue.
-    env = TWIN if reading == "twin" else {}
-    with mounted(tmp_path / "store", tmp_path / "mnt", "--durability", "fsync", env=env) as m:
+    with mounted(tmp_path / "store", tmp_path / "mnt", "--durability", "fsync") as m:
         procs = writers(m.mnt / "sessions", [f"w{k}" for k in range(16)], 20)
         assert [p.wait(120) for p in procs] == [0] * 16
         read = root_count(m.mnt, "requests_read_at_once") + root_count(m.mnt, "requests_read_after_wait")
-        if reading == "twin":
-            assert read > 16 * 60
-            assert "user.memfs.intake_writes" not in os.listxattr(m.mnt)
-        else:
-            assert root_count(m.mnt, "intake_writes") == 16 * 60
-            # writes that arrived together were committed by one thread holding the interpreter lock
-            assert 0 < root_count(m.mnt, "intake_combined") < 16 * 60
-            assert root_count(m.mnt, "intake_peak_threads") > 2  # more than it started with
-            assert 0 < read <= root_count(m.mnt, "intake_forwarded")  # the rest went to the loop
+        assert read > 16 * 60
         if how == "SIGTERM":
             m.proc.send_signal(signal.SIGTERM)
         else:
@@ -110,21 +93,15 @@ def test_the_server_ends_with_its_tasks_waiting_in_the_reader(tmp_path, how, rea
         assert len((tmp_path / "store" / f"w{k}" / "events.jsonl").read_text().splitlines()) == 60
 
 
-@pytest.mark.parametrize("reading", ["intake", "twin"])
-def test_fsync_writers_through_cap_rewrites_are_all_answered_and_counted(tmp_path, reading):
-    # With the intake, one thread commits the writes queued for the interpreter lock; a write
-    # that may wait (here: one that passes the cap, whose rewrite runs on a worker thread) is
-    # given back to its own thread. 8 fsync writers drive 8 sessions through rewrites: every
-    # write is answered, and each session holds its turns in order, the cap kept.
+def test_fsync_writers_through_cap_rewrites_are_all_answered_and_counted(tmp_path):
+    # 8 fsync writers drive 8 sessions through rewrites (a write that passes the cap runs on a
+    # worker thread, the others commit on the loop and wait for the syncer): every write is
+    # answered, and each session holds its turns in order, the cap kept.
     cap, turns = 12, 40
-    env = TWIN if reading == "twin" else {}
-    with mounted(tmp_path / "store", tmp_path / "mnt", "--durability", "fsync", "--max-events", str(cap),
-                 env=env) as m:
+    with mounted(tmp_path / "store", tmp_path / "mnt", "--durability", "fsync", "--max-events", str(cap)) as m:
         names = [f"w{k}" for k in range(8)]
         procs = writers(m.mnt / "sessions", names, turns)
         assert [p.wait(120) for p in procs] == [0] * 8
-        if reading == "intake":
-            assert root_count(m.mnt, "intake_writes") == 8 * 3 * turns
         for name in names:
             manifest = json.loads((m.mnt / "sessions" / name / "manifest.json").read_bytes())
             assert manifest["turn_count"] == turns and manifest["event_count"] <= cap

@@ -1,5 +1,4 @@
-"""The syncer of fsync-mode mounts (memfs/fs/syncer.py): both twins, the compiled one
-(memfs/fs/_syncer.c) and PySyncer, its specification — fdatasync of a descriptor handed over
+"""The syncer of fsync-mode mounts (memfs/fs/syncer.py): fdatasync of a descriptor handed over
 to it (it closes it) on a thread, completions on an eventfd, the errno of a failed sync."""
 
 from __future__ import annotations
@@ -10,19 +9,7 @@ import select
 
 import pytest
 
-from memfs.fs.syncer import PySyncer
-
-TWINS = [PySyncer]
-try:
-    from memfs.fs._syncer import Syncer as CSyncer
-
-    TWINS.append(CSyncer)
-except ImportError:  # a checkout without the compiled part: the twin test below says so
-    CSyncer = None
-
-
-def test_the_compiled_twin_is_built():
-    assert CSyncer is not None, "memfs.fs._syncer is not built (pip install -e . builds it)"
+from memfs.fs.syncer import Syncer
 
 
 def completions(syncer, n: int, timeout: float = 10.0) -> list[tuple[int, int]]:
@@ -36,9 +23,8 @@ def completions(syncer, n: int, timeout: float = 10.0) -> list[tuple[int, int]]:
     return got
 
 
-@pytest.mark.parametrize("twin", TWINS, ids=lambda t: t.__module__)
-def test_syncs_complete_with_their_tags_and_the_syncer_closes_what_it_was_given(tmp_path, twin):
-    syncer = twin(4)
+def test_syncs_complete_with_their_tags_and_the_syncer_closes_what_it_was_given(tmp_path):
+    syncer = Syncer(4)
     try:
         before = len(os.listdir("/proc/self/fd"))
         for i in range(20):
@@ -53,9 +39,8 @@ def test_syncs_complete_with_their_tags_and_the_syncer_closes_what_it_was_given(
         syncer.close()
 
 
-@pytest.mark.parametrize("twin", TWINS, ids=lambda t: t.__module__)
-def test_a_failed_sync_reports_its_errno(twin):
-    syncer = twin(1)
+def test_a_failed_sync_reports_its_errno():
+    syncer = Syncer(1)
     r, w = os.pipe()
     try:
         syncer.submit(os.dup(w), 7)  # fdatasync of a pipe: EINVAL
@@ -69,9 +54,8 @@ def test_a_failed_sync_reports_its_errno(twin):
         syncer.close()
 
 
-@pytest.mark.parametrize("twin", TWINS, ids=lambda t: t.__module__)
-def test_close_runs_what_is_queued(tmp_path, twin):
-    syncer = twin(2)
+def test_close_runs_what_is_queued(tmp_path):
+    syncer = Syncer(2)
     fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         for i in range(10):
@@ -84,5 +68,5 @@ def test_close_runs_what_is_queued(tmp_path, twin):
     os.close(fd)
     before = len(os.listdir("/proc/self/fd"))
     for _ in range(3):
-        twin(2).close()
+        Syncer(2).close()
     assert len(os.listdir("/proc/self/fd")) == before  # eventfds and duplicates closed

@@ -8,8 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+import memfs
+from mounting import mounted, needs_fuse
 
 PROBE = "import importlib, json, sys; importlib.import_module(sys.argv[1]); " \
         "print(json.dumps(sorted(m for m in sys.modules if m == 'memfs' or m.startswith('memfs.'))))"
@@ -21,7 +25,7 @@ def loaded_by(module: str) -> list[str]:
 
 
 @pytest.mark.parametrize("module, allowed", [
-    ("memfs.events", {"memfs", "memfs._lazy", "memfs._contract", "memfs.errors", "memfs.events"}),
+    ("memfs.events", {"memfs", "memfs._lazy", "memfs.errors", "memfs.events"}),
     ("memfs.facts", {"memfs", "memfs._lazy", "memfs.facts"}),
     ("memfs.search.bm25", {"memfs", "memfs._lazy", "memfs.pace", "memfs.search", "memfs.search.bm25",
                            "memfs.search.index", "memfs.search.tokenize"}),
@@ -55,3 +59,21 @@ def test_without_cluster_nothing_of_it_is_imported():
              "print(sorted(m for m in sys.modules if m == 'nats' or m.startswith(('nats.', 'memfs.cluster.'))))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@needs_fuse
+def test_memfs_is_pure_python_even_in_a_mount_s_server(tmp_path):
+    """No compiled module of memfs's own (docs/design.md says why they went): none in the
+    package, and a mounted server, after an append and a read, maps no shared object from it
+    (pyfuse3, orjson and numpy are compiled; they are dependencies)."""
+    package = Path(memfs.__file__).parent
+    assert not [p for p in package.rglob("*") if p.suffix in (".c", ".so", ".pyd")]
+    with mounted(tmp_path / "store", tmp_path / "mnt") as m:
+        (m.mnt / "sessions" / "s").mkdir()
+        with open(m.mnt / "sessions" / "s" / "events.jsonl", "ab") as f:
+            f.write(b'{"type":"turn.started"}\n')
+        assert b"turn.started" in (m.mnt / "sessions" / "s" / "events.jsonl").read_bytes()
+        maps = Path(f"/proc/{m.proc.pid}/maps").read_text().splitlines()
+    mapped = {line.split()[-1] for line in maps if line.split()[-1].endswith(".so") or ".so." in line}
+    assert any("pyfuse3" in path for path in mapped)  # (the probe sees the server's compiled modules)
+    assert not [path for path in mapped if path.startswith(str(package))]

@@ -87,17 +87,17 @@ def loop_hop(pacer: Pacer):
 
 
 @contextmanager
-def intake_hop(pacer: Pacer):
-    """A request on a worker thread that an intake thread (memfs/fs/intake.py) waits for: counted
-    by :meth:`Pacer.hop` on that other thread."""
+def thread_hop(pacer: Pacer):
+    """A request on a worker thread that another thread than the loop waits for: counted by
+    :meth:`Pacer.hop` on that other thread."""
     in_hop, leave = threading.Event(), threading.Event()
 
-    def intake_thread():
+    def other_thread():
         with pacer.hop():
             in_hop.set()
             leave.wait(30)
 
-    hopper = threading.Thread(target=intake_thread)
+    hopper = threading.Thread(target=other_thread)
     hopper.start()
     assert in_hop.wait(30)
     try:
@@ -109,10 +109,10 @@ def intake_hop(pacer: Pacer):
     assert pacer.hops == 0
 
 
-@pytest.mark.parametrize("hop", [loop_hop, intake_hop], ids=["loop", "intake"])
+@pytest.mark.parametrize("hop", [loop_hop, thread_hop], ids=["loop", "thread"])
 def test_a_request_on_a_worker_thread_or_unmounting_ends_the_wait(hop):
     """A request served on a worker thread may wait for what the background work holds: while
-    one is (``Pacer.hop``, on the loop or on an intake thread), nothing gives way;
+    one is (``Pacer.hop``, on the loop or on another thread), nothing gives way;
     after close() (unmounting) neither."""
     pacer = Pacer()
     loop = Loop(pacer)

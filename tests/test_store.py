@@ -682,8 +682,7 @@ def test_a_failed_write_takes_back_only_the_failing_line(full_disk, durability):
 @pytest.mark.parametrize("durability", ["buffered", "write"])
 def test_append_keeps_no_references(tmp_path, durability):
     """Accepting (bytes with and without a newline, text, dicts, one-line writes) and refusing
-    lines many times leaves no memory behind (memfs._contract, which every line passes
-    through, counts its references by hand)."""
+    lines many times leaves no memory behind."""
 
     bad = [b"not json", b'{"schema_version":"0.18.0","event":{"type":"turn.failed"}}', b"x" * 70000]
     with open_s(tmp_path, durability=durability, max_line_bytes=65536) as h:
@@ -751,22 +750,10 @@ def test_background_pending_counts_work_until_it_ends():
     wait_until(lambda: paths.background_pending() == 0, "background work done")
 
 
-def test_the_commit_runs_the_twin_asked_for(session, pytestconfig):
-    """``--impl`` (MEMFS_IMPL) decides which commit runs; in the normal run it is the compiled
-    one, which setup.py builds: a missing build must not pass for the C run."""
-    impl = pytestconfig.getoption("impl")
-    assert session.stats()["impl"] == impl
-    session.append(msg("counted by either twin"))
-    assert session.stats()["appended"] == 1
-    if impl == "c":
-        import memfs.store._writer  # noqa: F401 — fails when the module is not built
-
-
 def test_the_commit_keeps_no_references(full_disk):
-    """memfs/store/_writer.c counts its references by hand: accepted lines (single and batched,
-    buffered and write mode, boundaries), refused lines in a batch, evictions (and failed
-    ones: CapRewriteError) and failed writes (ENOSPC, rolled back) leave no memory behind.
-    With --impl=py the same churn checks the Python twin, which must keep nothing either."""
+    """Accepted lines (single and batched, buffered and write mode, boundaries), refused lines
+    in a batch, evictions (and failed ones: CapRewriteError) and failed writes (ENOSPC, rolled
+    back) leave no memory behind."""
     root, fill = full_disk
     bad = [b"not json", b'{"schema_version":"0.18.0","event":{"type":"turn.failed"}}']
     big = env("turn.failed", message="x" * 6000)  # spans a page: a full tmpfs refuses it

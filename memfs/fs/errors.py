@@ -14,7 +14,6 @@ import os
 import traceback
 from types import CoroutineType
 
-from memfs.fs import intake  # noqa: F401  (first: it must be loaded before pyfuse3)
 import pyfuse3
 
 from memfs.errors import MemfsError
@@ -83,7 +82,7 @@ def guarded(handler):
 def refusal(name: str, args: tuple, exc: Exception) -> pyfuse3.FUSEError:
     """The reply to handler ``name`` called with ``args`` that raised ``exc``: a refused
     request's reason is logged in one line, anything unexpected is ``EIO`` with its traceback
-    (:func:`guarded`, and the intake's writes: ``Operations.write_now``)."""
+    (:func:`guarded`)."""
     if isinstance(exc, pyfuse3.FUSEError):
         return exc
     if isinstance(exc, MemfsError):

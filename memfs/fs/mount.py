@@ -21,7 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-from memfs.fs import intake  # (first: it must be loaded before pyfuse3)
 import pyfuse3
 import trio
 
@@ -74,7 +73,7 @@ def _last_close(fd: int) -> None:
     ascending order at exit, but the files are released last-closed-first (seen on kernel
     6.18): ``/dev/fuse`` (libfuse's descriptor, below the socket's) was released after the
     socket, the helper's open raced the connection's end and failed with ``ECONNABORTED``
-    instead, and the dead mount stayed — after 5 of 10 kills with the Python twin while
+    instead, and the dead mount stayed — after 5 of 10 kills with the Python commit while
     another process kept a CPU busy. The duplicate, the process's highest descriptor, is
     closed last and so released first. Best effort: without a free descriptor up there,
     nothing is held (``tests/test_reliability_crash.py::
@@ -205,25 +204,13 @@ def run(config) -> int:
     try:
         if config.cluster.enabled:  # after the fork: the NATS thread must live in the server
             ops.cluster = start_cluster(config, store)
-        # fsync mode: the intake's threads read the requests (memfs/fs/intake.py says when and
-        # why); not in cluster mode, whose appends are published from the loop's NATS connection
-        queue_fd = intake.arm() if ops.cluster is None and config.durability == "fsync" else None
         pyfuse3.init(ops, str(mountpoint), fuse_options(config, store.root))
         fd = fuse_device_fd()
         if fd is not None:
             _last_close(fd)
-        if queue_fd is not None and not intake.took():
-            queue_fd = None  # pyfuse3 was bound to libfuse's own read: it reads, as the twin
-        if queue_fd is not None and fd is None:
-            raise MemfsError("the FUSE session's /dev/fuse descriptor was not found")
-        if fd is not None:
-            ops.reader = RequestReader(fd if queue_fd is None else queue_fd, MIN_TASKS)
+            ops.reader = RequestReader(fd, MIN_TASKS)
             ops.gate.queued = ops.reader.queued
-        if queue_fd is not None:
-            ops.intake = True  # (before any request: opens then choose the intake's appends)
-            intake.start(fd, ops.write_now)
     except BaseException:
-        intake.stop()
         if ops.cluster is not None:
             ops.cluster.stop()
         store.close()
@@ -251,7 +238,6 @@ def run(config) -> int:
     finally:
         try:
             try:
-                intake.stop()  # its write in progress answered; no request is read from now on
                 views.flush()  # views copied to the backing store are written before we go
                 ops.close_files()  # files the kernel did not release yet hold sessions open
                 if ops.cluster is not None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from memfs.fs import intake  # noqa: F401  (first: it must be loaded before pyfuse3)
 import pyfuse3
 
 from memfs.store import paths

@@ -32,14 +32,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from memfs.fs import intake  # (first: it must be loaded before pyfuse3)
 import pyfuse3
 import trio
 
 from memfs import views
 from memfs.errors import MemfsError, NotFound, ValidationError
 from memfs.fs import content
-from memfs.fs.errors import INJECTED_FAULTS, fail, guarded, inject_fault, log, refusal
+from memfs.fs.errors import fail, guarded, log
 from memfs.fs.gate import WriteGate
 from memfs.fs.nodes import (BACKING_FILES, DIR_KINDS, DYNAMIC_KINDS, INDEX_CHILDREN, SESSION_CHILDREN, InodeTable,
                             K, Node, child)
@@ -120,7 +119,6 @@ class Operations(pyfuse3.Operations):
         self.cluster = None  # a memfs.cluster.node.ClusterNode in cluster mode (SPEC §9), set before mounting
         self.nats = None  # with it, a memfs.cluster.wire.Connection: the event loop's own NATS connection
         self.durability = None  # a memfs.fs.syncer.Durability while mounted: fsync mode's waits
-        self.intake = False  # the intake's threads serve writes (memfs.fs.intake; set at mount)
         self.gate = WriteGate()  # appends give way to queued requests (its queue poll is set at mount)
         self.reader = None  # the RequestReader pyfuse3's tasks wait in (memfs.fs.reader; set at mount)
         self.pacer = Pacer()  # background work gives way to the loop (it watches the loop at mount)
@@ -590,8 +588,7 @@ class Operations(pyfuse3.Operations):
                     target = self.cluster.session(session)
                     if self.cluster.max_line < limit:  # a longer line, refused at once (no publish)
                         limit, limit_name = self.cluster.max_line, self.cluster.limit_name
-                # fsync mode: the loop commits, the syncer syncs (memfs.fs.syncer); with the
-                # intake, the thread that read the write commits and syncs (write_now)
+                # fsync mode: the loop commits, the syncer syncs (memfs.fs.syncer)
                 deferred = self.durability is not None and self.cluster is None and session.durability == "fsync"
                 handle.appender = LineAppender(target, max_line_bytes=limit, pid=pid, sync=not deferred,
                                                limit_name=limit_name)
@@ -633,60 +630,6 @@ class Operations(pyfuse3.Operations):
             return self._write_in_turn(handle, off, buf)
         n = self._write_unless_blocking(handle, off, buf)
         return self._off_loop(self._write, handle, off, buf) if n is None else n
-
-    def write_now(self, fh: int, off: int, buf: bytes, may_hop: bool = True):
-        """A ``write()`` read by the intake (:mod:`memfs.fs.intake`), served on its threads: the
-        append, with no event loop involved. Returns the bytes written, or ``-errno`` with the
-        reason logged as :func:`~memfs.fs.errors.guarded` does; in ``fsync`` mode, when the log
-        is not yet durable, ``(written, fd, end_sync, goal)``: the thread runs ``fdatasync`` on
-        ``fd`` (a duplicate) without the interpreter lock before it replies, and reports
-        ``goal`` to ``end_sync`` later (:func:`memfs.fs._intake`'s ``serve_write``). A write
-        that may wait (a cap rewrite, the session's lock) runs on a worker thread while the
-        calling thread waits — or, with ``may_hop`` false (the intake commits queued writes of
-        several threads in one hold of the lock: none may wait for the disk there), is not
-        served at all: None, and the write's own thread calls again with ``may_hop`` true."""
-        try:
-            if INJECTED_FAULTS:
-                inject_fault("write")
-            handle = self.files.get(fh)
-            if handle is None or handle.appender is None:
-                raise fail("EBADF")
-            session = handle.session
-            if session.may_block_append(len(buf), buf.count(b"\n") + 1, sync=False):
-                if not may_hop:
-                    return None
-                with self.pacer.hop():  # (background work does not give way meanwhile)
-                    n = self._on_worker(self._write, handle, off, buf)  # a cap rewrite, the lock
-            else:
-                n = self._write(handle, off, buf)
-            if handle.appender.sync:
-                return n
-            # fsync mode: the intake's thread syncs (memfs/fs/_intake.c)
-            request = session.begin_sync(session.sync_position)  # (a duplicate: a cap rewrite may replace the log)
-            if request is None:
-                return n
-            fd, goal = request
-            return n, fd, session.end_sync, goal
-        except Exception as exc:
-            return -refusal("write", (self, fh, off, buf), exc).errno
-
-    @staticmethod
-    def _on_worker(fn: Callable, *args):
-        """``fn(*args)`` on a worker thread (lowered, :mod:`memfs.pace`), the calling intake
-        thread waiting: a cap rewrite's Python then gives way to the event loop for the CPU, as
-        it does on the loop's path (``_off_loop``). The caller counts it in
-        :meth:`Pacer.hop <memfs.pace.Pacer.hop>`."""
-        done = threading.Lock()
-        done.acquire()
-        result = []
-
-        def deliver(outcome) -> None:
-            result.append(outcome)
-            done.release()
-
-        trio.lowlevel.start_thread_soon(functools.partial(as_worker, fn, *args), deliver)
-        done.acquire()
-        return result[0].unwrap()
 
     async def _write_in_turn(self, handle: OpenFile, off: int, buf: bytes) -> int:
         n = await self.gate.turn(self._write_unless_blocking, handle, off, buf)
@@ -836,16 +779,9 @@ class Operations(pyfuse3.Operations):
                       b"user.memfs.attr_ticked": str(self.attr_ticked).encode(),  # _attr_timeout
                       b"user.memfs.attr_unticked": str(self.attr_unticked).encode(),
                       b"user.memfs.attr_tick_sessions": str(len(self._ticked)).encode()}
-            noflush = intake.noflush_opens()
-            if noflush is not None:  # memfs.fs.intake: read-only opens whose close sends no FLUSH
-                values[b"user.memfs.noflush_opens"] = str(noflush).encode()
             if self.reader is not None:  # memfs.fs.reader: requests read at once / after a wait
                 values[b"user.memfs.requests_read_at_once"] = str(self.reader.read_at_once).encode()
                 values[b"user.memfs.requests_read_after_wait"] = str(self.reader.read_after_wait).encode()
-            if self.intake:  # memfs.fs.intake: writes served on its threads, requests for the loop
-                for key, value in intake.stats().items():
-                    if key in ("writes", "combined", "forwarded", "threads", "peak_threads"):
-                        values[b"user.memfs.intake_" + key.encode()] = str(value).encode()
             if self.warm_pending is not None:
                 values[b"user.memfs.warm_pending"] = str(self.warm_pending).encode()
             helper = rescanner.current()  # the mount's: large logs' rescans in its process

@@ -23,9 +23,7 @@ see :meth:`SessionHandle.may_block_append <memfs.store.session.SessionHandle.may
   completions already signalled (under load the loop is busy when a sync ends, and they would
   wait for a pass of the loop and a task switch into ``run``).
 
-The compiled syncer (``memfs/fs/_syncer.c``) never takes the interpreter lock; this module's
-:class:`PySyncer` is its twin and specification (``MEMFS_IMPL=py`` selects it). A failed
-``fdatasync`` fails the ``write()`` with its errno; the lines are in the log, as when
+A failed ``fdatasync`` fails the ``write()`` with its errno; the lines are in the log, as when
 :meth:`SessionHandle.append <memfs.store.session.SessionHandle.append>`'s own sync fails.
 """
 
@@ -46,9 +44,8 @@ import trio
 SYNC_THREADS = 4
 
 
-class PySyncer:
-    """``fdatasync`` on threads, completions counted on an eventfd: the specification of
-    ``memfs.fs._syncer.Syncer``. ``submit(fd, tag)`` takes ``fd`` (a descriptor of the
+class Syncer:
+    """``fdatasync`` on threads, completions counted on an eventfd. ``submit(fd, tag)`` takes ``fd`` (a descriptor of the
     caller's own, e.g. a duplicate, which the caller does not close: the syncer does once it
     is synced; a descriptor that is not open is refused at once with ``EBADF``, and when
     ``submit`` raises ``fd`` is still the caller's); ``done()`` drains the eventfd and returns
@@ -109,22 +106,6 @@ class PySyncer:
         for thread in self._threads:
             thread.join()
         os.close(self._efd)
-
-
-def _choose():
-    choice = os.environ.get("MEMFS_IMPL", "")
-    if choice == "py":
-        return PySyncer, "py"
-    try:
-        from memfs.fs._syncer import Syncer as compiled
-    except ImportError:
-        if choice == "c":
-            raise
-        return PySyncer, "py"
-    return compiled, "c"
-
-
-Syncer, IMPL = _choose()
 
 
 class _Job:

@@ -56,7 +56,6 @@ from memfs.store.paths import (CAP_MARKER, EVENTS, INDEX_DIR, MANIFEST, PIN, REJ
 from memfs.store.recovery import OpenReport, Recovered, recover, repair_torn_tail, scan_into
 from memfs.store.turntimes import TurnTimes
 from memfs.store.rejected import record_rejected
-from memfs.store import writer
 from memfs.store.writer import LogFile, commit_call
 
 log = logging.getLogger("memfs.store")
@@ -570,8 +569,7 @@ class SessionHandle:
         ``metadata_writes`` (snapshots written), ``persist_scheduled``, ``persist_idle``
         (neither scheduled nor in flight on the persister thread), ``open`` (the log's
         descriptor is open), ``durability``, ``handles`` (open handles in this process),
-        ``impl`` (which twin of the commit runs: ``"c"`` or ``"py"``, see
-        :mod:`memfs.store.writer`), ``writer`` (this process holds the liveness lock),
+        ``writer`` (this process holds the liveness lock),
         ``writing`` (handles claiming to be writing, see :meth:`writing`), ``syncs``
         (``fdatasync`` calls of ``fsync``-mode group commit in this process), ``owed_waits``
         and ``owed_timeouts`` (of those syncs, how many first waited for the appenders the
@@ -597,7 +595,6 @@ class SessionHandle:
                 "open": log_file.fd is not None,
                 "durability": s.config.durability,
                 "handles": s.refs,
-                "impl": writer.IMPL,
                 "writer": s.lock_file is not None,
                 "writing": s.writers,
                 "syncs": log_file.syncs,

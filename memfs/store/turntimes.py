@@ -20,7 +20,7 @@ Decisions recorded here:
   rescan or a follower stamps ``ts`` with the time *it* read the line, which is not when the
   turn started, so those turns get no start. The end is the time of the boundary's
   :meth:`~memfs.store.session.Session.request_persist` (run right after the boundary's
-  ``apply`` in both twins of the commit, so the hot path gains one integer comparison), or,
+  ``apply`` in the commit, so the hot path gains one integer comparison), or,
   for a turn abandoned by the next ``turn.started``, that next turn's arrival. What was not
   witnessed is null — never invented — and stays null: a rescan writes nothing here.
 * **Written with the metadata persist** (:class:`~memfs.store.metadata.MetadataWriter`, on the

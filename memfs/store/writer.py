@@ -27,16 +27,6 @@ Failures, one strategy for one line and for many:
   the lines before it stay committed; the ``ValidationError`` carries ``accepted``.
 * A failed eviction after the lines were committed raises :class:`CapRewriteError` with
   ``accepted`` set; the log is untouched and the cap is tried again after the next append.
-
-Two twins, one commit (PEP 399): :func:`commit` below is the specification and the pure-Python
-implementation; ``memfs/store/_writer.c`` is the same function compiled, step for step (same
-return value, exceptions and ``accepted``, marks, rollback points, persist requests), calling
-back into this module, :func:`memfs.store.machine.apply` and the session for everything but the
-hot path. The end of this module picks one: the C twin unless the environment says
-``MEMFS_IMPL=py`` (or it is not built: then Python, silently; ``MEMFS_IMPL=c`` makes its
-absence an ImportError). :data:`IMPL` says which runs (also ``SessionHandle.stats()["impl"]``);
-the store tests run against both (``pytest --impl=py``; ``scripts/test.sh`` runs both). A
-change to the commit is made in both twins, or the suite's second run fails.
 """
 
 from __future__ import annotations
@@ -483,27 +473,3 @@ def _failed_write(s, mark: tuple, exc: OSError) -> None:
         s.appended += accepted
         if s.config.syncs:
             s.log.sync_to(s.log.position)
-
-
-# --- which twin runs -------------------------------------------------------------------------
-
-py_commit = commit
-"""The Python twin, always available (the C one is checked against it)."""
-
-IMPL = "py"
-"""Which :func:`commit` runs: ``"c"`` (memfs/store/_writer.c) or ``"py"`` (the function above)."""
-
-_choice = os.environ.get("MEMFS_IMPL", "")
-if _choice not in ("", "c", "py"):
-    raise ImportError(f"MEMFS_IMPL={_choice!r}: it must be 'c' or 'py' (unset: c when it is built)")
-if _choice != "py":
-    try:
-        from memfs.store import _writer
-    except ImportError:
-        if _choice == "c":  # asked for by name: its absence is an error, not a silent fallback
-            raise
-    else:
-        _writer.configure(apply, now_rfc3339, _enforce_cap, _failed_write, ValidationError, CapRewriteError,
-                          _TURN_STARTED, BUFFER_LIMIT)
-        commit = _writer.commit  # noqa: F811 — the compiled twin of the function above
-        IMPL = "c"
