@@ -29,7 +29,7 @@ Decisions recorded here where the spec is silent:
   with ``server``/``tool``, ``todo_list``, ``declined``…). Enumerated values inside items
   (statuses, change kinds) are open: any string. Rules with two forms use the ``present``
   check (:func:`present`), so each form is refused with its own reason.
-* A bare line in another agent's format (Claude Code stream-json or transcript, Codex rollout)
+* A bare line in another agent's format (Claude Code, Codex rollout, Gemini CLI: memfs.formats)
   is refused with a reason naming the format and the command that ingests it
   (:func:`foreign_format`). An *envelope* whose event looks like one is not: it is this
   family's line by construction, an unknown event.
@@ -49,6 +49,7 @@ from typing import Any, Callable
 import orjson
 
 from memfs.errors import ValidationError
+from memfs.formats import foreign_format
 
 SCHEMA_VERSION = "0.18.0"
 _ENVELOPE_HEAD = b'{"schema_version":"' + SCHEMA_VERSION.encode() + b'","event":'
@@ -249,56 +250,19 @@ def _undecodable_reason(line: bytes, exc: orjson.JSONDecodeError) -> str:
     return f"line is not valid JSON: {exc}"
 
 
-# --- other agents' formats, refused with the command that ingests them (SPEC §2, §8) ---------
+# --- other agents' formats, refused with the command that ingests them (SPEC §2, §10) --------
 # Only lines that are not envelopes are looked at (bare lines: the way those tools write), and
-# only on their top-level shape, so that an unknown event of this family is never taken for one:
-# none of these types is a type of the family, and each also needs a field of its format.
-
-_CLAUDE_STREAM_TYPES = frozenset(("system", "assistant", "user", "result", "stream_event"))
-_CLAUDE_TRANSCRIPT_TYPES = frozenset(("system", "assistant", "user", "summary"))
-_CLAUDE_TRANSCRIPT_FIELDS = ("parentUuid", "sessionId", "leafUuid", "isSidechain")
-_CLAUDE_STREAM_FIELDS = ("session_id", "parent_tool_use_id")
-_CODEX_ROLLOUT_TYPES = frozenset(("session_meta", "response_item", "event_msg", "turn_context", "compacted"))
-_FOREIGN_TYPES = _CLAUDE_STREAM_TYPES | _CLAUDE_TRANSCRIPT_TYPES | _CODEX_ROLLOUT_TYPES
-
-
-def foreign_format(obj: dict) -> str | None:
-    """The refusal reason for a decoded bare line in another agent's format, else None.
-
-    * Claude Code transcript (``~/.claude/projects/*/*.jsonl``): ``type`` user / assistant /
-      system / summary with one of ``parentUuid``, ``sessionId``, ``leafUuid``, ``isSidechain``;
-    * Claude Code ``stream-json``: ``type`` system / assistant / user / result / stream_event
-      with ``session_id`` or ``parent_tool_use_id``, or an assistant/user ``message`` object, or
-      a system/result ``subtype`` string;
-    * Codex rollout (``~/.codex/sessions/**/rollout-*.jsonl``): ``type`` session_meta /
-      response_item / event_msg / turn_context / compacted with an object ``payload``.
-    """
-    etype = obj.get("type")
-    if type(etype) is not str:
-        return None
-    if etype in _CLAUDE_TRANSCRIPT_TYPES and any(f in obj for f in _CLAUDE_TRANSCRIPT_FIELDS):
-        return f'Claude Code transcript line ("type":"{etype}"): use "memfs import"'
-    if etype in _CLAUDE_STREAM_TYPES and (
-            any(f in obj for f in _CLAUDE_STREAM_FIELDS)
-            or (etype in ("assistant", "user") and type(obj.get("message")) is dict)
-            or (etype in ("system", "result") and type(obj.get("subtype")) is str)):
-        return (f'Claude Code stream-json line ("type":"{etype}"): '
-                f'use "memfs record --format claude" or "memfs import"')
-    if etype in _CODEX_ROLLOUT_TYPES and type(obj.get("payload")) is dict:
-        return f'Codex rollout line ("type":"{etype}"): use "memfs import"'
-    return None
-
+# only on their top-level shape (memfs.formats: each also needs a field of its format), so that
+# an unknown event of this family is never taken for one.
 
 def _unwrap_slow(obj: Any, line: bytes) -> tuple[dict, bytes]:
     """The event and stored bytes of a decoded line that is not a well-formed envelope:
     a bare event is wrapped; anything else is refused with its reason."""
     if type(obj) is not dict:
         raise ValidationError("line is not a JSON object")
-    etype = obj.get("type")
-    if type(etype) is str and etype in _FOREIGN_TYPES:
-        reason = foreign_format(obj)
-        if reason is not None:
-            raise ValidationError(reason)
+    reason = foreign_format(obj)
+    if reason is not None:
+        raise ValidationError(reason)
     if "event" in obj or "schema_version" in obj:
         if type(obj.get("schema_version")) is not str:
             raise ValidationError('envelope: "schema_version" must be a string')

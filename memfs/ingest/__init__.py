@@ -22,6 +22,10 @@ from typing import Any
 
 import orjson
 
+from memfs.formats import (CLAUDE_METADATA_TYPES, CLAUDE_STREAM_TYPES, CLAUDE_TRANSCRIPT_TYPES,
+                           codex_rollout, gemini_shape)
+
+_CLAUDE_TYPES = CLAUDE_STREAM_TYPES | CLAUDE_TRANSCRIPT_TYPES | CLAUDE_METADATA_TYPES
 FORMATS = ("auto", "codex", "claude", "gemini")
 
 
@@ -87,20 +91,17 @@ def classify(obj: dict) -> str | None:
     """Which translator reads a decoded line: ``native`` (this event family, Codex
     ``exec --json`` included), ``rollout`` (Codex rollout files), ``claude`` (Claude Code
     ``stream-json`` and transcripts), ``gemini`` (Gemini CLI ``stream-json`` and chat files:
-    :func:`memfs.ingest.gemini_shapes.shape`), or None when the line does not say."""
+    :func:`memfs.formats.gemini_shape`), or None when the line does not say."""
     if "event" in obj and "schema_version" in obj:
         return "native"
-    if "payload" in obj and "timestamp" in obj and isinstance(obj.get("type"), str):
+    if codex_rollout(obj):
         return "rollout"
-    from memfs.ingest.gemini_shapes import shape
-
-    if shape(obj) is not None:
+    if gemini_shape(obj) is not None:
         return "gemini"
     kind = obj.get("type")
     if not isinstance(kind, str):
         return None
-    if kind in ("system", "assistant", "user", "result", "summary", "file-history-snapshot",
-                "queue-operation") or "sessionId" in obj:
+    if kind in _CLAUDE_TYPES or "sessionId" in obj:
         return "claude"
     if "." in kind or kind == "error":
         return "native"

@@ -11,11 +11,11 @@ from typing import Any
 
 import orjson
 
+from memfs.formats import GEMINI_RECORD_TYPES, GEMINI_STREAM_TYPES, gemini_shape
 from memfs.store.paths import new_session_name_problem
 
 AGENT = "gemini"
-STREAM_TYPES = ("init", "message", "tool_use", "tool_result", "error", "result")
-RECORD_TYPES = ("user", "gemini", "info", "error", "warning")
+STREAM_TYPES, RECORD_TYPES = GEMINI_STREAM_TYPES, GEMINI_RECORD_TYPES
 SHELL_TOOL = "run_shell_command"
 FILE_TOOLS = ("write_file", "replace")
 FINAL_STATUSES = ("success", "error", "cancelled")
@@ -26,41 +26,7 @@ _TRAILERS = ("Error", "Exit Code", "Signal", "Background PIDs", "Process Group P
 _MCP_DISPLAY = re.compile(r"\A(.+) \((.+) MCP Server\)\Z")
 
 
-def shape(obj: dict) -> str | None:
-    """``"stream"`` or ``"chat"`` when a decoded line is Gemini CLI's, else None. The keys:
-    stream lines have a ``type`` of :data:`STREAM_TYPES` and a string ``timestamp``, plus
-    ``init``: ``session_id`` + ``model``; ``message``: ``role`` + ``content``; ``tool_use``:
-    ``tool_id`` + ``tool_name``; ``tool_result``: ``tool_id`` + ``status``; ``error``:
-    ``severity`` + ``message``; ``result``: ``status`` and no ``subtype`` (Claude's has one).
-    Chat lines: ``sessionId`` + ``projectHash`` (metadata); a ``$set`` object or a
-    ``$rewindTo`` string; or a record: string ``id``, a ``type`` of :data:`RECORD_TYPES`,
-    ``content`` and ``timestamp``, and none of Claude's ``uuid``/``message``/``sessionId``."""
-    kind = obj.get("type")
-    if type(kind) is not str:
-        if type(obj.get("$set")) is dict or type(obj.get("$rewindTo")) is str:
-            return "chat"
-        if type(obj.get("sessionId")) is str and type(obj.get("projectHash")) is str:
-            return "chat"
-        return None
-    if type(obj.get("timestamp")) is not str:
-        return None
-    if kind in STREAM_TYPES:
-        if kind == "init" and type(obj.get("session_id")) is str and "model" in obj:
-            return "stream"
-        if kind == "message" and obj.get("role") in ("user", "assistant") and "content" in obj:
-            return "stream"
-        if kind == "tool_use" and "tool_id" in obj and "tool_name" in obj:
-            return "stream"
-        if kind == "tool_result" and "tool_id" in obj and "status" in obj:
-            return "stream"
-        if kind == "error" and "severity" in obj and "message" in obj:
-            return "stream"
-        if kind == "result" and "status" in obj and "subtype" not in obj and "is_error" not in obj:
-            return "stream"
-    if kind in RECORD_TYPES and type(obj.get("id")) is str and "content" in obj \
-            and not any(k in obj for k in ("uuid", "message", "sessionId")):
-        return "chat"
-    return None
+shape = gemini_shape  # (memfs.formats: the one home of other agents' line shapes)
 
 
 def session_id(obj: dict) -> str | None:
