@@ -79,8 +79,7 @@ Record = tuple[bytes, str, dict, Kind]
 """An accepted line, as :func:`parse_line` returns it: ``(line, type, event, kind)`` — the exact
 bytes to store (no trailing newline), the event's type, the decoded event and what it means to
 the turn state machine. A plain tuple, unpacked by position: it is made and freed once per
-appended line, and a named tuple costs three times as much to make and free (~3% of an
-append)."""
+appended line, and a named tuple costs several times as much to make and free."""
 
 
 # --- field tables ---------------------------------------------------------------------------

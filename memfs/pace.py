@@ -2,13 +2,12 @@
 the mount's warm-up rescans and folds a large stale session).
 
 The mount's warm-up (opening every session and indexing its memory view for search) is Python
-work on a worker thread: a rescan and a fold of a 126 MB log hold the GIL for about 3 s of CPU.
+work on a worker thread: a rescan and a fold of a large log hold the GIL for seconds of CPU.
 The event loop shares the GIL with it, and every system call a request makes (reading
 ``/dev/fuse``, an ``lstat``, the reply) hands the GIL to the worker for up to the switch
-interval: a ``stat`` + ``cat`` of an idle session took 5–12 ms at p99 while the warm-up ran
-(``scripts/bench_responsive.py`` (b)), under 1 ms without it. No switch interval, thread
-priority or sleep *inside* the requests' window fixes that on two cores; the worker has to be
-off the GIL while requests are served.
+interval, so requests slowed down while the warm-up ran (``scripts/bench_responsive.py`` (b)).
+No switch interval, thread priority or sleep *inside* the requests' window fixes that on two
+cores; the worker has to be off the GIL while requests are served.
 
 So long loops call :func:`pace` between chunks of their work (:func:`memfs.store.lines.scan_chunks`
 once per 256 KiB chunk — every rescan, tail and fold goes through it; the search index every
@@ -35,32 +34,23 @@ Decisions recorded here:
 
 **Worker threads run below the event loop** (:func:`lower_workers`, which the mount calls).
 Pacing keeps background work off the GIL; it cannot keep disk work off the CPU, and some work
-cannot give way, because a writer waits for it: with 4 agents driving sessions through cap
-rewrites, the rewrites' and persists' threads used about half a CPU, mostly in the kernel, and
-on two cores the event loop then waited for a CPU, not for the GIL (``bench_responsive.py``
-(a)). So in the mount each worker thread lowers its own CPU priority by ``WORKER_NICE`` nice
+cannot give way, because a writer waits for it: with agents driving sessions through cap
+rewrites, the rewrites' and persists' threads take CPU, mostly in the kernel, and on two cores
+the event loop then waited for a CPU, not for the GIL (``bench_responsive.py`` (a)). So in the mount each worker thread lowers its own CPU priority by ``WORKER_NICE`` nice
 levels (Linux: ``setpriority`` of a thread id affects that thread only) once, before its first
-piece of work (:func:`worker_started`): request hops (``Operations._off_loop``), the warm-up,
+piece of work (:func:`worker_started`): request hops (``Operations.off_loop``), the warm-up,
 the metadata persister and the store's background pool
 (:func:`memfs.store.paths.in_background`). The loop then gets the CPU first when both want it,
 and the workers still get what the loop leaves. Each also switches itself to Linux's
 ``SCHED_BATCH`` policy (:data:`WORKER_POLICY`): a batch thread that wakes does not preempt the
-thread running on its CPU. In a trace of the mount under (a)'s load (``perf sched timehist``),
-the loop waited on a futex (the interpreter lock's, by ``gdb``'s stacks) for more than 2 ms 28
-times in 4 s; in the windows looked at, a worker thread sat runnable in a CPU's queue for
-2.8–4.7 ms meanwhile — likely the one holding the lock or just handed it — behind other worker
-threads on the disk's interrupt CPU, and in a system-wide trace the other CPU was idle meanwhile
-in three of five such windows. (Two later system-wide traces, one of each tree, found few such
-waits in either — more than 1 ms: 5 before, 10 after — the machine's phase decides how many
-there are.) Side by side with the code before (``bench_responsive.py``'s (a), six interleaved
-runs of 6–12 rounds), the p99's medians went 2.98 → 1.89, 3.12 → 2.73, 2.94 → 2.93, 2.71 → 2.52,
-3.33 → 2.78 and 2.33 → 1.93 ms, lower in 43 of 54 pairs; the writers made 2–11% fewer turns
-(their rewrites' threads get less CPU: the trade is the point). The nice level is absolute
+thread running on its CPU (the thread holding the interpreter lock, or just handed it, then
+no longer waits in a queue behind other woken workers while the loop waits for the lock). The
+writers make somewhat fewer turns (their rewrites' threads get less CPU: the trade is the
+point). The nice level is absolute
 (:func:`lower_workers` takes the event loop's and adds ``WORKER_NICE``): a worker started by a
 lowered worker inherits its nice value, and lowering that again had put some at 19. Not lowered:
 ``fsync`` mode's syncer threads, which spend their time in ``fdatasync`` and whose wakeup is a
-write's reply (as batch threads, 8 writers into 8 sessions ran at 0.83 of the rate with them normal,
-in 10 interleaved rounds). Raising a priority back needs a privilege, so a lowered thread
+write's reply (as batch threads, ``fsync`` writers lost throughput). Raising a priority back needs a privilege, so a lowered thread
 stays lowered; no process other than the mount lowers anything.
 """
 

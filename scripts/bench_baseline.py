@@ -5,7 +5,7 @@
 from before issue 44 has C modules: build them in place, ``cd DIR && .venv/bin/python setup.py
 build_ext --inplace`` with this tree's venv). Both trees run under this venv's interpreter, each with its own ``PYTHONPATH``
 and its own folder as the working directory (:func:`tree_run`; :func:`check_tree` refuses a
-tree whose processes would import another memfs), interleaved round by round, so the machine's drift (up to 2x within seconds here) hits both alike:
+tree whose processes would import another memfs), interleaved round by round, so the machine's drift hits both alike:
 
 * library: single ``append`` calls (``write`` and ``buffered``, turns of 100) and
   ``append_many`` (turns of 100), best of the rounds, each in a fresh process;

@@ -1,14 +1,11 @@
 #!/usr/bin/env python3
 """Durability benchmark (issue 14, item 2): ``fsync`` mode beside native ``write``+``fdatasync``.
 
-Measured in one run, side by side, in interleaved rounds (this machine's speed drifts 2x
-within seconds, so each goal is the median of the ratios of neighbours in time; 15 rounds by
-default, about half a minute — with 7, eight runs of 2026-12-01 put the 1-writer mount ratio at
-0.60–0.79 and the 8×8 one at 0.54–0.72, either side of their goals; with 15, five runs: 0.66–0.71
-and 0.63–0.70). Each goal's line also gives the quartiles of its ratio's per-round values, so a
-verdict a few hundredths either side of its target reads as what it is: one round's ratio strays
-further than that from the median (the library's group commit in five runs of 2026-12-02: the
-middle half of each run's rounds spanned 0.4–1.0):
+Measured in one run, side by side, in interleaved rounds (a small VM's speed drifts within
+seconds, so each goal is the median of the ratios of neighbours in time; 15 rounds by default,
+enough rounds for that median to settle). Each goal's line also gives the quartiles of its
+ratio's per-round values, so a verdict a few hundredths either side of its target reads as what
+it is: one round's ratio strays further than that from the median:
 
 * native, 1 thread: one ``write()`` of a 300-byte event then ``fdatasync()`` per event;
 * native, 8 threads × 8 files: the same, each thread on its own file;
@@ -48,9 +45,8 @@ wait brings where ``fdatasync`` is slow. No goal; ``--slow-rounds 0`` leaves it 
 
 The fsync rows through the mount depend on where the kernel runs the server's event loop: on
 the CPU that takes the disk's interrupts (on the benchmark machine one CPU takes all of the
-virtio disk's), the loop spent ~95 µs of CPU per write with 8 writers, against ~55 µs on the
-other (8 writers into 8 sessions: ~9.7k against ~15k ev/s). The loop migrates between them. The
-run therefore prints where the loop ran, sampled around its rounds, beside the CPUs of the
+virtio disk's), the loop spends much more CPU per write than on the other, and it migrates
+between them. The run therefore prints where the loop ran, sampled around its rounds, beside the CPUs of the
 disk's interrupts, and reports the share of samples on them.
 
 All files live in one directory on the same filesystem (``--dir``, default a temporary

@@ -16,9 +16,8 @@ Measured in one run on this machine, side by side:
   fstat, read to EOF, close) without the cost of spawning a process, median; goal < 1 ms.
 
 With two CPUs or more, every server runs on one CPU and the writer (this process) on another.
-Left to the kernel, where the two land decided more than the filesystem did: the same nullfs
-took 40 to 62 µs a request from one run to the next on the 2-core machine of the committed
-report, and its ratios to memfs swung from 0.62 to 0.88 with it.
+Left to the kernel, where the two land decided more than the filesystem did: the same nullfs,
+and its ratios to memfs, moved a lot from one run to the next on a 2-core machine.
 
 Usage: ``.venv/bin/python scripts/bench_fs.py [--events N] [--rounds R] [--bulk N] [--json FILE]``
 """

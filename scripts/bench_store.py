@@ -100,8 +100,8 @@ def append_run(work: Path, mode: str, turn: int, n: int) -> dict:
 
 def bench_appends(work: Path, configs: list[tuple[str, int]], n: int, rounds: int) -> dict:
     """The best of ``rounds`` runs per (mode, turn) config, the configs interleaved round by
-    round (in a rotating order): this machine's speed drifts by up to 2x within seconds (a
-    pure-CPU loop swings between 1.2 and 2.4 us), so the best run is what the code costs, and
+    round (in a rotating order): a small VM's speed drifts a lot within seconds (even a pure-CPU
+    loop's), so the best run is what the code costs, and
     interleaving gives every config the same chance of the machine's good moments."""
     best: dict = {}
     for r in range(rounds):

@@ -15,6 +15,7 @@ import pytest
 
 import memfs
 from memfs import cli
+from memfs.cli.common import ProgressBar
 from memfs.config import Config, ConfigError, apply_overrides, load_config
 from memfs.store.meta import format_rfc3339
 from mounting import cleanup, is_mounted, needs_fuse, start
@@ -563,12 +564,12 @@ class _Tty(io.StringIO):
 
 def test_progress_bar_draws_only_on_a_terminal():
     quiet = io.StringIO()
-    with cli.ProgressBar("x", quiet) as bar:
+    with ProgressBar("x", quiet) as bar:
         bar(1, 2)
         bar(2, 2)
     assert quiet.getvalue() == ""
     tty = _Tty()
-    with cli.ProgressBar("fsck", tty) as bar:
+    with ProgressBar("fsck", tty) as bar:
         bar(2, 2)
     assert "fsck [" in tty.getvalue() and "2/2" in tty.getvalue() and tty.getvalue().endswith("\r")
 
@@ -647,7 +648,7 @@ def test_a_real_mount_and_umount(capsys, tmp_path):
 
 
 def test_cluster_settings_from_the_file_flags_and_o_options(tmp_path):
-    from memfs.cli import _mount_options
+    from memfs.cli.mount import _mount_options
 
     conf = tmp_path / "c.toml"
     conf.write_text('[cluster]\nservers = "nats://a:4222, nats://b:4222"\ntimeout = 2\n')

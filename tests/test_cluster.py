@@ -19,7 +19,7 @@ import pytest
 
 from cluster import NatsCluster, require
 from mounting import cleanup, event, mounted, needs_fuse, sh, start
-from store_helpers import join_all
+from store_helpers import join_all, wait_until as wait_for
 
 nats = require("nats")
 
@@ -33,17 +33,6 @@ def nats_cluster(tmp_path_factory):
         yield cluster
     finally:
         cluster.stop()
-
-
-def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def lines_of(path: Path) -> list[str]:

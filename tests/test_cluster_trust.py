@@ -172,7 +172,7 @@ def test_a_duplicate_ack_is_not_taken_for_the_write(hosts, nats_cluster, request
     that message: the line is not in the stream. The host must not count it as written: its
     line reaches the stream, and the other host, on the event loop's path (one ``write()``) and
     on the worker's (a line in two ``write()`` calls)."""
-    from memfs.cluster.node import msg_id
+    from memfs.cluster.publish import msg_id
 
     a, b = hosts
     stream = stream_name(request)  # (the hosts fixture's)

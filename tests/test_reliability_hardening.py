@@ -15,7 +15,7 @@ import pytest
 
 import memfs
 from mounting import event, mounted, needs_fuse
-from store_helpers import join_all, make_logged, run_cli as run
+from store_helpers import join_all, make_logged, run_cli as run, wait_until
 
 GOOD = [event("thread.started", thread_id="t"), event("turn.started"),
         event("item.completed", item={"id": "m", "type": "agent_message", "text": "retry loop added"}),
@@ -180,16 +180,6 @@ def test_planted_eviction_summaries_cost_only_themselves(tmp_path):
 # --- 6: stale temp files after kill -9; interrupted gc removals ----------------------------
 
 
-def _wait_for(predicate, timeout: float = 15.0):
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not (found := predicate()):
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
-    return found
-
-
 def test_fsck_removes_the_temp_files_of_a_killed_writer(capsys, tmp_path):
     import signal
     import subprocess
@@ -206,8 +196,9 @@ def test_fsck_removes_the_temp_files_of_a_killed_writer(capsys, tmp_path):
               "time.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", writer, *map(str, targets)])
     try:
-        temps = _wait_for(lambda: (lambda found: found if len(found) == 4 else None)(
-            [p for t in targets for p in t.parent.glob(f".{t.name}.{proc.pid}.*.tmp")]))
+        temps = wait_until(lambda: (lambda found: found if len(found) == 4 else None)(
+            [p for t in targets for p in t.parent.glob(f".{t.name}.{proc.pid}.*.tmp")]),
+            "the writer's four temp files")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)

@@ -364,10 +364,10 @@ def test_refused_lines_go_to_rejected_jsonl_only(tmp_path):
     sdir = tmp_path / "s"
     with open_s(tmp_path, max_line_bytes=200) as h:
         h.append(START)
-        assert h.last_refusal is None
+        assert h.writes.last_refusal is None
         with pytest.raises(ValidationError, match='turn.failed: "message" must be a string'):
             h.append(env("turn.failed", message=3), pid=4242)
-        assert h.last_refusal == 'turn.failed: "message" must be a string'
+        assert h.writes.last_refusal == 'turn.failed: "message" must be a string'
         with pytest.raises(LineTooLong) as info:
             h.append(msg("y" * 300))
         assert info.value.errno_name == "EFBIG"
@@ -389,14 +389,14 @@ def test_refused_lines_go_to_rejected_jsonl_only(tmp_path):
 
 def test_validate_reject_and_append_records(tmp_path):
     with open_s(tmp_path) as h:
-        records = [h.validate(line) for line in turn("a")]
+        records = [h.writes.validate(line) for line in turn("a")]
         with pytest.raises(ValidationError) as info:
-            h.validate(b"{}")
+            h.writes.validate(b"{}")
         assert not (tmp_path / "s" / "rejected.jsonl").exists()  # validation alone records nothing
-        assert h.last_refusal is None
-        h.reject(b"{}", info.value)
-        assert h.last_refusal == str(info.value)
-        h.append_records(records)
+        assert h.writes.last_refusal is None
+        h.writes.reject(b"{}", info.value)
+        assert h.writes.last_refusal == str(info.value)
+        h.writes.append_records(records)
         assert h.manifest["turn_count"] == 1
     assert len((tmp_path / "s" / "rejected.jsonl").read_bytes().splitlines()) == 1
 
@@ -418,8 +418,8 @@ def test_reading_api(tmp_path):
         assert list(h.iter_lines()) == list(zip(offsets, lines))
         assert list(h.iter_lines(offsets[2])) == list(zip(offsets[2:], lines[2:]))
         assert list(h.iter_lines(0, offsets[2])) == list(zip(offsets[:2], lines[:2]))
-        assert orjson.loads(h.manifest_json()) == h.manifest
-        assert orjson.loads(h.turn_index_json()) == {"entries": h.turn_index}
+        assert orjson.loads(h.reads.manifest_json()) == h.manifest
+        assert orjson.loads(h.reads.turn_index_json()) == {"entries": h.turn_index}
         for n in (0, 2, -1):
             with pytest.raises(TurnNotFound):
                 h.reconstruct_turn(n)

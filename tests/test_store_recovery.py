@@ -364,7 +364,7 @@ def test_turns_cache_is_used_only_while_it_matches_turns_json(tmp_path, monkeypa
         h.flush()
         live = state_of(h)
         assert disk_index(sdir) == h.turn_index
-        assert orjson.loads(h.turn_index_json()) == {"entries": h.turn_index}
+        assert orjson.loads(h.reads.turn_index_json()) == {"entries": h.turn_index}
     # turns.json replaced by another writer: the cache no longer describes it
     index = disk_json(sdir / "index" / "turns.json")
     (sdir / "index" / "turns.json").write_bytes(orjson.dumps(index, option=orjson.OPT_INDENT_2))

@@ -3,9 +3,11 @@
 This module only describes the settings (:class:`ClusterConfig`) and imports nothing of NATS:
 ``memfs mount`` without ``--cluster`` never loads :mod:`memfs.cluster.node`, nor ``nats``.
 
-* :mod:`memfs.cluster.node` — :class:`~memfs.cluster.node.ClusterNode`: one connection per
-  mount, the fenced publish of validated lines, the follower that applies every host's lines
-  to the local store, the per-session sidecar ``index/cluster.json``.
+* :mod:`memfs.cluster.node` — :class:`~memfs.cluster.node.ClusterNode`: one mount's
+  membership, made of the NATS connection and join (:mod:`memfs.cluster.join`), the fenced
+  publish of validated lines (:mod:`memfs.cluster.publish`), the applier of every host's lines
+  and the checkpoint (:mod:`memfs.cluster.apply`), the per-session sidecar
+  ``index/cluster.json`` (:mod:`memfs.cluster.replica`).
 * :class:`~memfs.cluster.node.ClusterSession` — what the filesystem's line appender writes
   through in cluster mode, instead of the session handle.
 * :mod:`memfs.cluster.trust` — the trust boundary: names from subjects, acks, the host id, the

@@ -4,9 +4,8 @@ The filesystem's fast path (one whole line per ``write()``, :meth:`memfs.fs.ops.
 publishes through this connection, and the follower (:mod:`memfs.cluster.follow`) receives
 the stream's messages on it — both on the trio loop that serves FUSE, with no other thread
 woken on the way. Handing each publish to ``nats-py``'s asyncio thread and back, and having
-that thread wake for every message of the stream (this host's own lines included), cost about
-half of the fenced publish rate through the mount on this 2-core machine beside three
-``nats-server`` processes (``bench/REPORT.md``, section "cluster").
+that thread wake for every message of the stream (this host's own lines included), cost much
+of the fenced publish rate through the mount (``scripts/bench_cluster.py``).
 
 Everything else of cluster mode stays on :class:`memfs.cluster.node.ClusterNode`'s ``nats-py``
 connection: the stream's creation, catch-up, batches and every retry of a publish. This module

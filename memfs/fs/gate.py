@@ -4,8 +4,8 @@ fast while others write).
 The kernel hands FUSE requests to the server in arrival order, one per read of ``/dev/fuse``
 (:mod:`memfs.fs.reader`). Agents append without pause: with four of them writing, the loop
 is busy all the time, and a ``stat`` of an idle session waited in the kernel's queue behind
-one ``write()`` of each writer — about 0.4 ms per request, 2.7 ms at the median for ``stat`` +
-``cat`` of a small file (``scripts/bench_responsive.py``, (a)).
+one ``write()`` of each writer, for each of the requests ``stat`` + ``cat`` make
+(``scripts/bench_responsive.py``, (a)).
 
 So a ``write()`` that finds requests waiting in the kernel (a ``poll`` of ``/dev/fuse``) while
 requests other than writes were served in the last ``RECENT`` seconds waits for its turn at
@@ -22,7 +22,7 @@ Decisions recorded here:
   write may have brought its session to the cap meanwhile).
 * Writes alone are not gated: when only writes were served lately, the queued requests are
   other writers' writes, and letting them pass one another would only cost passes of the loop
-  (four writers into four sessions lost 37% of their total rate that way). A write that finds
+  (concurrent writers lost much of their total rate that way). A write that finds
   the kernel's queue empty (one writer, an idle mount) goes at once; the gate costs it one
   ``poll`` at most.
 * Nothing is lost or reordered within a writer: a ``write()`` is one request, answered after

@@ -45,9 +45,9 @@ SWITCH_INTERVAL = 0.0005  # seconds a thread may hold the GIL while another wait
 # pyfuse3 reads requests in worker tasks: a task whose handler waits (an fsync-mode write for its
 # sync, a hop to a worker thread) keeps its task, and when no task is left to read, another is
 # started; a task that finds more than ``min_tasks`` others idle ends, freeing its 1 MiB receive
-# buffer. With pyfuse3's default of 1, 8 fsync-mode writers made the loop start a task for one
-# write in three and grow and trim the heap (brk) for one in eight; 16 idle tasks (at most 16
-# receive buffers, resident only as far as requests filled them) keep them.
+# buffer. With pyfuse3's default of 1, concurrent fsync-mode writers made the loop start tasks
+# and grow and trim the heap (brk) all the time; 16 idle tasks (at most 16 receive buffers,
+# resident only as far as requests filled them) keep them.
 MIN_TASKS = 16
 
 

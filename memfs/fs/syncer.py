@@ -6,11 +6,11 @@ commit, ``fdatasync``) on a worker thread: per event, two thread hops that both 
 the event loop for the interpreter lock. Now the append is committed on the loop with
 ``sync=False`` — in ``fsync`` mode a commit is one ``write()`` to the page cache, as in
 ``write`` mode; what may block (taking the lock, a cap rewrite, an inline persist) still hops,
-see :meth:`SessionHandle.may_block_append <memfs.store.session.SessionHandle.may_block_append>`
+see :meth:`SessionWrites.may_block_append <memfs.store.writing.SessionWrites.may_block_append>`
 — and the reply waits for :meth:`Durability.durable`:
 
 * the first waiter of a session with no sync in flight asks the log for a job
-  (:meth:`SessionHandle.begin_sync <memfs.store.session.SessionHandle.begin_sync>`: its
+  (:meth:`SessionWrites.begin_sync <memfs.store.writing.SessionWrites.begin_sync>`: its
   descriptor and the position a sync now covers) and submits it to the :class:`Syncer`;
 * every waiter whose bytes that sync covers waits for it; a waiter that arrived after it began
   waits for it to end, then the first of them to run starts the next one (group commit:
@@ -37,10 +37,10 @@ import threading
 
 import trio
 
-# fdatasyncs in flight at once (of different sessions: one per session at a time). Measured
-# on the 2-core benchmark machine, 8 writers into 8 sessions, 10 interleaved rounds: 3, 4 or 6
-# threads gave 12.8k–13.2k ev/s, 8 gave 9.5k (each sync then woke an idle thread of its own;
-# with fewer, a thread that finishes a sync takes the next job without sleeping), 2 gave 10.5k.
+# fdatasyncs in flight at once (of different sessions: one per session at a time). A few
+# threads, not one per writer: with as many threads as writers each sync woke an idle thread of
+# its own, while with fewer a thread that finishes a sync takes the next job without sleeping;
+# too few leave syncs waiting (scripts/bench_durability.py, 8 writers into 8 sessions).
 SYNC_THREADS = 4
 
 
@@ -164,19 +164,19 @@ class Durability:
             if err:
                 job.error = err
             else:
-                handle.end_sync(job.goal)
+                handle.writes.end_sync(job.goal)
             job.finish()
 
     async def durable(self, handle) -> None:
         """Return once ``handle``'s session is durable up to what was written when called."""
-        target = handle.sync_position
-        key = handle.opening
+        target = handle.writes.sync_position
+        key = handle.reads.opening
         while True:
             job = self._jobs.get(key)
             if job is None:
                 # a duplicate made under the log's lock (a cap rewrite on a worker thread may
                 # close the log's descriptor meanwhile), handed over to the syncer, which closes it
-                request = handle.begin_sync(target)
+                request = handle.writes.begin_sync(target)
                 if request is None:
                     return
                 fd, goal = request

@@ -56,11 +56,12 @@ from typing import Callable, Iterable
 
 import orjson
 
-from memfs.errors import CapRewriteError, MemfsError, ValidationError
+from memfs.errors import MemfsError, ValidationError
 from memfs.events import parse_line
 from memfs.ingest import (AutoTranslator, Untranslatable, classify, conversations, gemini_shapes, identity,
                           parse_object, session_id_of)
 from memfs.ingest.sidefiles import SideReader
+from memfs.store.batch import append_tolerant
 from memfs.store.catalog import is_session_dir
 from memfs.store.config import DEFAULT_EVICT_TO
 from memfs.store.session import open_session
@@ -74,27 +75,6 @@ MAX_DECOMPRESSED = 1 << 30  # bytes a compressed source may decompress to
 
 
 # --- appending a batch, refusals included -----------------------------------------------------
-
-
-def append_tolerant(handle, lines: list[bytes]) -> tuple[int, int]:
-    """Append ``lines`` in order, going on past refused ones (each refused line is already
-    recorded in ``rejected.jsonl`` by the store). Returns ``(accepted, refused)``."""
-    accepted = refused = 0
-    start = 0
-    while start < len(lines):
-        try:
-            accepted += handle.append_many(lines[start:] if start else lines)
-            break
-        except ValidationError as exc:
-            accepted += exc.accepted
-            refused += 1
-            start += exc.accepted + 1
-        except CapRewriteError as exc:  # committed; the cap is retried after the next append
-            accepted += exc.accepted
-            start += exc.accepted
-            if not exc.accepted:
-                start += 1
-    return accepted, refused
 
 
 def reject(handle, raw: bytes, reason: str) -> None:

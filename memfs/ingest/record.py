@@ -51,7 +51,8 @@ from typing import Sequence
 
 from memfs.errors import MemfsError
 from memfs.ingest import AutoTranslator, Untranslatable, dumps, identity
-from memfs.ingest.importer import append_tolerant, reject
+from memfs.ingest.importer import reject
+from memfs.store.batch import append_tolerant
 from memfs.store.config import DEFAULT_EVICT_TO
 from memfs.store.paths import remove_tree, sanitize
 from memfs.store.session import open_session
@@ -129,7 +130,7 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
     program = os.path.basename(cmd[0])
     capture = identity.Capture(root, agent=program if program in AGENTS else None, live=True)
     try:  # the session's writer for the whole run: a busy session is said before the agent starts
-        handle.claim_writing(lock=True)
+        handle.writes.claim_writing(lock=True)
         capture.attach(handle)
     except BaseException:
         handle.close()
@@ -191,7 +192,7 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
     try:
         proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, bufsize=0)
     except OSError as exc:  # found, but it would not start (a race, no interpreter for it)
-        handle.end_writing()
+        handle.writes.end_writing()
         handle.close()
         if new_session:  # nothing was recorded: leave nothing behind
             remove_tree(root / sanitize(session))
@@ -240,6 +241,6 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
                 _guard(lambda: handle.append(dumps({"type": "turn.failed", "message": reason})))
                 report.closed_turn = reason
         finally:
-            handle.end_writing()
+            handle.writes.end_writing()
             handle.close()
     return (128 - status if status < 0 else status), report

@@ -19,28 +19,13 @@ Layout (one global document space):
   live ones (and there are more than a few thousand), or dead session slots pile up, the
   index is compacted in one pass.
 
-Engine choice, measured by ``scripts/bench_search.py`` (2 shared cores, synthetic fact-like
-corpus, 60 queries of 1-4 tokens; p50 / p95 ms):
-
-==================================  ====================  ==================================
-engine                              10k facts, 1 session  1M facts, 1,000 sessions (root)
-==================================  ====================  ==================================
-this index (numpy postings)         0.18 / 0.41           2.2 / 24   (build 18 s, +185 MiB RSS)
-pure-Python dict-of-dicts scorer    0.10 / 2.7            40 / 660
-SQLite FTS5, candidate rowids only  0.06 / 0.8            6 / 125    (before any scoring)
-bm25s 0.3 (lucene, float32)         0.68 / 0.84           115 / 182
-rank_bm25 (BM25Okapi)               9.0 / 29              1083 / 1666
-==================================  ====================  ==================================
-
-A dict-of-dicts scored in Python is fine for one session but takes most of a second when a
-root query holds a common token. FTS5 only finds candidates — its ``bm25()`` is another
+Engine choice (``scripts/bench_search.py`` compares them; ``docs/performance.md``): numpy over
+flat posting columns. A dict-of-dicts scored in Python is fine for one session but slow when a
+root query holds a common token. SQLite FTS5 only finds candidates — its ``bm25()`` is another
 formula without recency, so every candidate would still be scored here, and for common tokens
-that is the same million rows. tantivy is not a dependency of the project. numpy over flat
-posting columns scores 10⁶ postings in a few milliseconds; per-session queries inside the 1M
-store take 0.21 / 1.7 ms; appending one fact takes 0.015 ms (p99 0.08 ms). At 10⁶ facts
-(10.2 M postings, 62 k distinct tokens) the structures hold ~107 MiB (vocabulary, postings,
-document columns); the fact texts themselves (~186 MiB as Python strings and tuples) are
-shared with the memory views that produced them.
+that is every row. ``bm25s`` and ``rank_bm25`` have no recency factor and are slower on a whole
+store; tantivy is not a dependency of the project. The fact texts are shared with the memory
+views that produced them, so the index holds only the vocabulary, postings and document columns.
 
 Decisions recorded here:
 

@@ -29,6 +29,7 @@ import logging
 from memfs.errors import CapRewriteError, ValidationError
 from memfs.events import Record
 from memfs.store.config import check_line_size
+from memfs.store.lines import split_lines
 from memfs.store.session import SessionHandle
 
 log = logging.getLogger("memfs.store")
@@ -45,7 +46,7 @@ class LineAppender:
         self.max_line_bytes = max_line_bytes
         self.limit_name = limit_name  # where ``max_line_bytes`` comes from, for the reason of a refusal
         self.pid = pid
-        self.sync = sync  # False: in ``fsync`` mode, the caller waits for durability (SessionHandle.begin_sync)
+        self.sync = sync  # False: in ``fsync`` mode, the caller waits for durability (SessionWrites.begin_sync)
         self.partial = bytearray()  # an unterminated line: earlier writes' bytes
 
     def write(self, data: bytes) -> int:
@@ -76,8 +77,8 @@ class LineAppender:
         """:meth:`write` for any write but one whole line with no fragment held."""
         buf = bytes(self.partial) + data if self.partial else data
         carried = len(self.partial)
-        last_nl = buf.rfind(b"\n")
-        if last_nl < 0:
+        lines, cut = split_lines(buf)
+        if not cut:
             try:
                 check_line_size(len(buf), self.max_line_bytes, self.limit_name)
             except ValidationError as exc:
@@ -88,7 +89,7 @@ class LineAppender:
         records: list[Record] = []
         ends: list[int] = []  # where each validated line ends in ``buf`` (its \n included)
         end = 0
-        for line in buf[:last_nl].split(b"\n"):
+        for line in lines:
             try:
                 records.append(self.handle.validate(line))
             except ValidationError as exc:
@@ -98,10 +99,10 @@ class LineAppender:
             end += len(line) + 1
             ends.append(end)
         taken = self._commit(records, ends)
-        if taken < last_nl + 1 or len(buf) - last_nl - 1 > self.max_line_bytes:
+        if taken < cut or len(buf) - cut > self.max_line_bytes:
             self.partial = bytearray()  # a short write: the writer's retry brings the rest
             return taken - carried
-        self.partial = bytearray(buf[last_nl + 1 :])
+        self.partial = bytearray(buf[cut:])
         return len(data)
 
     def close(self) -> None:

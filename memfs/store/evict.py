@@ -73,12 +73,9 @@ def _disk_steps(kept: int) -> Callable:
     """How a rewrite keeping ``kept`` bytes starts its disk work (the copy, syncs, temp files):
     :func:`~memfs.store.paths.in_background` to overlap them, or
     :func:`~memfs.store.paths.run_now`. Overlapping pays for a long copy (the default cap's
-    10,000 events: a 2.7 MB copy beside the log's sync); for a small log each step is shorter
-    than the thread hand-offs it costs, and those hand-offs share the interpreter lock with the
-    mount's event loop. Measured (``scripts/bench_responsive.py`` (a), 4 writers through
-    rewrites of 500-event logs, beside the overlapped code): an idle session's p99 lower in 7
-    of 8 interleaved pairs (median ratio 0.80; 3.51 → 2.78 ms in 6 rounds of each tree's own
-    benchmark, p50 1.03 → 1.21 ms), the writers' turns 0.95 of before."""
+    copy runs beside the log's sync); for a small log each step is shorter than the thread
+    hand-offs it costs, and those hand-offs share the interpreter lock with the mount's event
+    loop (an idle session's p99 under ``scripts/bench_responsive.py`` (a) was lower in order)."""
     return in_background if kept >= OVERLAP_BYTES else run_now
 
 

@@ -1,4 +1,5 @@
-"""Streaming the complete lines of a log file without loading it."""
+"""Splitting bytes into complete lines: the one line splitter of the store, in memory
+(:func:`split_lines`) and streamed from a file without loading it (:func:`scan_lines`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,14 @@ from typing import Iterator
 from memfs.pace import pace
 
 CHUNK = 1 << 18  # 256 KiB: bigger chunks cost more in page faults than they save in calls
+
+
+def split_lines(data: bytes) -> tuple[list[bytes], int]:
+    """``(lines, cut)``: the complete lines of ``data``, ``\\n`` excluded, and the length
+    they span (their ``\\n`` included). ``data[cut:]`` is an unterminated tail (a line still
+    being written), for the caller to keep or to read again."""
+    lines = data.split(b"\n")
+    return lines, len(data) - len(lines.pop())
 
 
 def scan_chunks(fd: int, start: int, end: int, chunk: int = CHUNK) -> Iterator[tuple[int, list[bytes]]]:
@@ -27,17 +36,14 @@ def scan_chunks(fd: int, start: int, end: int, chunk: int = CHUNK) -> Iterator[t
         if not data:
             break
         pos += len(data)
-        nl = data.rfind(b"\n")
-        if nl < 0:  # inside a long line: just collect it
+        if b"\n" not in data:  # inside a long line: just collect it
             carry += data
             continue
         if carry:
-            carry += data[: nl + 1]
-            lines = bytes(carry).split(b"\n")
-        else:
-            lines = data[: nl + 1].split(b"\n") if nl + 1 < len(data) else data.split(b"\n")
-        lines.pop()  # the empty piece after the last \n
-        carry = bytearray(data[nl + 1 :])
+            carry += data
+            data = bytes(carry)
+        lines, cut = split_lines(data)
+        carry = bytearray(data[cut:])
         yield carry_off, lines
         carry_off = pos - len(carry)
 

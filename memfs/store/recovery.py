@@ -6,14 +6,20 @@ returns the session's :class:`~memfs.store.machine.TurnState`: trusted from the 
 every §3.3 condition holds, else rebuilt by :func:`rescan`, which streams the log and never
 fails on content. A writable open first moves a torn tail to ``rejected.jsonl``
 (:func:`repair_torn_tail`); a read-only open changes nothing on disk.
+
+An open session then follows the log's tail (:func:`follow`: what other processes appended
+since) until it becomes the writer, which reuses its own rescan when it still describes the log
+(:func:`rescanned_state`).
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memfs.errors import SymlinkRefused
 from memfs.events import Kind, decode_stored
@@ -21,8 +27,11 @@ from memfs.store import rescanner
 from memfs.store.lines import CHUNK, scan_chunks
 from memfs.store.machine import TurnState, apply, renumber
 from memfs.store.meta import CapMarker, ManifestRead, TurnIndex, file_key, now_rfc3339, read_manifest
-from memfs.store.paths import CAP_MARKER, MANIFEST, TURNS, TURNS_CACHE, open_nofollow, read_fd, read_file, refuse_symlink
+from memfs.store.paths import CAP_MARKER, EVENTS, MANIFEST, TURNS, TURNS_CACHE, open_nofollow, read_fd, read_file, refuse_symlink
 from memfs.store.rejected import record_rejected
+
+if TYPE_CHECKING:
+    from memfs.store.session import Session
 
 TORN_TAIL = "torn-tail"  # the reason rejected.jsonl gives for an unterminated last line (§3.3)
 
@@ -304,3 +313,68 @@ def repair_torn_tail(session_dir: Path, fd: int, file_len: int, report: OpenRepo
     report.torn_tail_bytes = len(tail)
     return pos
 
+
+# --- a session in this process: following the log, taking it over ---------------------------
+
+
+def follow(s: Session) -> None:
+    """A follower's catch-up with the log on disk (caller holds ``mutex``): fold the lines
+    other processes appended since; re-read everything when the log was replaced (a cap
+    rewrite elsewhere) or shrank. One ``fstat`` when nothing changed (and, once somebody
+    read the turn times here, one more for ``index/turn-times.jsonl``: new times bump
+    ``version`` too, so views refresh)."""
+    if s.lock_file is not None or s.closed:
+        return
+    _follow_log(s)
+    if s.times.refresh_if_loaded():
+        s.version += 1
+
+
+def _follow_log(s: Session) -> None:
+    log_file = s.log
+    if log_file.fd is None:
+        try:
+            fd = open_nofollow(s.dir / EVENTS, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        _reread(s, fd)
+        return
+    st = os.fstat(log_file.fd)
+    if st.st_nlink == 0 or st.st_size < log_file.flushed_len:
+        _reread(s, open_nofollow(s.dir / EVENTS, os.O_RDONLY))
+    elif st.st_size > log_file.flushed_len:
+        end = scan_into(s.state, log_file.fd, log_file.flushed_len, st.st_size)
+        if end > log_file.flushed_len:
+            log_file.flushed_len = end
+            s.version += 1
+            s.last_change = st.st_mtime
+
+
+def _reread(s: Session, fd: int) -> None:
+    """Recover the session afresh from disk, the log open as ``fd`` (a new file)."""
+    try:
+        found = recover(s.dir, fd, s.session_id, writable=False)
+    except BaseException:
+        os.close(fd)
+        raise
+    seen = s.log.flushed_len
+    s.adopt(found, fd)
+    if seen:  # offsets seen before mean nothing now
+        s.rewrites += 1
+
+
+def rescanned_state(s: Session, fd: int) -> Recovered | None:
+    """What this process's own rescan found, when it still describes the log open as
+    ``fd`` (the same file, nothing appended since, no cap rewrite pending; a torn tail is
+    repaired first): a writer taking over a session whose metadata was stale need not read
+    the whole log a second time. None when the log must be recovered afresh."""
+    old = s.log
+    if s.report.fast_path or old.fd is None or os.path.lexists(s.dir / CAP_MARKER):
+        return None
+    st = os.fstat(fd)
+    if not os.path.samestat(os.fstat(old.fd), st) or st.st_size < old.flushed_len:
+        return None
+    report = dataclasses.replace(s.report, torn_tail_bytes=0)
+    if repair_torn_tail(s.dir, fd, st.st_size, report) != old.flushed_len:
+        return None  # lines arrived since the rescan: recover afresh
+    return Recovered(s.state, old.flushed_len, s.session_id, s.created_at, s.updated_at, report, False)

@@ -1,11 +1,11 @@
 """Rescans of large logs in a helper process (SPEC §6: a request to one session never waits
 behind another session's disk work; ``scripts/bench_responsive.py`` (c)).
 
-A rescan is Python work — a ``decode_stored`` and a state-machine step per line, 0.5–0.9 s for
-a 126 MB log — and in a mount it shares the interpreter lock with the event loop: every system
+A rescan is Python work — a ``decode_stored`` and a state-machine step per line, long for a
+large log — and in a mount it shares the interpreter lock with the event loop: every system
 call a request makes hands the lock to the rescanning thread for up to the switch interval, so
-while a request opened a large stale session, ``stat`` + ``cat`` of an idle one took 7 ms at
-p99. The warm-up's rescans give way to requests (:mod:`memfs.pace`), but a request's own
+while a request opened a large stale session, requests about idle sessions slowed down. The
+warm-up's rescans give way to requests (:mod:`memfs.pace`), but a request's own
 rescan cannot: its client waits for it.
 
 So a process that serves others (the mount) installs a :class:`RescanHelper` with :func:`use`,
@@ -18,8 +18,8 @@ lock.
 
 Decisions recorded here:
 
-* **Smaller logs are rescanned in-process** (under ``MIN_BYTES``, 16 MiB: 70 ms or less):
-  the hand-off and the result's transfer cost milliseconds of their own.
+* **Smaller logs are rescanned in-process** (under ``MIN_BYTES``): their rescan is short, and
+  the hand-off and the result's transfer have a cost of their own.
 * **The worker runs at nice 10**: a separate process shares no lock with the server, so a
   lower CPU priority cannot invert; on a busy machine the event loop and its clients get the
   CPUs first. One worker: rescans of large logs are rare (a stale or foreign session, once).

@@ -41,6 +41,7 @@ from memfs.agents import HEAD_BYTES, Origin, agent_name
 from memfs.errors import SessionBusy, SymlinkRefused
 from memfs.events import decode_stored
 from memfs.store import lock as liveness
+from memfs.store.lines import split_lines
 from memfs.store.machine import TurnState
 from memfs.store.meta import TurnIndex, format_rfc3339, now_rfc3339, parse_rfc3339, read_manifest
 from memfs.store.recovery import recover, scan_into
@@ -289,7 +290,7 @@ def _origin(session_dir: Path) -> tuple[str, str | None]:
         return "unknown", None
     origin = Origin()
     offset = 0
-    for line in head.split(b"\n")[:-1]:
+    for line in split_lines(head)[0]:
         if offset >= HEAD_BYTES:
             break
         offset += len(line) + 1

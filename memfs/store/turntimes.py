@@ -46,6 +46,7 @@ from pathlib import Path
 
 import orjson
 
+from memfs.store.lines import split_lines
 from memfs.store.meta import ABANDONED, OPEN, UNKNOWN
 from memfs.store.paths import TURN_TIMES, atomic_write, open_nofollow, write_all
 
@@ -108,8 +109,8 @@ class TurnTimes:
         if changed:
             self.changes.append(ordinal)
 
-    def _parse(self, data: bytes) -> None:
-        for raw in data.split(b"\n"):
+    def _parse(self, lines: list[bytes]) -> None:
+        for raw in lines:
             if not raw:
                 continue
             try:
@@ -144,10 +145,10 @@ class TurnTimes:
             data = os.pread(fd, st.st_size - self.disk_offset, self.disk_offset)
         finally:
             os.close(fd)
-        cut = data.rfind(b"\n") + 1  # a line still being written is read next time
+        lines, cut = split_lines(data)  # a line still being written is read next time
         self.disk_offset += cut
         before = len(self.changes)
-        self._parse(data[:cut])
+        self._parse(lines)
         return len(self.changes) != before
 
     def _reset(self) -> None:
@@ -156,7 +157,7 @@ class TurnTimes:
         self.known, self.changes, self.disk_key, self.disk_offset = {}, [], None, 0
         self.generation += 1
         for _serial, line in self.queue:
-            self._parse(line)
+            self._parse(split_lines(line)[0])
 
     def refresh_if_loaded(self) -> bool:
         """A follower's catch-up: only when somebody reads the times in this process."""

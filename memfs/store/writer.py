@@ -127,8 +127,7 @@ class LogFile:
         others sleep on: waking every waiter made each take the interpreter lock in turn
         only to wait again). The covered callers are woken one by the other, oldest first
         (each, once it runs, wakes the next): woken at once, they queued for the interpreter
-        lock together with the next sync's caller. Side by side, 8 threads on one session,
-        5 runs of 12 rounds: 0.99–1.14 of waking them at once, median 1.05.
+        lock together with the next sync's caller.
 
         ``appender``: the caller has just committed lines (:meth:`SessionHandle.append
         <memfs.store.session.SessionHandle.append>` and its kin) and is likely to append
@@ -140,22 +139,16 @@ class LogFile:
         :data:`OWED_WAIT_MAX` seconds), then runs the sync without whoever has not come.
         That first waiter is usually the last sync's caller, back with its next line while
         the others are still coming; the sync the last of them runs covers its line and
-        wakes it. Its bound was once the last sync's duration: here (a sync ~230 µs, the
-        others' turns ~160 µs) it ran out during that sync, and the waiter woke only to
-        wait again — a wakeup in the middle of each ``fdatasync``, which made them 15–30 µs
-        longer. Twice that duration, side by side, 8 threads on one session: 1.05 of the
-        rate (six runs of 41 rounds, 0.96–1.09). Without the wait the threads fall into two
-        groups that alternate — the one the last sync woke commits while the other one's sync
-        runs — and each ``fdatasync`` covers about half of them (8 threads: 4.3 lines per
-        sync; with the wait 7.9). A lone appender owes nothing to itself and never waits; an
+        wakes it. A bound of once the last sync's duration could run out during that sync,
+        waking the waiter only to wait again (a wakeup in the middle of each ``fdatasync``).
+        Without the wait the threads fall into two groups that alternate — the one the last
+        sync woke commits while the other one's sync runs — and each ``fdatasync`` covers
+        about half of them. A lone appender owes nothing to itself and never waits; an
         appender that stops costs the next sync one bounded wait. Other callers (a persist,
-        a cap rewrite, :meth:`durable`) never wait for the owed. Before, the first to wait
-        claimed the sync and slept until the last owed appender woke it: timestamped in
-        the library (8 threads, medians of ~400 syncs per run), that wake took 23–36 µs of
-        a 420–520 µs cycle, against ~1.3 µs from the last line to the sync now; side by
-        side, 5 runs of 41 rounds, 1.01–1.10 of the rate before, median 1.06. Side by side
-        with the classic algorithm in C (``scripts/groupcommit_ref.c``), 8 threads on one
-        file, 5 pairs: 1.1–1.7× (``bench/REPORT.md`` has the library's figure)."""
+        a cap rewrite, :meth:`durable`) never wait for the owed. The last owed appender runs
+        the sync itself rather than waking a waiter that claimed it: that wake was a large
+        part of a cycle. ``scripts/groupcommit_ref.c`` runs the same algorithm in C
+        (``docs/performance.md``)."""
         lock = self._lock
         me = _get_ident()
         with lock:
@@ -280,7 +273,7 @@ class LogFile:
     def begin_sync(self, target: int) -> tuple[int, int] | None:
         """None when durable up to sync position ``target``; else ``(fd, goal)`` for a caller
         that syncs ``fd`` itself and then calls :meth:`end_sync` (see
-        :meth:`SessionHandle.begin_sync <memfs.store.session.SessionHandle.begin_sync>`).
+        :meth:`SessionWrites.begin_sync <memfs.store.writing.SessionWrites.begin_sync>`).
         ``fd`` is a duplicate, made under the lock :meth:`replace` takes before it closes the
         descriptor it replaces (so it is the log's), and the caller's to close."""
         with self._lock:

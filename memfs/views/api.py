@@ -47,11 +47,11 @@ def render_view(handle, name: str) -> bytes:
 
 
 def _turn_bytes(handle, n: int) -> bytes:
-    with handle.hold():  # the range and the bytes from one version of the log: a cap rewrite moves offsets
+    with handle.reads.hold():  # the range and the bytes from one version of the log: a cap rewrite moves offsets
         start, end, _outcome = handle.turn_range(n)
         data = handle.read_bytes(start, end - start)
         rewrites = handle.rewrites
-    state_for(handle).note_turn_written(handle, n, (id(handle.opening), rewrites, start, end), data)
+    state_for(handle).note_turn_written(handle, n, (id(handle.reads.opening), rewrites, start, end), data)
     return data
 
 

@@ -6,11 +6,12 @@ retained log and the bytes of each view last rendered. Reading a view first *ref
 * nothing happened to the log since the last refresh (same opening, same ``handle.version``,
   same ``handle.rewrites``) → no work at all, the cached bytes are returned;
 * the log grew → only the bytes in ``[offset, file_len)`` are folded;
-* a cap rewrite (``handle.rewrites`` changed), a log shorter than what was folded, or a
+* a cap rewrite (``handle.rewrites`` changed), a log shorter than what was folded, a
   different opening of the session (closed and reopened, so another process may have
-  rewritten it meanwhile) → the fold is rebuilt from byte 0, seeded with the log's first
-  retained turn ordinal, after the imported facts of a migrated session
-  (:mod:`memfs.views.imported`, re-read at every rebuild) and the eviction summaries' facts.
+  rewritten it meanwhile), or other command results noted in ``index/about.json``
+  (``item_notes``, :func:`memfs.views.fold.command_notes`) → the fold is rebuilt from byte 0,
+  seeded with the log's first retained turn ordinal, after the imported facts of a migrated
+  session (:mod:`memfs.views.imported`, re-read at every rebuild) and the eviction summaries' facts.
 
 A refresh reads ``rewrites``, ``version`` and the live manifest before folding up to the
 manifest's ``persisted_file_len`` and retries if a cap rewrite raced it. After an incremental
@@ -18,10 +19,10 @@ fold, the turn counters must agree with the live manifest; if they do not, it re
 whole fold that still disagrees is trusted: it is the views' own reading of the bytes).
 
 Only the view being read is rendered, and only when the fold changed since it was last
-rendered (``epoch``) — or, for the views that begin with the session's metadata
-(:data:`ABOUT_VIEWS`), when ``index/about.json`` was replaced since it was last read (its
-``lstat`` identity is checked at each read of those views: the ingest merges metadata without
-touching the log). A view whose bytes changed is queued for the backing store
+rendered (``epoch``) — or, for the views that begin with the session's metadata or take
+their goal from it (:data:`ABOUT_VIEWS`), when ``index/about.json`` was replaced since it
+was last read (its ``lstat`` identity is checked at each refresh: the ingest merges metadata
+without touching the log). A view whose bytes changed is queued for the backing store
 (:mod:`memfs.views.persist`) unless the handle is read-only.
 
 Counters for tests and benchmarks: the module-level :data:`stats` and each state's
@@ -44,7 +45,7 @@ from memfs.store.about import ABOUT
 from memfs.store.about import read as read_about
 from memfs.store.meta import now_rfc3339
 from memfs.views import context, memory, persist, progress, summary
-from memfs.views.fold import Fold
+from memfs.views.fold import Fold, command_notes
 from memfs.views.imported import NOTHING, load_imported
 from memfs.views.memory import indented, load_evicted_facts, real_derived_dir
 from memfs.views.trajectory import Trajectory
@@ -52,7 +53,8 @@ from memfs.views.trajectory import Trajectory
 VIEW_NAMES = ("memory.json", "trajectory.jsonl", "summary.md", "progress.json", "progress.md", "goal.json",
               "context.md")
 TURNS_DIR = "turns"
-ABOUT_VIEWS = frozenset(("summary.md", "context.md"))  # they begin with index/about.json
+# they begin with index/about.json, or take the goal from it (a prompt a later capture knew)
+ABOUT_VIEWS = frozenset(("summary.md", "context.md", "progress.json", "progress.md"))
 
 
 # Folding this many bytes or more pauses the cyclic garbage collector (see _gc_paused).
@@ -102,7 +104,7 @@ class ViewState:
     def __init__(self, path: Path):
         self.lock = threading.RLock()
         self.path = path
-        self.report = None  # the opening the fold belongs to (``handle.opening``)
+        self.report = None  # the opening the fold belongs to (``handle.reads.opening``)
         self.rewrites = -1
         self.version = -1
         self.offset = 0  # log bytes folded: just past the last complete line seen
@@ -130,25 +132,30 @@ class ViewState:
 
     def current(self, handle) -> bool:
         """Whether the fold already reflects ``handle``'s log (a refresh would do nothing)."""
-        return (self.fold is not None and handle.opening is self.report
+        return (self.fold is not None and handle.reads.opening is self.report
                 and handle.rewrites == self.rewrites and handle.version == self.version)
 
     def refresh(self, handle) -> bool:
-        """Bring the fold up to date with ``handle``'s log; True when it changed."""
-        report = handle.opening
+        """Bring the fold up to date with ``handle``'s log; True when it changed. A fold made
+        before ``index/about.json`` noted another result for a stored command is rebuilt."""
+        report = handle.reads.opening
+        self.refresh_about()
+        notes = command_notes(self.about) if self.about.get("item_notes") else {}
+        if self.fold is not None and notes != self.fold.item_notes:
+            self.fold = None
         if self.current(handle):
             return False
         force = False
         for attempt in range(ATTEMPTS):
             # a log rewritten at nearly every append (a small cap, many writers) could starve
             # the lock-free attempts: the last ones hold the log still while they fold
-            with handle.hold() if attempt >= ATTEMPTS - 2 else contextlib.nullcontext():
+            with handle.reads.hold() if attempt >= ATTEMPTS - 2 else contextlib.nullcontext():
                 rewrites, version = handle.rewrites, handle.version
                 m = handle.manifest
                 end = m["persisted_file_len"]
                 rebuild = (force or self.fold is None or report is not self.report
                            or rewrites != self.rewrites or end < self.offset)
-                fold, start = (Fold(m["retained_turn_base"]), 0) if rebuild else (self.fold, self.offset)
+                fold, start = (Fold(m["retained_turn_base"], notes), 0) if rebuild else (self.fold, self.offset)
                 seed = None
                 if rebuild:
                     imported = load_imported(self.path, fold.facts)
@@ -240,9 +247,7 @@ class ViewState:
     def render(self, handle, name: str) -> bytes:
         """The current bytes of view ``name`` (one of :data:`VIEW_NAMES`)."""
         with self.lock:
-            self.refresh(handle)
-            if name in ABOUT_VIEWS:
-                self.refresh_about()
+            self.refresh(handle)  # (index/about.json re-read too)
             key = (self.epoch, self.about_epoch if name in ABOUT_VIEWS else 0)
             cached = self._rendered.get(name)
             if cached is not None and cached[0] == key:
@@ -289,7 +294,7 @@ class ViewState:
 
     def ledger(self, handle) -> dict:
         fold = self.fold
-        return fold.ledger.to_dict(handle.session_id, fold.goal_text(), self.resolver(handle))
+        return fold.ledger.to_dict(handle.session_id, fold.goal_text(self.about), self.resolver(handle))
 
     def context(self, handle, budget: int) -> str:
         """``context.md`` in ``budget`` tokens (the fold must be fresh: call under the lock)."""
@@ -315,10 +320,10 @@ def _memory(st: ViewState, handle) -> bytes:
 def _trajectory(st: ViewState, handle) -> bytes:
     imported = st.imported
     if imported.trajectory is None:
-        return st.trajectory.render(st.fold.turns, st.fold.records, handle.turn_times_delta)
+        return st.trajectory.render(st.fold.turns, st.fold.records, handle.reads.turn_times_delta)
     if st.no_events():
         return imported.trajectory
-    return imported.trajectory_prefix + st.trajectory.render(st.fold.turns, st.fold.records, handle.turn_times_delta)
+    return imported.trajectory_prefix + st.trajectory.render(st.fold.turns, st.fold.records, handle.reads.turn_times_delta)
 
 
 def _summary(st: ViewState, handle) -> bytes:

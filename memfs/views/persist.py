@@ -2,14 +2,13 @@
 
 A refreshed view is written with the store's one atomic-replace helper
 (:func:`memfs.store.paths.atomic_write`: temp file, fsync, rename; 0600). That costs an fsync —
-10–20 ms for a multi-megabyte ``memory.json``, and a journal commit that stalls the appends
+long for a multi-megabyte ``memory.json``, and a journal commit that stalls the appends
 of other writers on the same file system meanwhile — which must not sit between an append and
 the next ``cat``. So copies go to one background thread, and each target file is written at
 most once per :data:`DELAY` seconds: the first refresh of a file schedules its copy
 ``DELAY`` seconds later, and refreshes until then only replace the bytes to write (the newest
-win; a file refreshed continuously is still copied every ``DELAY`` seconds). Measured on a
-100,000-event session, copying at every refresh doubled the latency of ``cat memory.json``
-right after an append.
+win; a file refreshed continuously is still copied every ``DELAY`` seconds), so ``cat
+memory.json`` right after an append does not wait for a copy.
 
 The store therefore shows what the mount shows within ``DELAY`` seconds, never a torn file.
 :func:`flush` writes everything pending at once and waits for it (clean shutdown, tests; also

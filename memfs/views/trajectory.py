@@ -113,8 +113,8 @@ class Trajectory:
         self._times: dict[int, tuple] = {}
 
     def render(self, state: TurnState, records: list[TurnRecord], times_delta=None) -> bytes:
-        """``times_delta``: :meth:`SessionHandle.turn_times_delta
-        <memfs.store.session.SessionHandle.turn_times_delta>` of the session (None: no times)."""
+        """``times_delta``: :meth:`SessionReads.turn_times_delta
+        <memfs.store.reading.SessionReads.turn_times_delta>` of the session (None: no times)."""
         index = state.index
         base = index.base
         lines, times = self._lines, self._times

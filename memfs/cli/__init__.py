@@ -1,0 +1,99 @@
+"""The ``memfs`` command line (SPEC §8): a thin skin over the library.
+
+Every command takes ``--store DIR`` (the sessions root) or ``--workspace DIR`` (a VT Code
+workspace: ``DIR/.vtcode/sessions``), and ``--config FILE`` (see ``mount.example.toml``);
+flags override the file. Human-readable output by default; ``--json`` gives one JSON
+document (a list for commands that list things). Errors print ``memfs: <reason>`` on stderr
+and exit 1; usage errors exit 2. Progress bars go to stderr, only when it is a terminal.
+
+Exit codes: 0 success; 1 an error, a refused line (``append``), an unverified pack
+(``pack verify``), a repaired or damaged session (``fsck``), a conflicting or invalid legacy
+file (``migrate``); 2 bad usage; 130 interrupted.
+
+Decisions recorded here:
+
+* ``append`` creates the session when it does not exist, as writing to a new file would;
+  the commands that write sessions — ``append``, ``record``, ``import``, ``mount`` — also
+  create a missing store, and the first three say so on stderr (``memfs: import: the store
+  DIR did not exist: created it``), so a mistyped ``--store`` shows. Every other command on a
+  store that does not exist says so and exits 1 (a mistyped ``--store`` is not an empty
+  store).
+* ``record`` of a command that cannot run exits as a shell would (127 not found, 126 not
+  executable) with ``memfs: record: CMD: command not found``, and creates nothing.
+* ``migrate`` imports into ``--store``/``--workspace`` when given, else the config's store,
+  else the migrated workspace's own ``.vtcode/sessions``.
+* ``pin`` requires ``--reason`` (a pin without one is a mystery later); ``unpin`` of a
+  session that is not pinned says so and succeeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import memfs
+from memfs.cli import mount, ops, sessions, write
+from memfs.cli.common import Commands, _reason, _Usage
+from memfs.errors import MemfsError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``memfs`` parser; each command group adds its own commands (in ``memfs --help``'s order)."""
+    common = argparse.ArgumentParser(add_help=False)
+    which = common.add_mutually_exclusive_group()
+    which.add_argument("--store", metavar="DIR", help="the sessions root (default: $XDG_DATA_HOME/memfs/sessions)")
+    which.add_argument("--workspace", metavar="DIR", help="a VT Code workspace: use DIR/.vtcode/sessions")
+    common.add_argument("--config", metavar="FILE", help="a TOML config file (see mount.example.toml); flags override it")
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="machine-readable JSON output")
+
+    parser = argparse.ArgumentParser(
+        prog="memfs", description="An AI coding agent's session memory as a plain directory.",
+        epilog="Run 'memfs COMMAND --help' for a command's options.")
+    parser.add_argument("--version", action="version", version=f"memfs {memfs.__version__}")
+    commands = Commands(parser.add_subparsers(dest="command", metavar="COMMAND"), common, as_json)
+    mount.register(commands)
+    sessions.register(commands)
+    write.register(commands)
+    sessions.register_search(commands)
+    ops.register(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    agent: list[str] | None = None
+    if "record" in argv and "--" in argv and argv.index("record") < argv.index("--"):
+        cut = argv.index("--")  # record's agent command is everything after "--", options included
+        argv, agent = argv[:cut], argv[cut + 1:]
+    try:
+        args = parser.parse_args(argv)
+        if agent is not None:
+            args.cmd = agent
+    except SystemExit as exc:  # --help, --version, usage errors
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except _Usage as exc:
+        print(f"memfs: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("memfs: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader went away (memfs sessions | head): not an error; keep Python quiet
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
+    except (MemfsError, OSError) as exc:
+        print(f"memfs: {_reason(exc)}", file=sys.stderr)
+        return 1
+

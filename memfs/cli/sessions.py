@@ -1,0 +1,134 @@
+"""``memfs sessions``, ``show`` and ``search``: reading a store."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+
+import orjson
+
+from memfs.cli.common import Commands, _config, _existing, _json, _out, _pos_int, _root, _size, _table
+from memfs.store import listing, retention
+from memfs.store.describe import describe
+from memfs.store.paths import sanitize
+from memfs.store.session import open_session
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    root = _root(args)
+    every = retention.list_sessions(root)
+    sessions = list(filter(listing.Filter(args.agent, args.project, args.status, args.since), every))
+    if args.json:
+        _json([listing.entry(s) for s in sessions])
+    elif not sessions:
+        _out(f"no sessions in {root}" if not every else f"none of the {len(every)} sessions in {root} match")
+    else:
+        _table(listing.rows(sessions, shutil.get_terminal_size((100, 24)).columns), right=listing.RIGHT)
+    return 0
+
+
+def _since(text: str) -> float:
+    try:
+        return listing.parse_since(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    root = _root(args)
+    with open_session(root, args.session, read_only=True) as handle:
+        if args.view:
+            from memfs.views import render_view
+
+            data = render_view(handle, args.view)  # the view's exact bytes
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+            return 0
+        if args.turn is not None:
+            start, end, outcome = handle.turn_range(args.turn)
+            events = handle.reconstruct_turn(args.turn)
+            if args.json:
+                _json({"turn": args.turn, "outcome": outcome, "start_offset": start, "end_offset": end,
+                       "events": events})
+            else:
+                for event in events:
+                    _out(orjson.dumps(event).decode())
+            return 0
+        info = describe(handle)
+    if args.json:
+        _json(info)
+        return 0
+    manifest, turns, pin = info["manifest"], info["turns"], info["pin"]
+    # turn_count counts closed turns (abandoned ones too); the table also lists the open one
+    lines = [
+        ("session", manifest["session_id"] + ("" if manifest["session_id"] == info["name"] else f" (dir {info['name']})")),
+        ("status", manifest["status"] + (" (in a turn)" if manifest["in_turn"] else "")),
+        ("turns", f"{manifest['turn_count']} closed" + (", 1 open" if manifest["in_turn"] else "")
+                  + (f" (retained from {manifest['retained_turn_base']})"
+                     if manifest["retained_turn_base"] > 1 else "")),
+        ("events", str(manifest["event_count"])),
+        ("created", manifest["created_at"]),
+        ("updated", manifest["updated_at"]),
+        ("log", _size(info["log_bytes"])),
+        ("rejected", str(info["rejected"])),
+        ("pinned", "no" if pin is None else f"yes ({pin.get('reason', '')})"),
+        ("live", "yes" if info["live"] else "no"),
+    ]
+    for key, value in lines:
+        _out(f"{key:<9} {value}")
+    if turns:
+        _out()
+        rows = [["TURN", "OUTCOME", "EVENTS", "OFFSETS", "STARTED", "ENDED"]]
+        for t in turns:
+            rows.append([str(t["turn_number"]), t.get("outcome", "?"), str(t["event_count"]),
+                         f"{t['start_offset']}-{t['end_offset']}", t["started_at"] or "-", t["completed_at"] or "-"])
+        _table(rows, right={0, 2})
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    config = _config(args, max_results=args.k, min_score=args.min_score)
+    from memfs.search import search_store
+
+    session = sanitize(args.session) if args.session else None  # an id or a directory name
+    results = search_store(_existing(config.sessions_root()), args.query, session=session,
+                           k=config.search.max_results, min_score=config.search.min_score)
+    results = list(results)
+    if args.json:
+        _json(results)
+        return 0
+    if not results:
+        _out("no results")
+    for r in results:
+        snippet = " ".join(str(r.get("snippet", "")).split())
+        _out(f"{r['score']:.4f}\t{r['chunk_id']}\t{snippet}")
+    return 0
+
+
+def register(c: Commands) -> None:
+    p = c.add("sessions", cmd_sessions, "list sessions, most recently updated first", json=True,
+              epilog="Columns: last activity (UTC), agent, project, title, turns, status, tokens, cost, session. "
+                     "--json carries every field of each session's metadata (index/about.json).")
+    p.add_argument("--agent", metavar="NAME", help="only sessions of this agent (claude, codex, gemini, vtcode, ...)")
+    p.add_argument("--project", metavar="P", help="only sessions of this project: its path or name, or a directory "
+                                                  "the session ran in or under")
+    p.add_argument("--status", choices=listing.STATUSES, help="only sessions with this status")
+    p.add_argument("--since", type=_since, metavar="WHEN",
+                   help="only sessions active since WHEN: a date or time (2026-01-31, UTC) or an age (7d, 12h)")
+
+    p = c.add("show", cmd_show, "a session's summary, a turn's events, or a derived view", json=True)
+    p.add_argument("session", metavar="SESSION")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--turn", type=int, metavar="N", help="print the events of turn N, one JSON object a line")
+    what.add_argument("--view", metavar="NAME", help="print a derived view (e.g. memory.json, summary.md)")
+
+
+def register_search(c: Commands) -> None:
+    p = c.add("search", cmd_search, "BM25 search over the sessions' grounded facts", json=True)
+    p.add_argument("query", metavar="QUERY")
+    p.add_argument("--session", metavar="S", help="search this session only")
+    p.add_argument("-k", type=_pos_int, metavar="N", help="number of results, at least 1 (default 6; as ?k=N "
+                                                        "on a mount's search files)")
+    p.add_argument("--min-score", type=float, metavar="X", help="drop results scoring below X (default 0)")
