@@ -5,6 +5,7 @@ agent's own story — imported with ``memfs import`` and read back through a rea
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -373,17 +374,107 @@ def test_a_rollout_read_in_pieces_translates_as_a_whole():
 
 @needs_fuse
 def test_the_rollout_and_the_streams_of_one_run_are_one_story(mounts):
-    # api_error left out: its failed turn has no token total to pair the two captures by (see
-    # memfs.ingest.codex.turn_signature); a failed turn's message alone may name several turns
     for store in ("streams_then_rollout", "rollout_then_streams"):
         for scenario in SCENARIOS:
-            if scenario == "api_error":
-                continue
             session = mounts[store] / capture(scenario)["session_id"]
+            runs = capture(scenario)["runs"]
             manifest = json.loads((session / "manifest.json").read_bytes())
-            assert manifest["turn_count"] == len(capture(scenario)["runs"]), (store, scenario)
-            texts = [e["event"]["item"]["text"] for e in map(json.loads, (session / "events.jsonl").open())
-                     if e["event"]["type"] == "item.completed" and e["event"]["item"]["type"] == "agent_message"]
-            assert len(texts) == len(set(texts)) == len(capture(scenario)["runs"]), (store, scenario, texts)
+            assert manifest["turn_count"] == len(runs), (store, scenario)
+            events = [e["event"] for e in map(json.loads, (session / "events.jsonl").open())]
+            texts = [e["item"]["text"] for e in events
+                     if e["type"] == "item.completed" and e["item"]["type"] == "agent_message"]
+            answered = sum(1 for r in runs if r["exit_code"] == 0)
+            assert len(texts) == len(set(texts)) == answered, (store, scenario, texts)
+            assert len(closes(events)) == len(runs), (store, scenario)
         summary = view(mounts[store], "resume_two_turns", "summary.md")
         assert "**Tokens:** 3300 input (0 cached, 0 cache creation), 75 output" in summary, (store, summary)
+        # the failed run (no token total to pair by) is one failed turn, whichever came first
+        summary = view(mounts[store], "api_error", "summary.md")
+        assert "(0 completed, 1 failed, 0 abandoned)" in summary, (store, summary)
+
+
+@needs_fuse
+def test_the_goal_is_the_prompt_when_the_stream_came_first(mounts):
+    # `codex exec --json` prints no prompt: the rollout imported after it gives the prompt to
+    # index/about.json only (turn_notes, first_prompt), and the views take the goal from there
+    for scenario, goal in (("resume_two_turns", "What is the project about?"), ("api_error", "Summarize the README")):
+        assert view(mounts["rollouts"], scenario, "progress.json")["goal"] == goal  # the rollout alone says so
+        assert view(mounts["streams"], scenario, "progress.json")["goal"] == ""  # the streams alone cannot
+        for store in ("streams_then_rollout", "rollout_then_streams"):
+            assert f"**Goal:** {goal}\n" in view(mounts[store], scenario, "progress.md"), (store, scenario)
+            assert f"**Goal:** {goal}\n" in view(mounts[store], scenario, "context.md"), (store, scenario)
+
+
+@needs_fuse
+def test_a_mounted_sessions_goal_follows_an_import_that_adds_only_the_prompt(tmp_path):
+    # the rollout appends nothing to a session its streams filled: the views must still see
+    # the prompt it adds to index/about.json, on a mount that already rendered them
+    store, sid = tmp_path / "store", capture("resume_two_turns")["session_id"]
+    memfs_import(store, *streams("resume_two_turns"))
+    m = start(store, tmp_path / "mnt")
+    try:
+        derived = m.mnt / "sessions" / sid / "derived"
+        assert "**Goal:** \n" in (derived / "progress.md").read_text()
+        assert json.loads((derived / "progress.json").read_bytes())["goal"] == ""
+        log = (store / sid / "events.jsonl").read_bytes()
+        memfs_import(store, rollout("resume_two_turns"))
+        assert (store / sid / "events.jsonl").read_bytes() == log
+        assert "**Goal:** What is the project about?\n" in (derived / "progress.md").read_text()
+        assert json.loads((derived / "progress.json").read_bytes())["goal"] == "What is the project about?"
+        assert "**Goal:** What is the project about?\n" in (derived / "context.md").read_text()
+    finally:
+        cleanup(m)
+
+
+def failed_runs(tmp_path: Path, n: int) -> tuple[Path, list[Path]]:
+    """``n`` runs of the conversation that failed alike (api_error's, each a turn of its own):
+    the rollout holding them all and each run's ``exec --json`` stream."""
+    lines = rollout("api_error").read_bytes().splitlines()
+    turn = next(orjson.loads(raw)["payload"]["turn_id"] for raw in lines if b'"task_started"' in raw)
+    head, body = lines[:1], lines[1:]
+    out = list(head)
+    for i in range(n):
+        out += [raw.replace(turn.encode(), f"{turn[:-2]}{i:02d}".encode()) for raw in body]
+    path = tmp_path / "rollout-failed.jsonl"
+    path.write_bytes(b"\n".join(out) + b"\n")
+    runs = []
+    for i in range(n):
+        runs.append(tmp_path / f"stream-{i}.jsonl")
+        shutil.copyfile(streams("api_error")[0], runs[-1])
+    return path, runs
+
+
+def test_a_failed_turn_captured_twice_is_stored_once_one_to_one(tmp_path):
+    sid = capture("api_error")["session_id"]
+
+    def check(store: Path, turns: int) -> list[dict]:
+        manifest = json.loads((store / sid / "manifest.json").read_bytes())
+        assert manifest["turn_count"] == turns
+        notes = json.loads((store / sid / "index" / "about.json").read_bytes()).get("turn_notes", {})
+        return [notes.get(str(n), {}) for n in range(1, turns + 1)]
+
+    roll, runs = failed_runs(tmp_path, 2)
+    # the streams first: each rollout turn pairs with one stored stream turn, gives it its prompt
+    store = tmp_path / "streams-first"
+    memfs_import(store, *runs)
+    memfs_import(store, roll)
+    notes = check(store, 2)
+    assert [n["prompt"] for n in notes] == ["Summarize the README"] * 2
+    assert len({n["turn_id"] for n in notes}) == 2
+    # another copy of the rollout (archived_sessions/ keeps one): its turns are the noted ones
+    copy = tmp_path / "archived" / roll.name
+    copy.parent.mkdir()
+    shutil.copyfile(roll, copy)
+    memfs_import(store, copy)
+    check(store, 2)
+    # the rollout first, each stream imported on its own: one stored turn each; a third run
+    # that failed alike has no stored turn left to pair with, so it is a turn of its own
+    store = tmp_path / "rollout-first"
+    memfs_import(store, roll)
+    for i, run in enumerate(runs):
+        memfs_import(store, run)
+        assert [bool(n.get("paired")) for n in check(store, 2)] == [True] * (i + 1) + [False] * (1 - i)
+    third = tmp_path / "stream-2.jsonl"
+    shutil.copyfile(runs[0], third)
+    memfs_import(store, third)
+    check(store, 3)

@@ -477,3 +477,26 @@ def test_format_gemini_reads_gemini_only_and_the_others_name_it(tmp_path):
                str(streams("mcp_call")[0]))
     (report,) = json.loads(proc.stdout)
     assert (report["format"], report["refused"], report["appended"]) == ("gemini", 0, 6)
+
+
+@needs_fuse
+def test_the_chat_file_imported_after_the_stream_gives_the_command_its_exit_code(tmp_path):
+    # stream-json says "success" and no exit code; the chat file, imported later, knows the
+    # command exited 1: the stored command is not appended again, but the views read it failed
+    # — also on a mount that had already rendered them
+    sid = capture("ok_failing_command")["session_id"]
+    store = tmp_path / "store"
+    import_(store, streams("ok_failing_command")[0])
+    with mounted(store, tmp_path / "mnt") as m:
+        s = m.mnt / "sessions" / sid
+        memory = json.loads(sh("cat derived/memory.json", s).stdout)
+        assert "ran cat CHANGELOG.md" in [f["fact"] for f in memory["grounded_facts"]]
+        log = (store / sid / "events.jsonl").read_bytes()
+        import_(store, chats("ok_failing_command"))
+        assert (store / sid / "events.jsonl").read_bytes() == log
+        memory = json.loads(sh("cat derived/memory.json", s).stdout)
+        trajectory = [json.loads(line) for line in sh("cat derived/trajectory.jsonl", s).stdout.splitlines()]
+    found = [f["fact"] for f in memory["grounded_facts"]]
+    assert "ran cat CHANGELOG.md (exit 1)" in found and "ran cat CHANGELOG.md" not in found
+    assert trajectory[0]["commands"] == [{"command": "cat CHANGELOG.md", "exit_code": 1, "status": "failed"}]
+    assert facts(store, sid).count("ran cat CHANGELOG.md (exit 1)") == 1  # read without a mount too

@@ -11,10 +11,16 @@ translators derive item ids and ``turn.started.context.turn_id`` from them):
   only, so ``record`` still appends as lines arrive; at the end of a run an undecided head is
   kept). What the dropped turn adds to the stored one — its prompt, its ``turn_id``, its
   token counts, when the stored turn lacks them — goes to ``about.json`` ``turn_notes`` (by the
-  stored turn's number), never into the log. A ``thread.completed`` right after it goes too;
+  stored turn's number), never into the log; a dropped command's exit code and status, when
+  the stored command has none, to ``item_notes`` (by the item id). A ``thread.completed``
+  right after it goes too. A ``turn_id`` noted so is known as the stored turn's;
 * an item event whose id is known is dropped; a ``thread.started`` of a known thread too;
 * a Codex turn no id decides (``exec --json`` has none) is matched at its close, by its
-  signature (the thread's running token total; completed turns only);
+  signature (the thread's running token total) when it completed; when it failed, with a
+  stored failed turn of the other capture kind (a rollout's turn has a ``turn_id``, an
+  ``exec --json`` turn none) with the same message that no capture paired yet — one to one,
+  in turn order; the pairing is noted (``turn_notes`` ``paired``) so a later import does not
+  pair that turn again;
 * everything else — a resumed conversation's new turns — is appended.
 
 "Known" means in a turn of the session that this capture did not append (the capture keeps
@@ -24,11 +30,7 @@ batched, and neither is an id a writer uses again in a later turn; what another 
 appended meanwhile (``record`` while ``import --follow`` runs) is. Codex ``exec --json`` ids
 (``item_0`` …, numbered per run) are not identities and never match.
 
-The known ids come from the log (item ids, turn ids, thread ids, with the turn that holds
-them), kept in ``index/agent-ids`` (one JSON array a line, appended as the log grows, with
-``["@", length]`` marks of how much of the log it covers): it is caught up from the log when
-the log grew past it and rebuilt when it is missing, torn, or names another log file (its
-inode and first retained turn: a cap rewrite replaces the log) — the log is the truth.
+The known ids come from the log, through ``index/agent-ids`` (:mod:`memfs.ingest.agent_ids`).
 
 **Metadata** (:class:`Capture`): after each batch the runner merges the translator's ``meta``
 into ``about.json`` (:func:`memfs.store.about.merge`), with ``project`` (:func:`project_of`:
@@ -38,236 +40,14 @@ knows (the agent, a sub-agent's parent).
 
 from __future__ import annotations
 
-import errno
-import os
 from pathlib import Path
 
-import orjson
-
-from memfs.agents import agent_name, run_local_id
-from memfs.events import decode_stored
+from memfs.agents import agent_name
+from memfs.ingest.agent_ids import (_CLOSES, _ITEMS, OWN, KnownIds, _event_of, _exit_code, _has_usage,
+                                    _item_id, _str, failed_message, signature)
 from memfs.ingest.conversations import project_of, register
 from memfs.store import about
 from memfs.store.catalog import is_session_dir
-from memfs.store.paths import EVENTS, INDEX_DIR, atomic_write, ensure_private_dir, open_nofollow
-
-AGENT_IDS = "index/agent-ids"
-
-_CLOSES = frozenset(("turn.completed", "turn.failed"))
-_ITEMS = frozenset(("item.started", "item.updated", "item.completed"))
-OWN = float("inf")  # the turn "number" of an id this capture appended
-
-
-# --- the session's known ids --------------------------------------------------------------------
-
-
-def _event_of(raw: bytes) -> dict | None:
-    """A translated line (bare event or envelope) as its event dict, or None."""
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    if type(obj) is not dict:
-        return None
-    inner = obj.get("event")
-    if "schema_version" in obj and type(inner) is dict:
-        return inner
-    return obj
-
-
-def _item_id(event: dict) -> str | None:
-    item = event.get("item")
-    iid = item.get("id") if type(item) is dict else None
-    return iid if type(iid) is str and iid and not run_local_id(iid) else None
-
-
-def _str(value) -> str | None:
-    return value if type(value) is str and value else None
-
-
-def _has_usage(usage) -> bool:
-    return type(usage) is dict and any(type(v) is int and v > 0 for v in usage.values())
-
-
-def signature(event: dict) -> tuple | None:
-    """A completed turn's close as Codex identifies it across captures (the thread's running
-    token total, :func:`memfs.ingest.codex.turn_signature`), or None (a failed turn's message
-    names no one turn)."""
-    from memfs.ingest.codex import turn_signature
-
-    sig = turn_signature(event)
-    return sig if sig and sig[0] == "completed" and any(sig[1:]) else None
-
-
-class KnownIds:
-    """The agent ids a session holds, each with the number of the turn holding it (an id
-    outside turns counts with the next turn), from its log via ``index/agent-ids``."""
-
-    def __init__(self, handle, *, write: bool = True):
-        self.handle = handle
-        self.write = write and not handle.read_only
-        self.items: dict[str, float] = {}
-        self.turn_ids: dict[str, float] = {}
-        self.threads: dict[str, float] = {}
-        self.signatures: dict[tuple, float] = {}
-        self.turns: dict[int, list] = {}  # number -> [has prompt, has usage, has turn id]
-        self.cur = 0  # the last turn number seen
-        self.in_turn = False
-        self.covered = -1  # log bytes folded in (-1: not loaded)
-        self.ino: list = []
-
-    def _log_id(self) -> list:
-        """Which log file the index describes: its inode and the first retained turn (a cap
-        rewrite makes a new file and evicts at least one turn)."""
-        try:
-            ino = os.stat(self.handle.path / EVENTS).st_ino
-        except OSError:
-            ino = 0
-        return [ino, self.handle.manifest.get("retained_turn_base", 1)]
-
-    def _apply(self, rec: list) -> None:
-        tag = rec[0]
-        if tag == "T":
-            n = rec[1]
-            self.cur, self.in_turn = n, True
-            self.turns[n] = [bool(rec[2]), False, False]
-        elif tag == "K":
-            self.turn_ids.setdefault(rec[2], rec[1])
-            if rec[1] in self.turns:
-                self.turns[rec[1]][2] = True
-        elif tag == "U":
-            if rec[1] in self.turns:
-                self.turns[rec[1]][1] = True
-        elif tag == "C":
-            self.in_turn = False
-        elif tag == "S":
-            sig = tuple(rec[2])
-            if self.signatures.get(sig, OWN) == OWN:
-                self.signatures[sig] = rec[1]
-        elif tag == "I":
-            if self.items.get(rec[2], OWN) == OWN:
-                self.items[rec[2]] = rec[1]
-        elif tag == "H":
-            if self.threads.get(rec[2], OWN) == OWN:
-                self.threads[rec[2]] = rec[1]
-
-    def _load(self) -> None:
-        self.items, self.turn_ids, self.threads, self.signatures, self.turns = {}, {}, {}, {}, {}
-        self.cur, self.in_turn, self.covered = 0, False, 0
-        self.ino = self._log_id()
-        try:
-            data = (self.handle.path / AGENT_IDS).read_bytes()
-        except OSError:
-            data = b""
-        lines = data.split(b"\n")
-        ok = bool(data) and data.endswith(b"\n")
-        if ok:
-            try:
-                head = orjson.loads(lines[0])
-                ok = head == ["memfs-agent-ids", 1, *self.ino]
-            except orjson.JSONDecodeError:
-                ok = False
-        if ok:
-            pending: list = []
-            try:
-                for line in lines[1:-1]:
-                    rec = orjson.loads(line)
-                    if rec[0] == "@":
-                        for r in pending:
-                            self._apply(r)
-                        pending = []
-                        self.covered = rec[1]
-                    else:
-                        pending.append(rec)
-            except (orjson.JSONDecodeError, IndexError, TypeError, KeyError):
-                ok = False
-        if not ok or self.covered > self.handle.file_len:
-            self.items, self.turn_ids, self.threads, self.signatures, self.turns = {}, {}, {}, {}, {}
-            self.cur, self.in_turn, self.covered = 0, False, 0
-            if self.write:
-                self._write(b"", rewrite=True)
-
-    def _write(self, data: bytes, rewrite: bool = False) -> None:
-        path = self.handle.path / AGENT_IDS
-        try:
-            if rewrite:
-                ensure_private_dir(self.handle.path / INDEX_DIR)
-                atomic_write(path, orjson.dumps(["memfs-agent-ids", 1, *self.ino]) + b"\n" + data)
-                return
-            fd = open_nofollow(path, os.O_WRONLY | os.O_APPEND)
-            try:
-                os.write(fd, data)
-            finally:
-                os.close(fd)
-        except OSError as exc:  # an index is a cache: a failure to keep it costs a rebuild later
-            if exc.errno not in (errno.ENOENT, errno.ENOSPC, errno.EDQUOT, errno.EROFS):
-                raise
-
-    def refresh(self) -> set:
-        """Catch up with the log (load or rebuild the index first when needed); returns the
-        numbers of the turns the lines read now belong to (a rebuild does not count)."""
-        floor = self.cur if self.in_turn else self.cur + 1
-        if self.covered < 0 or self._log_id() != self.ino:
-            self._load()
-        end = self.handle.file_len
-        if end < self.covered:  # the log shrank under us: start again
-            self.covered = -1
-            self._load()
-        if end == self.covered:
-            return set()
-        starts: dict | None = None  # turn numbers by start offset, read once a turn starts
-        recs: list = []
-        covered = self.covered
-        for off, line in self.handle.iter_lines(self.covered):
-            covered = off + len(line) + 1
-            decoded = decode_stored(line)
-            if decoded is None:
-                continue
-            event = decoded[1]
-            etype = event.get("type")
-            if etype == "turn.started":
-                if starts is None:
-                    starts = {e["start_offset"]: e["turn_number"] for e in self.handle.turn_index
-                              if e["start_offset"] >= off}
-                n = starts.get(off, self.cur + 1)
-                ctx = event.get("context") if type(event.get("context")) is dict else {}
-                rec = ["T", n, 1 if _str(ctx.get("prompt")) else 0]
-                self._apply(rec)
-                recs.append(rec)
-                tid = _str(ctx.get("turn_id"))
-                if tid:
-                    recs.append(["K", n, tid])
-                    self._apply(recs[-1])
-            elif etype in _CLOSES:
-                if self.in_turn:
-                    if _has_usage(event.get("usage")):
-                        recs.append(["U", self.cur])
-                        self._apply(recs[-1])
-                    sig = signature(event)
-                    if sig:
-                        recs.append(["S", self.cur, list(sig)])
-                        self._apply(recs[-1])
-                    recs.append(["C"])
-                    self._apply(recs[-1])
-            elif etype in _ITEMS:
-                iid = _item_id(event)
-                if iid and self.items.get(iid, OWN) == OWN:  # (an item's later events add nothing)
-                    recs.append(["I", self.cur if self.in_turn else self.cur + 1, iid])
-                    self._apply(recs[-1])
-            elif etype == "thread.started":
-                tid = _str(event.get("thread_id"))
-                if tid:
-                    recs.append(["H", self.cur if self.in_turn else self.cur + 1, tid])
-                    self._apply(recs[-1])
-        touched = {r[1] for r in recs if (len(r) > 2 or r[0] == "U") and r[1] >= floor}
-        if covered == self.covered:
-            return touched
-        self.covered = covered
-        if self.write:
-            recs.append(["@", covered])
-            self._write(b"".join(orjson.dumps(r) + b"\n" for r in recs))
-        return touched
-
 
 # --- dedupe -------------------------------------------------------------------------------------
 
@@ -282,25 +62,32 @@ class Dedupe:
     holds turns known only by their close (``exec --json`` turns: no agent ids), a turn no id
     decided is held to its close and dropped when its signature
     (:func:`memfs.ingest.codex.turn_signature`: the thread's running token total) is one
-    of theirs.
+    of theirs, or when it failed and pairs with a stored failed turn (module docstring).
+    ``notes()``: the session's ``turn_notes`` as they are now (the turn ids noted for stored
+    turns, which stored turns another capture paired), read at most once a :meth:`feed`.
     """
 
-    def __init__(self, known: KnownIds, state: dict | None = None, *, live: bool = False):
+    def __init__(self, known: KnownIds, state: dict | None = None, *, live: bool = False, notes=None):
         self.known = known
         self.live = live
         self.codex = False
+        self.read_notes = notes or dict
         state = state or {}
         self.mode = state.get("mode", OUT)
         self.match = state.get("match")  # the stored turn a dropped turn repeats
         self.own = {n for n in state.get("own") or () if type(n) is int}  # turns this capture appended
+        self.paired = {n for n in state.get("paired") or () if type(n) is int}  # failed turns it paired
         self.head: list[bytes] = []
         self.head_ctx: dict = {}
         self.holds: bool | None = None
+        self.session_notes: dict | None = None  # notes() as of this feed call
+        self.noted_ids: dict | None = None  # turn id -> the stored turn a note gives it to
         self.notes: dict[str, dict] = {}  # turn number -> what a dropped turn added
+        self.item_notes: dict[str, dict] = {}  # item id -> a dropped command's result
         self.dropped = 0
 
     def state(self) -> dict:
-        return {"mode": self.mode, "match": self.match, "own": sorted(self.own)}
+        return {"mode": self.mode, "match": self.match, "own": sorted(self.own), "paired": sorted(self.paired)}
 
     def _foreign(self, table: dict, key) -> float | None:
         """The number of the turn holding ``key``, when another capture appended it."""
@@ -315,12 +102,27 @@ class Dedupe:
             return
         self.notes.setdefault(str(n), {}).setdefault(field, value)
 
+    def _note_item(self, iid: str | None, event: dict | None) -> None:
+        """A dropped item event: its command's exit code and status, when the stored command
+        (another capture's) has none."""
+        code = _exit_code(event) if event is not None else None
+        if code is None or iid is None or iid in self.known.exits or self._foreign(self.known.items, iid) is None:
+            return
+        status = event["item"].get("status")
+        self.item_notes.setdefault(iid, {"exit_code": code, **({"status": status} if type(status) is str else {})})
+
     def _drop_turn(self, n) -> None:
         self.mode, self.match = DROP, n
         self.dropped += len(self.head)
+        for raw in self.head:
+            if b'"command_execution"' in raw:
+                event = _event_of(raw)
+                self._note_item(_item_id(event) if event is not None else None, event)
         self.head = []
         self._note(n, "prompt", _str(self.head_ctx.get("prompt")), 0)
         self._note(n, "turn_id", _str(self.head_ctx.get("turn_id")), 2)
+        if self.noted_ids is not None and _str(self.notes.get(str(n), {}).get("turn_id")):
+            self.noted_ids.setdefault(self.notes[str(n)]["turn_id"], n)
 
     def _keep_head(self, out: list) -> None:
         if self.mode in (HEAD, HOLD):
@@ -331,13 +133,50 @@ class Dedupe:
     def _hold(self) -> bool:
         """Whether an undecided turn waits for its close (see the class docstring)."""
         if self.holds is None:  # (once a call of feed)
-            self.holds = self.codex and not self.live and any(
-                n != OWN and n not in self.own for n in self.known.signatures.values())
+            closes = [*self.known.signatures.values(), *(n for ns in self.known.failed.values() for n in ns)]
+            self.holds = self.codex and not self.live and any(n != OWN and n not in self.own for n in closes)
         return self.holds
+
+    def _session_notes(self) -> dict:
+        if self.session_notes is None:
+            notes = self.read_notes()
+            self.session_notes = notes if type(notes) is dict else {}
+        return self.session_notes
+
+    def _noted_turn(self, tid: str | None) -> int | None:
+        """The stored turn (another capture's) whose ``turn_notes`` give it ``tid``."""
+        if tid is None:
+            return None
+        if self.noted_ids is None:
+            self.noted_ids = {}
+            for notes in (self._session_notes(), self.notes):
+                for key, note in notes.items():
+                    noted = note.get("turn_id") if type(note) is dict else None
+                    if type(noted) is str and type(key) is str and key.isdigit():
+                        self.noted_ids.setdefault(noted, int(key))
+        n = self.noted_ids.get(tid)
+        return n if n is not None and n in self.known.turns and n not in self.own else None
+
+    def _pair_failed(self, event: dict) -> int | None:
+        """The stored failed turn a failed close repeats (module docstring), or None."""
+        has_id = bool(_str(self.head_ctx.get("turn_id")))
+        for n in self.known.failed.get(failed_message(event), ()):
+            flags = self.known.turns.get(n)
+            if n == OWN or n in self.own or n in self.paired or flags is None or flags[2] == has_id:
+                continue
+            note = self._session_notes().get(str(n))
+            if type(note) is dict and note.get("paired"):
+                continue
+            self.paired.add(n)
+            self.notes.setdefault(str(n), {})["paired"] = True
+            return n
+        return None
 
     def _close(self, raw: bytes, event: dict, out: list) -> None:
         if self.mode in (HEAD, HOLD) and self.codex:
             n = self._foreign(self.known.signatures, signature(event))
+            if n is None and event.get("type") == "turn.failed":
+                n = self._pair_failed(event)
             if n is not None:
                 self._drop_turn(n)
         if self.mode == DROP:
@@ -353,7 +192,7 @@ class Dedupe:
     def feed(self, lines: list[bytes]) -> list[bytes]:
         """The lines to append, in order (a turn's head may be held for the next call)."""
         out: list[bytes] = []
-        self.holds = None
+        self.holds = self.session_notes = self.noted_ids = None
         for raw in lines:
             event = _event_of(raw)
             etype = event.get("type") if event is not None else None
@@ -362,7 +201,10 @@ class Dedupe:
                 ctx = event.get("context") if type(event.get("context")) is dict else {}
                 self.head, self.head_ctx = [raw], ctx
                 self.mode = HEAD
-                n = self._foreign(self.known.turn_ids, _str(ctx.get("turn_id")))
+                tid = _str(ctx.get("turn_id"))
+                n = self._foreign(self.known.turn_ids, tid)
+                if n is None and tid is not None:
+                    n = self._noted_turn(tid)
                 if n is not None:
                     self._drop_turn(n)
                 continue
@@ -377,6 +219,7 @@ class Dedupe:
                     if n is not None:
                         self._drop_turn(n)
                         self.dropped += 1
+                        self._note_item(iid, event)
                         continue
                     if self.mode == HEAD and self._hold():
                         self.mode = HOLD
@@ -388,12 +231,14 @@ class Dedupe:
                     self._keep_head(out)
                 elif self.mode == DROP:
                     self.dropped += 1
+                    self._note_item(iid, event)
                     continue
                 else:
                     if self.mode == AFTER:
                         self.mode = OUT
                     if self._foreign(self.known.items, iid) is not None:
                         self.dropped += 1
+                        self._note_item(iid, event)
                         continue
                 if iid:
                     self.known.items.setdefault(iid, OWN)
@@ -426,9 +271,11 @@ class Dedupe:
         self._keep_head(out)
         return out
 
-    def take_notes(self) -> dict:
+    def take_notes(self) -> tuple[dict, dict]:
+        """The ``turn_notes`` and ``item_notes`` gathered since the last call."""
         notes, self.notes = self.notes, {}
-        return notes
+        items, self.item_notes = self.item_notes, {}
+        return notes, items
 
 
 # --- one capture --------------------------------------------------------------------------------
@@ -465,7 +312,9 @@ class Capture:
         """Start deduping against ``handle``'s session (read-only handles: no index written)."""
         self.known = KnownIds(handle)
         self.known.refresh()
-        self.dedupe = Dedupe(self.known, self.saved, live=self.live)
+        path = handle.path
+        self.dedupe = Dedupe(self.known, self.saved, live=self.live,
+                             notes=lambda: about.read(path).get("turn_notes") or {})
         self.session_agent = about.read(handle.path).get("agent")
 
     def filter(self, lines: list[bytes], record_meta: dict | None = None) -> list[bytes]:
@@ -517,9 +366,11 @@ class Capture:
         the child in its parent (the caller holds ``handle``'s session as its writer)."""
         meta = self.meta(record_meta)
         if self.dedupe is not None:
-            notes = self.dedupe.take_notes()
+            notes, items = self.dedupe.take_notes()
             if notes:
                 meta["turn_notes"] = notes
+            if items:
+                meta["item_notes"] = items
         merged = about.merge(handle.path, meta)
         cid = merged.get("conversation_id")
         if isinstance(cid, str) and cid and self.registered != cid:

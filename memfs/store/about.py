@@ -12,16 +12,20 @@ own id: Claude ``sessionId``, Codex thread id, Gemini ``sessionId``), ``title``,
 ``cwd``, ``project``, ``git_branch``, ``model``, ``parent_session``, ``children`` [names],
 ``started_at``, ``ended_at``, ``status`` (``running``, ``completed``, ``failed``,
 ``abandoned``), ``pr_link``, ``forked_from``, ``turn_notes`` (``{"<turn number>": {"prompt",
-"turn_id", "usage"}}``: what a later capture of the conversation knew of a stored turn that
-the stored turn lacks — SPEC §10: metadata, never a duplicate turn; see
-:mod:`memfs.ingest.identity`).
+"turn_id", "usage", "paired"}}``: what a later capture of the conversation knew of a stored
+turn that the stored turn lacks — SPEC §10: metadata, never a duplicate turn — and whether a
+failed turn was paired with its other capture; see :mod:`memfs.ingest.identity`),
+``item_notes`` (``{"<item id>": {"exit_code", "status"}}``: a stored command's result that a
+later capture knew and the first lacked — Gemini CLI's stream-json has no exit code). The
+views take the goal from a turn's ``prompt`` note and ``first_prompt`` when the log has none,
+and a command's result from its note.
 
 :func:`merge` applies what a capture learnt: the first value stays for what a conversation
 has once (``conversation_id``, ``agent``, ``first_prompt``, ``cwd``, ``project``,
 ``started_at``, ``parent_session``), the latest wins for what moves (``model``,
 ``git_branch``, ``agent_version``, ``ended_at``, ``status``, ``pr_link``), ``children`` is a
-union, ``turn_notes`` is merged per turn and field (first wins), and an agent-written ``title``
-replaces one made from the prompt, never the reverse. The caller holds the session's writer lock (the ingest does): merges of one session never race.
+union, ``turn_notes`` and ``item_notes`` are merged per turn or item and field (first
+wins), and an agent-written ``title`` replaces one made from the prompt, never the reverse. The caller holds the session's writer lock (the ingest does): merges of one session never race.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from memfs.store.paths import INDEX_DIR, atomic_write, ensure_private_dir, open_
 ABOUT = "index/about.json"
 FIRST_WINS = frozenset({"conversation_id", "agent", "first_prompt", "cwd", "project", "started_at",
                         "parent_session", "forked_from"})
+NOTES = ("turn_notes", "item_notes")  # merged per entry and field
 TITLE_CHARS = 80  # a title made from the first prompt is cut to this many characters
 
 
@@ -72,7 +77,7 @@ def merged(old: dict, new: dict) -> dict:
             continue
         if key == "children":
             out[key] = sorted(set(out.get(key) or []) | set(value))
-        elif key == "turn_notes" and isinstance(value, dict):
+        elif key in NOTES and isinstance(value, dict):
             turns = {n: dict(t) for n, t in (out.get(key) or {}).items() if isinstance(t, dict)}
             for n, fields in value.items():
                 if isinstance(fields, dict):

@@ -7,7 +7,8 @@ rules (:func:`memfs.events.decode_stored`) and their turn ordinal comes from the
 machine (:func:`memfs.store.machine.apply`), seeded with the log's first retained ordinal.
 
 Everything here is a pure function of the lines (and of the eviction-summary facts the owner
-loads first): no clock, no I/O.
+loads first, and the command results ``index/about.json`` notes, :func:`command_notes`): no
+clock, no I/O.
 """
 
 from __future__ import annotations
@@ -35,6 +36,20 @@ _ITEM_EVENTS = frozenset(("item.started", "item.updated"))
 _PROGRESS_ITEMS = frozenset(("plan", "todo_list"))
 
 
+def command_notes(about: dict) -> dict:
+    """What ``about.json``'s ``item_notes`` add to stored ``command_execution`` items: ``{id:
+    {"exit_code": int, "status": str}}`` (a later capture of the conversation knew the result
+    the first one lacked — Gemini CLI's stream-json has no exit code, its chat file has)."""
+    notes = about.get("item_notes")
+    out: dict = {}
+    if type(notes) is dict:
+        for iid, note in notes.items():
+            if type(note) is dict and type(note.get("exit_code")) is int:
+                status = note.get("status")
+                out[iid] = {"exit_code": note["exit_code"], **({"status": status} if type(status) is str else {})}
+    return out
+
+
 def prompt_text(item: dict) -> str | None:
     """The text of a ``user_message`` item (the user's prompt): its ``text``, or the text
     parts of its ``content`` list (``[{"type": "text", "text": …}]``, Codex app-server's
@@ -53,7 +68,8 @@ def prompt_text(item: dict) -> str | None:
 class Fold:
     """All view state of one session, folded from its retained log."""
 
-    def __init__(self, base: int = 1):
+    def __init__(self, base: int = 1, item_notes: dict | None = None):
+        self.item_notes = item_notes or {}  # :func:`command_notes`, applied to the items they name
         self.turns = TurnState(TurnIndex(base), base - 1)
         self.records: list[TurnRecord] = []  # records[i] is index entry i
         self.facts = FactList()
@@ -82,6 +98,7 @@ class Fold:
         records = self.records
         add_fact = self.facts.add
         origin = self.origin
+        notes = self.item_notes
         end = -1
         n = skipped = 0
         for offset, line in lines:
@@ -106,6 +123,11 @@ class Fold:
             if etype == "item.completed":  # the bulk of a log: kept on the shortest path
                 item = event.get("item")
                 if type(item) is dict:
+                    if notes and item.get("type") == "command_execution" and item.get("exit_code") is None:
+                        note = notes.get(item.get("id"))
+                        if note is not None:
+                            item = {**item, **note}
+                            event = {**event, "item": item}
                     facts = event_facts(event)
                     if facts:
                         turn = rec.ordinal if rec is not None else None
@@ -236,9 +258,26 @@ class Fold:
         if text is not None:
             self.prompt, self._prompt_turn = text, turn
 
-    def goal_text(self) -> str:
-        """The goal of ``progress.json`` (see :mod:`memfs.views.progress`)."""
-        return self.goal.objective or self.prompt or self.ledger.title
+    def goal_text(self, about: dict | None = None) -> str:
+        """The goal of ``progress.json`` (see :mod:`memfs.views.progress`); ``about``: the
+        session's ``index/about.json``, whose ``turn_notes`` hold the prompts of turns a later
+        capture repeated (the stored turn, captured first from a stream, lacked them)."""
+        return self.goal.objective or self._latest_prompt(about or {}) or self.ledger.title
+
+    def _latest_prompt(self, about: dict) -> str:
+        """The first prompt of the latest turn that has one, in the log or in the turn's note,
+        else the conversation's ``first_prompt``."""
+        prompt, turn = self.prompt, self._prompt_turn or 0
+        notes = about.get("turn_notes")
+        if type(notes) is dict:
+            for key, note in notes.items():
+                text = note.get("prompt") if type(note) is dict else None
+                if type(text) is str and text.strip() and key.isdigit() and (prompt is None or int(key) > turn):
+                    prompt, turn = text, int(key)
+        if prompt is None:
+            first = about.get("first_prompt")
+            prompt = first if type(first) is str and first.strip() else None
+        return prompt or ""
 
     def _completed_item(self, item: dict, rec: TurnRecord | None) -> None:
         itype = item.get("type")

@@ -19,9 +19,10 @@ Rules (the spec's, and the decisions taken where it is silent):
   neither advance nor stall.
 * ``goal`` is the GoalTracker's current objective. When no ``goal.created`` names one, it is
   the first user prompt of the latest turn that has one (``turn.started``'s ``context.prompt``
-  or a ``user_message`` item, see :mod:`memfs.views.fold`), else the title of the plan or
-  to-do list that drives the milestones (:func:`plan_title`: a Codex stream carries no prompt
-  line), else ``""``.
+  or a ``user_message`` item, see :mod:`memfs.views.fold`, or the prompt ``index/about.json``
+  notes for a turn captured first from a stream that lacked it, ``turn_notes``), else the
+  conversation's ``first_prompt`` there, else the title of the plan or to-do list that drives
+  the milestones (:func:`plan_title`: a Codex stream carries no prompt line), else ``""``.
 * Timestamps (``stalled_since``, ``updated_at``) come from the log where it has them, so the
   view does not change when it is merely regenerated: the causing event's ``completed_at`` (a
   plan item's ``context.timestamp``), else the turn's ``turn.started`` ``context.timestamp``,
