@@ -41,8 +41,21 @@ async def _on_js(urls: str, fn):
 
 
 def publish(urls: str, subject: str, data: bytes, headers: dict | None = None) -> int:
-    """Publish one message as any client of the servers may; its stream sequence."""
-    return asyncio.run(_on_js(urls, lambda js: js.publish(subject, data, headers=headers))).seq
+    """Publish one message as any client of the servers may; its stream sequence. Asked again
+    (for up to 15 s) while the stream does not answer: a loaded cluster may be electing the
+    stream's leader, as any client would find."""
+
+    async def fn(js):
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                return await js.publish(subject, data, headers=headers)
+            except (nats.js.errors.NoStreamResponseError, nats.errors.TimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+    return asyncio.run(_on_js(urls, fn)).seq
 
 
 def messages(urls: str, stream: str) -> list:
