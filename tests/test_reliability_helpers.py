@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from memfs.store.recovery import OpenReport, rescan
 from memfs.store.session import open_session
 from memfs.store.machine import renumber
@@ -126,6 +128,9 @@ def wait_unmounted(mnt: Path, timeout: float) -> bool:
 
 
 def drop_caches() -> None:
-    """Make the kernel forget dentries and inodes (it then sends FUSE ``forget``s)."""
+    """Make the kernel forget dentries and inodes (it then sends FUSE ``forget``s); the calling
+    test is skipped, with the reason, where that is not allowed (it needs root)."""
+    if os.geteuid() != 0:
+        pytest.skip("writing /proc/sys/vm/drop_caches needs root")
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("2\n")
