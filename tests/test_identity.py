@@ -12,14 +12,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import memfs
 import orjson
 import pytest
-
-import memfs
 from memfs.ingest.importer import import_paths
+
+from store_helpers import wait_until as wait_for
 
 AGENTS = Path(__file__).parent / "fixtures" / "agents"
 REPLAY = Path(__file__).parent / "agents" / "replay.py"
@@ -332,16 +332,6 @@ def test_sub_agent_files_go_to_child_sessions(tmp_path):
 
 
 # --- import --follow -------------------------------------------------------------------------
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)  # polling interval of a deadline wait, not a fixed sleep
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def sources_of(store: Path, session: str) -> dict:

@@ -3,20 +3,19 @@ run as a user runs them, in subprocesses, against a store checked through the li
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import memfs
 import orjson
 import pytest
-
-import memfs
 from memfs.events import parse_line
 from memfs.ingest import AutoTranslator, Untranslatable
 from memfs.ingest.importer import SOURCES
+
+from store_helpers import wait_until as wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
 AGENT = Path(__file__).parent / "agents" / "replay.py"
@@ -313,16 +312,6 @@ def test_import_hostile_lines_cost_their_session_only(tmp_path):
     assert reasons[1] == "claude: line is not a JSON object"
     assert "line_b64" in rejected_of(store, CLAUDE_SID)[0]
     assert events_of(store, TRANSCRIPT_SID) == translate("claude_transcript.jsonl")
-
-
-def wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)  # polling interval of a deadline wait, not a fixed sleep
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def event_count(store: Path, sid: str) -> int:

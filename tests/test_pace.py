@@ -4,19 +4,12 @@ that burns CPU stands for the loop, another runs as background work and calls pa
 from __future__ import annotations
 
 import threading
-import time
 from contextlib import contextmanager
 
 import pytest
-
 from memfs.pace import STEP, Pacer, background, pace
 
-
-def wait_for(condition, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.001)
+from store_helpers import wait_until as wait_for
 
 
 class Loop:

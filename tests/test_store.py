@@ -15,17 +15,40 @@ import threading
 import time
 from pathlib import Path
 
+import memfs
 import orjson
 import pytest
-
-import memfs
-from memfs.errors import LineTooLong, ReadOnlySession, SessionBusy, SessionClosed, SymlinkRefused, TurnNotFound, ValidationError
+from memfs.errors import (
+    LineTooLong,
+    ReadOnlySession,
+    SessionBusy,
+    SessionClosed,
+    SymlinkRefused,
+    TurnNotFound,
+    ValidationError,
+)
 from memfs.events import SCHEMA_VERSION
 from memfs.store import paths
 from memfs.store.appender import LineAppender
+
 from refcounts import bytes_kept
-from store_helpers import (wait_until, DONE, FAILED, START, THREAD_DONE, THREAD_START, disk_index, disk_manifest, env, join_all,
-                           log_lines, msg, open_s, run_python, turn)
+from store_helpers import (
+    DONE,
+    FAILED,
+    START,
+    THREAD_DONE,
+    THREAD_START,
+    disk_index,
+    disk_manifest,
+    env,
+    join_all,
+    log_lines,
+    msg,
+    open_s,
+    run_python,
+    turn,
+    wait_until,
+)
 
 
 def mode(path) -> int:
@@ -686,7 +709,7 @@ def test_append_keeps_no_references(tmp_path, durability):
 
     bad = [b"not json", b'{"schema_version":"0.18.0","event":{"type":"turn.failed"}}', b"x" * 70000]
     with open_s(tmp_path, durability=durability, max_line_bytes=65536) as h:
-        writer = LineAppender(h, max_line_bytes=65536, pid=9)
+        writer = LineAppender(h.writes, max_line_bytes=65536, pid=9)
 
         def churn():
             for i in range(2000):

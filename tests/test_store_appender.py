@@ -7,14 +7,14 @@ import inspect
 import logging
 
 import pytest
-
 from memfs.errors import ValidationError
 from memfs.store.appender import LineAppender
+
 from store_helpers import START, log_lines, msg, open_s, turn
 
 
 def appender(h, pid=42) -> LineAppender:
-    return LineAppender(h, max_line_bytes=1 << 20, pid=pid)
+    return LineAppender(h.writes, max_line_bytes=1 << 20, pid=pid)
 
 
 def test_one_line_writes_and_the_general_path_agree(tmp_path):

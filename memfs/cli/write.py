@@ -7,8 +7,19 @@ import sys
 
 import orjson
 
-from memfs.cli.common import (EVICT_TO_HELP, Commands, ProgressBar, _config, _evict_to, _json, _lines, _NewStore,
-                              _nonneg_int, _out, _Usage)
+from memfs.cli.common import (
+    EVICT_TO_HELP,
+    Commands,
+    ProgressBar,
+    _config,
+    _evict_to,
+    _json,
+    _lines,
+    _NewStore,
+    _nonneg_int,
+    _out,
+    _Usage,
+)
 from memfs.errors import MemfsError
 from memfs.store.batch import append_stream
 from memfs.store.paths import new_session_name_problem, sanitize
@@ -111,8 +122,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.follow:
         if args.dry_run:
             raise _Usage("--follow and --dry-run do not go together")
-        importer.follow(root, args.paths, fmt=args.format, max_events=config.max_events, evict_to=config.evict_to,
-                        report=show)
+        from memfs.ingest.follow import follow
+
+        follow(root, args.paths, fmt=args.format, max_events=config.max_events, evict_to=config.evict_to,
+               report=show)
         return 0
     with ProgressBar("import") as bar:
         items = importer.import_paths(root, args.paths, fmt=args.format, dry_run=args.dry_run,

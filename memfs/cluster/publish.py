@@ -42,7 +42,6 @@ wait (the store takes it only inside each local commit).
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import hashlib
 import json
@@ -168,7 +167,7 @@ class Publisher:
                 log.debug("cluster: publish to %s: %s (retrying)", subject, exc)
                 time.sleep(0.05)  # JetStream without a leader yet: retry until the deadline
                 continue
-            except (TimeoutError, nats.errors.Error, asyncio.TimeoutError) as exc:
+            except (TimeoutError, nats.errors.Error) as exc:
                 log.debug("cluster: publish to %s: %r (retrying with the same id)", subject, exc)
                 if link.nc.is_closed:
                     raise ClusterError(errno.ENOTCONN, "cluster: connection closed") from exc
@@ -181,7 +180,7 @@ class Publisher:
                     stored = link.call(link.js.get_msg(self.config.stream, seq=ack.seq), min(left, 1.0) + 0.5)
                 except NotFoundError:
                     stored = None
-                except (TimeoutError, nats.errors.Error, asyncio.TimeoutError, APIError) as exc:
+                except (TimeoutError, nats.errors.Error, APIError) as exc:
                     log.debug("cluster: reading stream message %d: %r (publishing again, same id)", ack.seq, exc)
                     time.sleep(0.05)
                     continue
@@ -213,7 +212,7 @@ class Publisher:
             try:
                 ack = self.link.call(self._send_batch(subject, lines, rep.seq, batch_id, min(left, 2.0)),
                                      min(left, 2.0) + 0.5)
-            except (TimeoutError, asyncio.TimeoutError, nats.errors.Error) as exc:
+            except (TimeoutError, nats.errors.Error) as exc:
                 log.debug("cluster: batch to %s: %r (sending it again, same fence)", subject, exc)
                 if self.link.nc.is_closed:
                     raise ClusterError(errno.ENOTCONN, "cluster: connection closed") from exc
@@ -247,7 +246,7 @@ class Publisher:
                 return ours  # a previous attempt was stored whole: caught up with the rest
             handle = self.replicas.handle(rep.name, create=True)
             for line in lines:  # revalidate against the caught-up state
-                handle.validate(line)
+                handle.writes.validate(line)
             deadline = time.monotonic() + self.config.timeout
 
     async def _send_batch(self, subject: str, lines: list[bytes], expected: int, batch_id: str,
@@ -307,7 +306,7 @@ class Publisher:
                                  max(0.1, left))
             except NotFoundError:
                 return None
-            except (TimeoutError, asyncio.TimeoutError, nats.errors.Error, APIError) as exc:
+            except (TimeoutError, nats.errors.Error, APIError) as exc:
                 if time.monotonic() >= deadline:
                     raise ClusterError(errno.ETIMEDOUT, f"cluster: session {subject[len(SUBJECT_PREFIX):]}: no "
                                        f"answer from stream {self.config.stream} within {self.config.timeout:g} s "
@@ -486,7 +485,7 @@ class Publisher:
                     break
             except APIError as exc:
                 code = exc.err_code
-            except (TimeoutError, asyncio.TimeoutError, nats.errors.Error) as exc:
+            except (TimeoutError, nats.errors.Error) as exc:
                 log.debug("cluster: publishing local lines of %s: %r (retrying)", rep.name, exc)
                 time.sleep(0.05)
                 continue

@@ -159,9 +159,9 @@ class Replicas:
         if handle is None:
             handle = self.handle(rep.name, create)
         if rep.diverged:  # (its sequence stays 0: a restart finds the clash again)
-            handle.reject(line, Diverged(f"session {rep.name} here differs from stream {self.config.stream}'s "
-                                         "(written before cluster mode): the stream's line is not applied"),
-                          stream_seq=seq)
+            diverged = Diverged(f"session {rep.name} here differs from stream {self.config.stream}'s "
+                                "(written before cluster mode): the stream's line is not applied")
+            handle.writes.reject(line, diverged, stream_seq=seq)
             return
         if rep.verify_tail:
             rep.verify_tail = False
@@ -172,14 +172,14 @@ class Replicas:
                 return
         try:
             if record is None:
-                record = handle.validate(line)
+                record = handle.writes.validate(line)
         except ValidationError as exc:  # not a line another memfs accepted
             log.warning("cluster: session %s: stream message %d refused here (in rejected.jsonl): %s",
                         rep.name, seq, exc)
-            handle.reject(line, exc, stream_seq=seq)
+            handle.writes.reject(line, exc, stream_seq=seq)
             rep.seq = seq
             self.save(rep)
             return
-        handle.append_records([record])
+        handle.writes.append_records([record])
         rep.seq = seq
         self.save(rep)

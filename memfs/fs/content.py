@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 import orjson
-
 from memfs import views
 from memfs.errors import BadQuery, NotFound
 from memfs.store.session import SessionHandle

@@ -15,7 +15,6 @@ import traceback
 from types import CoroutineType
 
 import pyfuse3
-
 from memfs.errors import MemfsError
 
 log = logging.getLogger("memfs.fs")

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pyfuse3
 import trio
-
 from memfs import views
 from memfs.config import ConfigError
 from memfs.errors import MemfsError

@@ -16,7 +16,6 @@ import enum
 from dataclasses import dataclass
 
 import pyfuse3
-
 from memfs.store import paths
 
 

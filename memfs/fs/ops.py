@@ -23,12 +23,12 @@ import itertools
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pyfuse3
 import trio
-
 from memfs import views
 from memfs.errors import MemfsError
 from memfs.fs.errors import fail, guarded, log
@@ -86,7 +86,7 @@ class OpenFile:
     next_off: int = -1
     fd: int = -1  # a backing file read in place (BACKING_FILES), closed at release
     reader: LogReader | None = None  # events.jsonl: the version it opened (SPEC §3.7), closed at release
-    writing: bool = False  # the session handle claims to be writing (SessionHandle.claim_writing)
+    writing: bool = False  # the session handle claims to be writing (SessionWrites.claim_writing)
     close_failed: bool = False  # a flush could not commit the fragment: release drops it
 
 
@@ -153,7 +153,7 @@ class Operations(pyfuse3.Operations):
         if name is None:
             return True
         handle = self.store.held(name)
-        return handle is not None and handle.free()
+        return handle is not None and handle.reads.free()
 
     async def _served(self, node: Node, fn: Callable, *args: Any) -> Any:
         """``fn(*args)``, inline when :meth:`_inline` says so, else on a worker thread."""
@@ -433,7 +433,7 @@ class Operations(pyfuse3.Operations):
             try:
                 if handle.writing:
                     handle.writing = False
-                    handle.session.end_writing()
+                    handle.session.writes.end_writing()
                 handle.session.close()
                 self.store.trim()  # idle now, maybe: past max_open_sessions it goes (SPEC §3.5)
             except (MemfsError, OSError) as exc:  # (the last handle's close persists)

@@ -52,7 +52,7 @@ class AttrTicks:
         or 0 while a file of the session is open for writing here."""
         with self._lock:
             held = self.store.held(session)
-            if held is not None and held.writers:
+            if held is not None and held.writes.writers:
                 return 0
             now = time.monotonic()
             if now - self._swept > TICK_HOLD:

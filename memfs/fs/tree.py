@@ -11,7 +11,6 @@ import os
 from typing import TYPE_CHECKING
 
 import trio
-
 from memfs.errors import MemfsError, NotFound
 from memfs.fs import content
 from memfs.fs.errors import fail
@@ -62,7 +61,7 @@ class Tree:
         ``tail -F`` sees the name point to a new file and reopens it."""
         if node.kind is not K.EVENTS:
             return node
-        serial, rewrites = self.session(node).generation
+        serial, rewrites = self.session(node).reads.generation
         return Node(K.EVENTS, node.session, f"{serial}.{rewrites}")
 
     def backing(self, node: Node) -> Path:
@@ -96,9 +95,9 @@ class Tree:
             return content.SINGLE_README if self.single else content.README
         session = self.session(node)
         if kind is K.MANIFEST:
-            return session.manifest_json()
+            return session.reads.manifest_json()
         if kind is K.TURNS_JSON:
-            return session.turn_index_json()
+            return session.reads.turn_index_json()
         if kind is K.VIEW:
             return content.view_bytes(session, node.arg)
         if kind is K.TURN:
@@ -125,7 +124,7 @@ class Tree:
         started = self.ops.started
         if kind is K.EVENTS:
             session = self.session(node)
-            if node.arg is not None and node.arg != "%d.%d" % session.generation:
+            if node.arg is not None and node.arg != "%d.%d" % session.reads.generation:
                 for handle in list(self.ops.files.values()):  # an old version, kept by its readers
                     if handle.node == node and handle.reader is not None and handle.reader.fd is not None:
                         st = os.fstat(handle.reader.fd)

@@ -9,7 +9,7 @@ state machine, bytes, durability) → the count written. What differs between mo
   the page cache);
 * after its turn at the :class:`memfs.fs.gate.WriteGate`, when other requests wait in the kernel;
 * on a worker thread when the store says the append may wait for the disk
-  (:meth:`SessionHandle.may_block_append <memfs.store.session.SessionHandle.may_block_append>`:
+  (:meth:`SessionWrites.may_block_append <memfs.store.writing.SessionWrites.may_block_append>`:
   taking the lock, a cap rewrite, an inline persist, a busy session);
 * in cluster mode the splitter appends through the cluster session, which publishes with the
   fence and waits for JetStream's ack before the local commit — on a worker thread, except
@@ -54,7 +54,8 @@ class PublishedTarget:
     """Cluster mode: what a handle's line splitter appends through — the cluster session
     (publish with the fence, wait for the ack, commit locally), except for the line the event
     loop has just published and had acknowledged (:meth:`WritePath._publish`), whose append
-    commits that ack (:meth:`memfs.cluster.node.ClusterNode.finish_fast`)."""
+    commits that ack (:meth:`memfs.cluster.node.ClusterNode.finish_fast`). Like the cluster
+    session, it ignores ``sync``."""
 
     __slots__ = ("cluster", "session", "inner", "acked")
 
@@ -74,7 +75,7 @@ class PublishedTarget:
     def reject(self, line: bytes, error: ValidationError, *, pid: int | None = None) -> None:
         self.inner.reject(line, error, pid=pid)
 
-    def append(self, line: bytes, pid: int | None = None) -> None:
+    def append(self, line: bytes, pid: int | None = None, *, sync: bool = True) -> None:
         acked = self.acked
         if acked is None:
             self.inner.append(line, pid)
@@ -84,7 +85,7 @@ class PublishedTarget:
         if not self.cluster.finish_fast(rep, self.session, record, ack):
             raise _NotAcked
 
-    def append_records(self, records: Any) -> int:
+    def append_records(self, records: Any, *, sync: bool = True) -> int:
         return self.inner.append_records(records)
 
     def drop_ack(self) -> None:
@@ -103,10 +104,10 @@ class WritePath:
     def open(self, handle: OpenFile, session: SessionHandle, flags: int, pid: int) -> None:
         """Make ``handle`` a writer of ``session`` (its session handle, opened for it)."""
         ops = self.ops
-        session.claim_writing()  # the lock, once taken, stays while this file is open
+        session.writes.claim_writing()  # the lock, once taken, stays while this file is open
         handle.writing = True
         ops.ticks.untick(session.name)  # (after the claim: no new tick from now on)
-        target: Any = session
+        target: Any = session.writes
         limit, limit_name = ops.store.settings.max_line_bytes, "max_line_bytes"
         cluster = ops.cluster
         if cluster is not None:  # publish with the fence first, then the local commit
@@ -129,7 +130,7 @@ class WritePath:
             where = _PUBLISH
         elif appender.sync and self.ops.gate.busy():  # other requests wait: they go first
             where = _GATE
-        elif handle.session.may_block_append(len(buf), buf.count(b"\n") + 1, sync=appender.sync):
+        elif handle.session.writes.may_block_append(len(buf), buf.count(b"\n") + 1, sync=appender.sync):
             where = _THREAD
         elif appender.sync:
             return self._append(handle, off, buf)  # the common write: on the loop, no coroutine
@@ -154,7 +155,7 @@ class WritePath:
     def _append_unless_waiting(self, handle: OpenFile, off: int, buf: bytes) -> int | None:
         """:meth:`_append` on the loop, or None when it may wait for the disk (asked again at
         the gate's turn: another write may have brought the session to the cap meanwhile)."""
-        if handle.session.may_block_append(len(buf), buf.count(b"\n") + 1):
+        if handle.session.writes.may_block_append(len(buf), buf.count(b"\n") + 1):
             return None
         return self._append(handle, off, buf)
 
@@ -179,7 +180,7 @@ class WritePath:
         appender = handle.appender
         if (appender.partial or buf.find(b"\n") != len(buf) - 1 or not (handle.append_mode or off == handle.next_off)
                 or nats is None or not nats.ready or len(buf) > cluster.max_line
-                or session.may_block_append(len(buf), 1)):  # (a longer line: refused on the worker path)
+                or session.writes.may_block_append(len(buf), 1)):  # (a longer line: refused on the worker path)
             return None
         rep = cluster.claim_fast(session.name)
         if rep is None:
@@ -187,7 +188,7 @@ class WritePath:
         record = None
         ack = None
         try:  # under the replica's lock: against the state the fence names
-            record = session.validate(buf[:-1])
+            record = session.writes.validate(buf[:-1])
             ack = await nats.request(*cluster.fast_request(rep, record[0]))
         except ValidationError:  # refused: the worker path records and reports it
             pass
@@ -211,8 +212,8 @@ class WritePath:
         if appender is None or not appender.partial:
             return
         try:
-            if self.ops.cluster is not None or handle.session.may_block_append(len(appender.partial),
-                                                                               sync=appender.sync):
+            if self.ops.cluster is not None or handle.session.writes.may_block_append(len(appender.partial),
+                                                                                      sync=appender.sync):
                 await self.ops.off_loop(appender.close)
             else:
                 appender.close()

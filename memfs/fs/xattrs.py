@@ -28,7 +28,7 @@ class Xattrs:
         if node.kind is K.ROOT:
             return self._mount()
         if node.kind is K.EVENTS:  # where a refused write went: its reason there too
-            reason = self.ops.tree.session(node).last_refusal
+            reason = self.ops.tree.session(node).writes.last_refusal
             return {} if reason is None else {b"user.memfs.last_error": reason.encode()}
         if node.kind is not K.SESSION:
             return {}
@@ -79,8 +79,8 @@ class Xattrs:
             b"user.memfs.event_count": str(m["event_count"]),
             b"user.memfs.updated_at": m["updated_at"],
         }
-        if session.last_refusal is not None:
-            values[b"user.memfs.last_error"] = session.last_refusal
+        if session.writes.last_refusal is not None:
+            values[b"user.memfs.last_error"] = session.writes.last_refusal
         cluster = self.ops.cluster
         if cluster is not None:  # SPEC §9: how stale this host's replica is, and where it is
             values[b"user.memfs.cluster_lag"] = f"{cluster.lag():.3f}"

@@ -13,7 +13,7 @@ family: passed through byte for byte) and Codex rollout files; ``claude`` covers
 ``stream-json`` output and Claude Code transcripts; ``gemini`` covers Gemini CLI ``stream-json``
 output and chat files; ``auto`` picks by the first JSON line.
 No I/O happens in the translators; :mod:`memfs.ingest.record` and
-:mod:`memfs.ingest.importer` are the runners.
+:mod:`memfs.ingest.importer` (with :mod:`memfs.ingest.follow`) are the runners.
 """
 
 from __future__ import annotations
@@ -22,8 +22,13 @@ from typing import Any
 
 import orjson
 
-from memfs.formats import (CLAUDE_METADATA_TYPES, CLAUDE_STREAM_TYPES, CLAUDE_TRANSCRIPT_TYPES,
-                           codex_rollout, gemini_shape)
+from memfs.formats import (
+    CLAUDE_METADATA_TYPES,
+    CLAUDE_STREAM_TYPES,
+    CLAUDE_TRANSCRIPT_TYPES,
+    codex_rollout,
+    gemini_shape,
+)
 
 _CLAUDE_TYPES = CLAUDE_STREAM_TYPES | CLAUDE_TRANSCRIPT_TYPES | CLAUDE_METADATA_TYPES
 FORMATS = ("auto", "codex", "claude", "gemini")

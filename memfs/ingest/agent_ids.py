@@ -18,6 +18,7 @@ import orjson
 
 from memfs.agents import run_local_id
 from memfs.events import decode_stored
+from memfs.store.lines import split_lines
 from memfs.store.paths import EVENTS, INDEX_DIR, atomic_write, ensure_private_dir, open_nofollow
 
 AGENT_IDS = "index/agent-ids"
@@ -152,8 +153,8 @@ class KnownIds:
             data = (self.handle.path / AGENT_IDS).read_bytes()
         except OSError:
             data = b""
-        lines = data.split(b"\n")
-        ok = bool(data) and data.endswith(b"\n")
+        lines, cut = split_lines(data)
+        ok = bool(data) and cut == len(data)
         if ok:
             try:
                 head = orjson.loads(lines[0])
@@ -163,7 +164,7 @@ class KnownIds:
         if ok:
             pending: list = []
             try:
-                for line in lines[1:-1]:
+                for line in lines[1:]:
                     rec = orjson.loads(line)
                     if rec[0] == "@":
                         for r in pending:

@@ -30,10 +30,8 @@ newline. The sidecar is replaced atomically right after the session's new lines 
 (``flush``); a crash exactly between the two makes the next import repeat that last batch —
 which the dedupe then drops, as it drops what another capture of the conversation brought.
 
-**Follow** (:func:`follow`) keeps watching directories with inotify (through ctypes: no new
-dependency), including directories created later (Codex's ``YYYY/MM/DD``), and appends the
-lines tools add as they add them, each source's position kept in the same sidecar, so a
-restart neither loses nor repeats a line and never rewrites a session.
+**Follow** (``--follow``, :mod:`memfs.ingest.follow`) keeps appending what tools add, each
+source's position kept in the same sidecar.
 
 Refused lines (untranslatable, or refused by the event contract) go to the session's
 ``rejected.jsonl`` with their reason and the import goes on: one hostile line costs that
@@ -42,31 +40,35 @@ session that line only.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
 import hashlib
 import os
-import select
-import signal
-import struct
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 import orjson
 
 from memfs.errors import MemfsError, ValidationError
 from memfs.events import parse_line
-from memfs.ingest import (AutoTranslator, Untranslatable, classify, conversations, gemini_shapes, identity,
-                          parse_object, session_id_of)
+from memfs.ingest import (
+    AutoTranslator,
+    Untranslatable,
+    classify,
+    conversations,
+    gemini_shapes,
+    identity,
+    parse_object,
+    session_id_of,
+)
 from memfs.ingest.sidefiles import SideReader
 from memfs.store.batch import append_tolerant
 from memfs.store.catalog import is_session_dir
 from memfs.store.config import DEFAULT_EVICT_TO
-from memfs.store.session import open_session
+from memfs.store.lines import split_lines
 from memfs.store.meta import now_rfc3339
 from memfs.store.paths import IMPORT_SOURCES, atomic_write
+from memfs.store.session import open_session
 
 SOURCES = IMPORT_SOURCES
 CHUNK = 1 << 20
@@ -78,7 +80,7 @@ MAX_DECOMPRESSED = 1 << 30  # bytes a compressed source may decompress to
 
 
 def reject(handle, raw: bytes, reason: str) -> None:
-    handle.reject(raw, ValidationError(reason))
+    handle.writes.reject(raw, ValidationError(reason))
 
 
 # --- the sidecar -------------------------------------------------------------------------------
@@ -187,8 +189,10 @@ def identify(path: Path, fmt: str, limit: int = MAX_DECOMPRESSED) -> tuple[str |
     kind = sid = None
     with open_input(path, limit) as f:
         head = f.read(CHUNK)
-    complete = head[: head.rfind(b"\n") + 1] if len(head) == CHUNK else head
-    for raw in complete.splitlines()[:HEAD_LINES]:
+    lines, cut = split_lines(head)
+    if len(head) < CHUNK and cut < len(head):
+        lines.append(head[cut:])  # the whole file was read: its last line needs no newline
+    for raw in lines[:HEAD_LINES]:
         try:
             obj = parse_object(raw, "auto")
         except Untranslatable:
@@ -211,7 +215,7 @@ def _is_thread_start(line: bytes) -> bool:
 
 
 class Source:
-    """One source file being imported (kept between batches by :func:`follow`)."""
+    """One source file being imported (kept between batches by :func:`memfs.ingest.follow.follow`)."""
 
     def __init__(self, path: Path, fmt: str, max_decompressed: int = MAX_DECOMPRESSED, dry_run: bool = False):
         self.path = path
@@ -328,10 +332,10 @@ class Source:
                     if not data:
                         break
                     data = carry + data
-                    cut = data.rfind(b"\n") + 1
+                    lines, cut = split_lines(data)
                     carry = data[cut:]
                     if cut:
-                        self._batch(root, data[:cut], item, dry_run)
+                        self._batch(root, lines, item, dry_run)
                         offset += cut
                         if not dry_run:
                             self.hasher.update(data[:cut])
@@ -400,9 +404,9 @@ class Source:
             self.capture.appended()
             self.capture.after(self.handle, self.translator.meta)
 
-    def _batch(self, root: Path, data: bytes, item: ImportItem, dry_run: bool) -> None:
+    def _batch(self, root: Path, lines: list[bytes], item: ImportItem, dry_run: bool) -> None:
         out: list[bytes] = []
-        for raw in data.split(b"\n")[:-1]:
+        for raw in lines:
             item.lines += 1
             if raw.endswith(b"\r"):
                 raw = raw[:-1]
@@ -420,7 +424,7 @@ class Source:
         self._emit(root, out, item, dry_run)
 
 
-def _roots(top: Path) -> list[Path]:
+def source_roots(top: Path) -> list[Path]:
     """Where the files of a directory given to import are: a Codex home (it holds
     ``sessions/`` or ``archived_sessions/``) → those two; a Codex ``sessions`` folder → it and
     its sibling ``archived_sessions``; a Claude Code home (``.claude`` holding ``projects/``)
@@ -441,12 +445,13 @@ def is_source_name(name: str) -> bool:
 
 def discover(paths: Iterable[str | os.PathLike]) -> list[Path]:
     """The files to import: each FILE as given, and every ``*.jsonl`` / ``*.jsonl.zst`` under
-    each DIR (see :func:`_roots`), each once; a sub-agent's file after its parent's."""
+    each DIR (see :func:`source_roots`), each once; a sub-agent's file after its parent's."""
     found: list[Path] = []
     seen: set[str] = set()
     for p in map(Path, paths):
         if p.is_dir():
-            files = sorted((q for root in _roots(p) for q in root.rglob("*") if is_source_name(q.name) and q.is_file()),
+            files = sorted((q for root in source_roots(p) for q in root.rglob("*")
+                            if is_source_name(q.name) and q.is_file()),
                            key=lambda q: (q.parent.name == "subagents", str(q)))
         elif p.exists():
             files = [p]
@@ -490,127 +495,3 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
     if progress:
         progress(total, total)
     return items
-
-
-# --- follow: inotify through ctypes ------------------------------------------------------------
-
-IN_MODIFY, IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE = 0x2, 0x8, 0x80, 0x100
-IN_DELETE_SELF, IN_Q_OVERFLOW, IN_IGNORED, IN_ISDIR = 0x400, 0x4000, 0x8000, 0x40000000
-IN_NONBLOCK, IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
-_EVENT = struct.Struct("iIII")
-
-
-class Inotify:
-    """The few inotify calls :func:`follow` needs."""
-
-    MASK = IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE_SELF
-
-    def __init__(self) -> None:
-        self._libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        self.fd = self._libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
-        if self.fd < 0:
-            e = ctypes.get_errno()
-            raise OSError(e, f"inotify_init1: {os.strerror(e)}")
-        self.dirs: dict[int, Path] = {}
-
-    def watch(self, path: Path) -> None:
-        wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), self.MASK)
-        if wd < 0:
-            e = ctypes.get_errno()
-            raise OSError(e, f"inotify_add_watch: {os.strerror(e)}", str(path))
-        self.dirs[wd] = path
-
-    def read(self, timeout: float) -> list[tuple[Path | None, int, str]]:
-        """``(directory, mask, name)`` of the events within ``timeout`` seconds."""
-        poller = select.poll()
-        poller.register(self.fd, select.POLLIN)
-        if not poller.poll(int(timeout * 1000)):
-            return []
-        try:
-            data = os.read(self.fd, 1 << 16)
-        except BlockingIOError:
-            return []
-        events, i = [], 0
-        while i + _EVENT.size <= len(data):
-            wd, mask, _cookie, length = _EVENT.unpack_from(data, i)
-            name = data[i + _EVENT.size: i + _EVENT.size + length].rstrip(b"\0")
-            i += _EVENT.size + length
-            events.append((self.dirs.get(wd), mask, os.fsdecode(name)))
-            if mask & IN_IGNORED:
-                self.dirs.pop(wd, None)
-        return events
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-
-def follow(root: Path, dirs: Iterable[str | os.PathLike], *, fmt: str = "auto", max_events: int = 0,
-           evict_to: float = DEFAULT_EVICT_TO,
-           report: Callable[[ImportItem], None] | None = None, should_stop: Callable[[], bool] | None = None,
-           poll_interval: float = 0.5) -> None:
-    """Import what ``dirs`` hold, then keep appending what tools add, until SIGINT/SIGTERM
-    (or ``should_stop()``). Appends use ``write`` durability: each line reaches the log as
-    it is appended. ``report`` is called with every batch that appended or refused lines."""
-    stop = False
-
-    def on_signal(signum, frame):
-        nonlocal stop
-        stop = True
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    ino = Inotify()
-    sources: dict[str, Source] = {}
-    try:
-        def watch_tree(top: Path) -> None:
-            ino.watch(top)
-            for sub in sorted(p for p in top.rglob("*") if p.is_dir()):
-                ino.watch(sub)
-
-        def process(path: Path) -> None:
-            key = str(path.resolve())
-            source = sources.get(key)
-            if source is None or source.compressed:  # (a compressed file is read whole again when it changes)
-                source = sources[key] = Source(path, fmt)
-            item = ImportItem(str(path))
-            try:
-                if not source.prepare(root):
-                    return
-                source.run(root, item, dry_run=False, durability="write", max_events=max_events, evict_to=evict_to)
-            except (MemfsError, OSError) as exc:
-                item.status, item.reason = "error", str(exc)
-                source.entry = None  # start over from the sidecar next time
-            if report and (item.lines or item.status in ("error", "changed")):
-                report(item)
-
-        def wanted(path: Path) -> bool:
-            return is_source_name(path.name) and any(path.is_relative_to(r) for t in tops for r in _roots(t))
-
-        tops = [Path(d) for d in dirs]
-        for top in tops:
-            if not top.is_dir():
-                raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(top))
-        for top in dict.fromkeys([*tops, *(r for t in tops for r in _roots(t))]):
-            watch_tree(top)
-        for path in discover(tops):
-            process(path)
-        while not stop and not (should_stop and should_stop()):
-            for directory, mask, name in ino.read(poll_interval):
-                if mask & IN_Q_OVERFLOW:
-                    for path in discover(tops):
-                        process(path)
-                    continue
-                if directory is None or not name:
-                    continue
-                path = directory / name
-                if mask & IN_ISDIR:
-                    if mask & (IN_CREATE | IN_MOVED_TO):
-                        watch_tree(path)
-                        for p in discover([path]):
-                            if wanted(p):
-                                process(p)
-                elif wanted(path) and path.is_file():
-                    process(path)
-    finally:
-        ino.close()
-        for s, handler in previous.items():
-            signal.signal(s, handler)

@@ -46,14 +46,15 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from memfs.errors import MemfsError
 from memfs.ingest import AutoTranslator, Untranslatable, dumps, identity
 from memfs.ingest.importer import reject
 from memfs.store.batch import append_tolerant
 from memfs.store.config import DEFAULT_EVICT_TO
+from memfs.store.lines import split_lines
 from memfs.store.paths import remove_tree, sanitize
 from memfs.store.session import open_session
 
@@ -143,8 +144,8 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
             chunk = lines.get()
             final = chunk is None
             data = carry + (chunk or b"")
-            parts = data.split(b"\n")
-            carry = parts.pop()
+            parts, cut = split_lines(data)
+            carry = data[cut:]
             if final and carry:
                 parts.append(carry)
             batch: list[bytes] = []
@@ -160,7 +161,8 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
                     _append(batch)
                     batch = []
                     report.refused += 1
-                    _guard(lambda: reject(handle, raw, str(exc)))
+                    reason = str(exc)  # (bound now: the name exc is unbound once the except block ends)
+                    _guard(lambda raw=raw, reason=reason: reject(handle, raw, reason))
             _append(batch)
             if final:
                 _append(capture.finish(), filtered=True)

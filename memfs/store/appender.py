@@ -25,22 +25,39 @@ Failures of the store itself (decisions recorded here):
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 from memfs.errors import CapRewriteError, ValidationError
 from memfs.events import Record
 from memfs.store.config import check_line_size
 from memfs.store.lines import split_lines
-from memfs.store.session import SessionHandle
 
 log = logging.getLogger("memfs.store")
 
 
+class AppendTarget(Protocol):
+    """What a :class:`LineAppender` appends through: a session handle's
+    :attr:`~memfs.store.session.SessionHandle.writes`, or the cluster's session
+    (:class:`memfs.cluster.node.ClusterSession`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def validate(self, line: bytes) -> Record: ...
+
+    def reject(self, line: bytes, error: ValidationError, *, pid: int | None = None) -> None: ...
+
+    def append(self, line: bytes, pid: int | None = None, *, sync: bool = True) -> None: ...
+
+    def append_records(self, records: list[Record], *, sync: bool = True) -> int: ...
+
+
 class LineAppender:
-    """Splits written bytes into lines and appends them to ``handle``."""
+    """Splits written bytes into lines and appends them to ``handle`` (an :class:`AppendTarget`)."""
 
     __slots__ = ("handle", "max_line_bytes", "limit_name", "pid", "partial", "sync")
 
-    def __init__(self, handle: SessionHandle, *, max_line_bytes: int, pid: int | None = None, sync: bool = True,
+    def __init__(self, handle: AppendTarget, *, max_line_bytes: int, pid: int | None = None, sync: bool = True,
                  limit_name: str = "max_line_bytes"):
         self.handle = handle
         self.max_line_bytes = max_line_bytes
@@ -61,10 +78,7 @@ class LineAppender:
         """
         if not self.partial and data and data.find(b"\n") == len(data) - 1:
             try:
-                if self.sync:  # (not passed when true: a cluster session's append takes no ``sync``)
-                    self.handle.append(data[:-1], self.pid)
-                else:
-                    self.handle.append(data[:-1], self.pid, sync=False)
+                self.handle.append(data[:-1], self.pid, sync=self.sync)
             except (OSError, CapRewriteError) as exc:
                 if not getattr(exc, "accepted", 0):
                     raise
@@ -121,10 +135,7 @@ class LineAppender:
     def _commit(self, records: list[Record], ends: list[int]) -> int:
         """Append ``records``; return the bytes of the buffer that are now committed."""
         try:
-            if self.sync:
-                self.handle.append_records(records)
-            else:
-                self.handle.append_records(records, sync=False)
+            self.handle.append_records(records, sync=self.sync)
         except (OSError, CapRewriteError) as exc:
             accepted = getattr(exc, "accepted", 0)
             if not accepted:

@@ -32,21 +32,42 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
-from memfs.errors import SessionBusy, SessionClosed, ValidationError
-from memfs.events import Record
+from memfs.errors import SessionBusy, SessionClosed
 from memfs.store import lock as liveness
 from memfs.store import persister
 from memfs.store.catalog import is_session_dir
-from memfs.store.config import (BUFFER_LIMIT, DEFAULT_EVICT_TO, DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS,
-                                DEFAULT_MAX_LINE_BYTES, DEFAULT_METADATA_INTERVAL, SessionConfig, SummaryHook)
+from memfs.store.config import (
+    BUFFER_LIMIT,
+    DEFAULT_EVICT_TO,
+    DEFAULT_IDLE_RELEASE,
+    DEFAULT_MAX_EVENTS,
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_METADATA_INTERVAL,
+    SessionConfig,
+    SummaryHook,
+)
 from memfs.store.meta import CACHE_MIN_ENTRIES, Manifest, format_rfc3339
 from memfs.store.metadata import MetadataWriter
-from memfs.store.paths import (CAP_MARKER, EVENTS, INDEX_DIR, MANIFEST, PIN, REJECTED, TURNS, TURNS_CACHE,
-                               assert_private_file, ensure_private_dir, open_nofollow, refuse_symlink, remove_file,
-                               remove_tree, sanitize)
+from memfs.store.paths import (
+    CAP_MARKER,
+    EVENTS,
+    INDEX_DIR,
+    MANIFEST,
+    PIN,
+    REJECTED,
+    TURNS,
+    TURNS_CACHE,
+    assert_private_file,
+    ensure_private_dir,
+    open_nofollow,
+    refuse_symlink,
+    remove_file,
+    remove_tree,
+    sanitize,
+)
 from memfs.store.reading import LogReader, SessionReads
 from memfs.store.recovery import OpenReport, Recovered, recover, rescanned_state
 from memfs.store.turntimes import TurnTimes
@@ -450,51 +471,6 @@ class SessionHandle:
     def lock(self) -> None:
         """Become the session's writer now (see :meth:`SessionWrites.lock`)."""
         self.writes.lock()
-
-    # --- kept for the callers being moved to .reads / .writes (memfs/fs, memfs/cluster) ----
-
-    @property
-    def generation(self) -> tuple[int, int]:
-        return self.reads.generation
-
-    def manifest_json(self) -> bytes:
-        return self.reads.manifest_json()
-
-    def turn_index_json(self) -> bytes:
-        return self.reads.turn_index_json()
-
-    def free(self) -> bool:
-        return self.reads.free()
-
-    def may_block_append(self, nbytes: int, nlines: int = 1, *, sync: bool = True) -> bool:
-        return self.writes.may_block_append(nbytes, nlines, sync=sync)
-
-    def validate(self, line: bytes) -> Record:
-        return self.writes.validate(line)
-
-    def append_records(self, records: Iterable[Record], *, sync: bool = True) -> int:
-        return self.writes.append_records(records, sync=sync)
-
-    def reject(self, line: bytes, error: ValidationError, *, pid: int | None = None,
-               stream_seq: int | None = None) -> None:
-        self.writes.reject(line, error, pid=pid, stream_seq=stream_seq)
-
-    @property
-    def last_refusal(self) -> str | None:
-        return self.writes.last_refusal
-
-    def note_failure(self, reason: str) -> None:
-        self.writes.note_failure(reason)
-
-    def claim_writing(self, lock: bool = False) -> None:
-        self.writes.claim_writing(lock)
-
-    def end_writing(self) -> None:
-        self.writes.end_writing()
-
-    @property
-    def writers(self) -> int:
-        return self.writes.writers
 
     # --- lifecycle --------------------------------------------------------------------------
 

@@ -15,7 +15,8 @@ was closed.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -48,6 +49,11 @@ class SessionWrites:
         if self.read_only:
             raise ReadOnlySession("session is open read-only")
         return self._s
+
+    @property
+    def name(self) -> str:
+        """The session's folder name (what a writer's log messages name)."""
+        return self._s.name
 
     # --- appending -------------------------------------------------------------------------
 

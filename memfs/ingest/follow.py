@@ -1,0 +1,147 @@
+"""``memfs import --follow``: keep importing what tools add (SPEC §8, §10).
+
+:func:`follow` watches directories with inotify (through ctypes: no new dependency),
+including directories created later (Codex's ``YYYY/MM/DD``), and appends the lines tools add
+as they add them through :class:`memfs.ingest.importer.Source`, each source's position kept in
+the same sidecar as ``memfs import``'s, so a restart neither loses nor repeats a line and never
+rewrites a session.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import select
+import signal
+import struct
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from memfs.errors import MemfsError
+from memfs.ingest.importer import ImportItem, Source, discover, is_source_name, source_roots
+from memfs.store.config import DEFAULT_EVICT_TO
+
+# --- inotify through ctypes --------------------------------------------------------------------
+
+IN_MODIFY, IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE = 0x2, 0x8, 0x80, 0x100
+IN_DELETE_SELF, IN_Q_OVERFLOW, IN_IGNORED, IN_ISDIR = 0x400, 0x4000, 0x8000, 0x40000000
+IN_NONBLOCK, IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
+_EVENT = struct.Struct("iIII")
+
+
+class Inotify:
+    """The few inotify calls :func:`follow` needs."""
+
+    MASK = IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE_SELF
+
+    def __init__(self) -> None:
+        self._libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        self.fd = self._libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        if self.fd < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, f"inotify_init1: {os.strerror(e)}")
+        self.dirs: dict[int, Path] = {}
+
+    def watch(self, path: Path) -> None:
+        wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), self.MASK)
+        if wd < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, f"inotify_add_watch: {os.strerror(e)}", str(path))
+        self.dirs[wd] = path
+
+    def read(self, timeout: float) -> list[tuple[Path | None, int, str]]:
+        """``(directory, mask, name)`` of the events within ``timeout`` seconds."""
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        if not poller.poll(int(timeout * 1000)):
+            return []
+        try:
+            data = os.read(self.fd, 1 << 16)
+        except BlockingIOError:
+            return []
+        events, i = [], 0
+        while i + _EVENT.size <= len(data):
+            wd, mask, _cookie, length = _EVENT.unpack_from(data, i)
+            name = data[i + _EVENT.size: i + _EVENT.size + length].rstrip(b"\0")
+            i += _EVENT.size + length
+            events.append((self.dirs.get(wd), mask, os.fsdecode(name)))
+            if mask & IN_IGNORED:
+                self.dirs.pop(wd, None)
+        return events
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def follow(root: Path, dirs: Iterable[str | os.PathLike], *, fmt: str = "auto", max_events: int = 0,
+           evict_to: float = DEFAULT_EVICT_TO,
+           report: Callable[[ImportItem], None] | None = None, should_stop: Callable[[], bool] | None = None,
+           poll_interval: float = 0.5) -> None:
+    """Import what ``dirs`` hold, then keep appending what tools add, until SIGINT/SIGTERM
+    (or ``should_stop()``). Appends use ``write`` durability: each line reaches the log as
+    it is appended. ``report`` is called with every batch that appended or refused lines."""
+    stop = False
+
+    def on_signal(signum, frame):
+        nonlocal stop
+        stop = True
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    ino = Inotify()
+    sources: dict[str, Source] = {}
+    try:
+        def watch_tree(top: Path) -> None:
+            ino.watch(top)
+            for sub in sorted(p for p in top.rglob("*") if p.is_dir()):
+                ino.watch(sub)
+
+        def process(path: Path) -> None:
+            key = str(path.resolve())
+            source = sources.get(key)
+            if source is None or source.compressed:  # (a compressed file is read whole again when it changes)
+                source = sources[key] = Source(path, fmt)
+            item = ImportItem(str(path))
+            try:
+                if not source.prepare(root):
+                    return
+                source.run(root, item, dry_run=False, durability="write", max_events=max_events, evict_to=evict_to)
+            except (MemfsError, OSError) as exc:
+                item.status, item.reason = "error", str(exc)
+                source.entry = None  # start over from the sidecar next time
+            if report and (item.lines or item.status in ("error", "changed")):
+                report(item)
+
+        def wanted(path: Path) -> bool:
+            return is_source_name(path.name) and any(path.is_relative_to(r) for t in tops for r in source_roots(t))
+
+        tops = [Path(d) for d in dirs]
+        for top in tops:
+            if not top.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(top))
+        for top in dict.fromkeys([*tops, *(r for t in tops for r in source_roots(t))]):
+            watch_tree(top)
+        for path in discover(tops):
+            process(path)
+        while not stop and not (should_stop and should_stop()):
+            for directory, mask, name in ino.read(poll_interval):
+                if mask & IN_Q_OVERFLOW:
+                    for path in discover(tops):
+                        process(path)
+                    continue
+                if directory is None or not name:
+                    continue
+                path = directory / name
+                if mask & IN_ISDIR:
+                    if mask & (IN_CREATE | IN_MOVED_TO):
+                        watch_tree(path)
+                        for p in discover([path]):
+                            if wanted(p):
+                                process(p)
+                elif wanted(path) and path.is_file():
+                    process(path)
+    finally:
+        ino.close()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
