@@ -35,11 +35,21 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on first use
-    from memfs.errors import (CapRewriteError, LineTooLong, MemfsError, ReadOnlySession, SessionBusy, SessionClosed,
-                              SymlinkRefused, TurnNotFound, ValidationError)
-    from memfs.store.lock import is_live
-    from memfs.store.paths import default_root, sanitize
-    from memfs.store.session import SessionHandle, open_session
+    # `X as X`: an explicit re-export (PEP 484), as __all__ above is computed and linters cannot read it
+    from memfs.errors import CapRewriteError as CapRewriteError
+    from memfs.errors import LineTooLong as LineTooLong
+    from memfs.errors import MemfsError as MemfsError
+    from memfs.errors import ReadOnlySession as ReadOnlySession
+    from memfs.errors import SessionBusy as SessionBusy
+    from memfs.errors import SessionClosed as SessionClosed
+    from memfs.errors import SymlinkRefused as SymlinkRefused
+    from memfs.errors import TurnNotFound as TurnNotFound
+    from memfs.errors import ValidationError as ValidationError
+    from memfs.store.lock import is_live as is_live
+    from memfs.store.paths import default_root as default_root
+    from memfs.store.paths import sanitize as sanitize
+    from memfs.store.session import SessionHandle as SessionHandle
+    from memfs.store.session import open_session as open_session
 
 
 __getattr__ = lazy_exports(globals(), _EXPORTS)

@@ -4,7 +4,7 @@ importing one floor of memfs never loads the floors above it."""
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 
 def lazy_exports(namespace: dict, exports: dict[str, str]) -> Callable[[str], object]:

@@ -35,8 +35,14 @@ from typing import Any
 
 from memfs.cluster import AUTH_KEYS, AUTH_PATH_KEYS, ClusterConfig, parse_servers
 from memfs.errors import MemfsError
-from memfs.store.config import (DEFAULT_EVICT_TO, DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES,
-                                DURABILITY_MODES, check_evict_to)
+from memfs.store.config import (
+    DEFAULT_EVICT_TO,
+    DEFAULT_IDLE_RELEASE,
+    DEFAULT_MAX_EVENTS,
+    DEFAULT_MAX_LINE_BYTES,
+    DURABILITY_MODES,
+    check_evict_to,
+)
 from memfs.store.paths import default_root, workspace_root
 from memfs.store.rejected import DEFAULT_MAX_REJECTED_BYTES
 

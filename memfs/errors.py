@@ -22,6 +22,7 @@ class ValidationError(MemfsError):
     """A line was refused by the event contract (SPEC §2); it went to ``rejected.jsonl``."""
 
     errno_name = "EBADMSG"
+    accepted: int  # (set by an append call that raises it: its lines before the refused one, in the log)
 
 
 class LineTooLong(ValidationError):
@@ -102,3 +103,4 @@ class CapRewriteError(MemfsError):
     """
 
     errno_name = "EIO"
+    accepted: int  # (set by an append call that raises it: its lines, committed)

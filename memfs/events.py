@@ -44,7 +44,8 @@ No I/O happens here.
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -436,7 +437,7 @@ def parse_line(raw: bytes) -> Record:
     return stored, etype, event, kind
 
 
-def decode_stored(line: bytes) -> "tuple[Kind, dict] | None":
+def decode_stored(line: bytes) -> tuple[Kind, dict] | None:
     """Decode a line already in a log, with the rescan's acceptance rules (SPEC §3.3).
 
     Returns ``(kind, event)`` or ``None`` when the rescan must skip the line: blank, not UTF-8,

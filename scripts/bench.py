@@ -49,8 +49,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "scripts")]  # the component scripts beside this one
 
 import memfs  # noqa: E402
-from bench_fs import start_server, stop_server  # noqa: E402
 from memfs.samples import sized_message  # noqa: E402
+
+from bench_fs import start_server, stop_server  # noqa: E402
 
 OUT = ROOT / "bench"
 CLUSTER_TITLE = "Cluster: fenced appends, lag and catch-up on a 3-node JetStream cluster (`scripts/bench_cluster.py`)"

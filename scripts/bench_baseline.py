@@ -45,9 +45,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_fs import placement, single_appends, start_server, stop_server  # noqa: E402
-
 from memfs.samples import sized_message  # noqa: E402
+
+from bench_fs import placement, single_appends, start_server, stop_server  # noqa: E402
 
 LIBRARY = r"""
 import os, sys, tempfile, time, shutil

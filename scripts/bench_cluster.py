@@ -58,12 +58,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-from bench_fs import report_goals, start_server, stop_server  # noqa: E402
+import nats  # noqa: E402
 from memfs.cluster.testing import NatsCluster  # noqa: E402
 from memfs.samples import sized_message  # noqa: E402
-
-import nats  # noqa: E402
 from nats.js import api  # noqa: E402
+
+from bench_fs import report_goals, start_server, stop_server  # noqa: E402
 
 SESSIONS = 8
 NO_LOOP = "memfs mount A, 1 session, without the event loop's connection"
@@ -154,7 +154,7 @@ class Raw:
             try:  # a preferred placement (nats-server >= 2.11); asked again until it holds
                 await self.nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}",
                                       json.dumps({"placement": {"preferred": server}}).encode(), timeout=5)
-            except (nats.errors.Error, asyncio.TimeoutError):
+            except (TimeoutError, nats.errors.Error):
                 pass
             await asyncio.sleep(0.5)
 
@@ -295,7 +295,7 @@ def main() -> int:
             for k, v in rates.items():
                 results[f"{where}: {k} ev/s"] = statistics.median(v)
 
-            def ratio(x: str, y: str) -> float:
+            def ratio(x: str, y: str, rates: dict = rates) -> float:  # (this iteration's rates)
                 return statistics.median(p / q for p, q in zip(rates[x], rates[y]))
 
             single.append(ratio("memfs mount A, 1 session", "raw nats-py fenced, 1 subject"))

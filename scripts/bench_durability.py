@@ -59,8 +59,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -74,8 +74,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import memfs  # noqa: E402
-from bench_fs import report_goals, start_server, stop_server  # noqa: E402
 from memfs.samples import sized_message  # noqa: E402
+
+from bench_fs import report_goals, start_server, stop_server  # noqa: E402
 
 LINES = [sized_message(i) for i in range(1000)]
 THREADS = 8

@@ -37,7 +37,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 from memfs.fs.registry import is_mounted  # noqa: E402
-
 from memfs.samples import sized_message  # noqa: E402
 
 

@@ -84,11 +84,11 @@ def codex_rollout(n: int) -> list[bytes]:
         prompt, command, answer = f"Make test t{t} pass", f"pytest -q -k t{t}", f"t{t} passes now."
         total = [total[0] + 2000, total[1] + 40]
 
-        def item(kind: str, body: dict) -> dict:
+        def item(kind: str, body: dict, turn: str = turn) -> dict:  # (this iteration's turn)
             return {"type": "event_msg", "payload": {"type": "item_completed", "thread_id": thread, "turn_id": turn,
                                                      "item": {"type": kind, **body}}}
 
-        def count(inp: int, out: int) -> dict:
+        def count(inp: int, out: int, total: list = total) -> dict:
             return {"type": "event_msg", "payload": {"type": "token_count", "info": {
                 "total_token_usage": usage(*total), "last_token_usage": usage(inp, out), "model_context_window": 258400}}}
 

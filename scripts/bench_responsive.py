@@ -55,8 +55,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import memfs  # noqa: E402
-from bench_fs import report_goals, start_server, stat_and_read, stop_server  # noqa: E402
 from memfs.samples import sized_message  # noqa: E402
+
+from bench_fs import report_goals, start_server, stat_and_read, stop_server  # noqa: E402
 
 
 def event(etype: str, **fields) -> bytes:

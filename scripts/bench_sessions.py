@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import memfs  # noqa: E402
+
 from bench_fs import start_server, stop_server  # noqa: E402
 
 WORDS = ("retry", "cache", "parser", "socket", "timeout", "schema", "worker", "router", "logger", "queue")

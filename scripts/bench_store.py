@@ -47,8 +47,6 @@ import threading
 import time
 from pathlib import Path
 
-import orjson
-
 import memfs
 from memfs.samples import padded, sized_message
 from memfs.store.recovery import OpenReport, rescan
@@ -265,7 +263,7 @@ def bench_rescan(work: Path, turns: int) -> dict:
     sdir = root / "s"
     size = write_log(sdir / "events.jsonl", turns, 100)
     out = {"bytes": size}
-    for r in range(3):  # the first run also warms the page cache
+    for _ in range(3):  # the first run also warms the page cache
         forget_metadata(sdir)
         t, c = time.perf_counter(), time.thread_time()
         h = memfs.open_session(root, "s", max_events=0)
@@ -277,7 +275,7 @@ def bench_rescan(work: Path, turns: int) -> dict:
         out["open_cpu_MBps"] = max(out.get("open_cpu_MBps", 0), size / 1e6 / cpu)
     fd = os.open(sdir / "events.jsonl", os.O_RDONLY)
     try:
-        for r in range(5):  # best of 5: see bench_appends on this machine's drift
+        for _ in range(5):  # best of 5: see bench_appends on this machine's drift
             t, c = time.perf_counter(), time.thread_time()
             rescan(fd, size, OpenReport())
             wall, cpu = time.perf_counter() - t, time.thread_time() - c
@@ -399,14 +397,14 @@ def main() -> int:
         results[f"{label}, cap 10,000 evict_to 0.9 summaries"] = capped["summaries"]
         results[f"{label}, cap 10,000 evict_to 0.9 events evicted"] = capped["evicted"]
         rows.append((f"{label}, no cap", f"{uncapped['ev_s']:,.0f} ev/s", f"{uncapped['s']:.1f} s"))
-        rows.append((f"  cap 10,000, evict_to 0.9 (the default)", f"{capped['ev_s']:,.0f} ev/s",
+        rows.append(("  cap 10,000, evict_to 0.9 (the default)", f"{capped['ev_s']:,.0f} ev/s",
                      f"{capped['s']:.1f} s; {r['ratio_median']:.2f} of no cap (median of rounds "
                      f"{', '.join(f'{x:.2f}' for x in r['ratios'])}); {capped['summaries']} summaries "
                      f"({capped['summary_bytes'] / 1e6:.1f} MB) for {capped['evicted']:,} evicted events"))
         if old is not None:
             results[f"{label}, cap 10,000 evict_to 1.0 (before) ev/s"] = old["ev_s"]
             results[f"{label}, cap 10,000 evict_to 1.0 (before) summaries"] = old["summaries"]
-            rows.append((f"  cap 10,000, evict_to 1.0 (before: just under the cap)", f"{old['ev_s']:,.0f} ev/s",
+            rows.append(("  cap 10,000, evict_to 1.0 (before: just under the cap)", f"{old['ev_s']:,.0f} ev/s",
                          f"{old['s']:.1f} s; {old['summaries']:,} summaries ({old['summary_bytes'] / 1e6:.1f} MB) "
                          f"for {old['evicted']:,} evicted events; one run"))
         per_1000 = capped["summaries"] / (capped["evicted"] / 1000) if capped["evicted"] else 0.0

@@ -24,9 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import orjson  # noqa: E402
-
 import memfs  # noqa: E402
+import orjson  # noqa: E402
 from memfs import views  # noqa: E402
 from memfs.views import cache  # noqa: E402
 

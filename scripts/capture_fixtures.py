@@ -282,7 +282,7 @@ def capture(agent_name: str, scenario: str, spec: dict, root: Path, out: Path) -
     files = sorted([str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()] + ["capture.json"])
     doc = {"agent": agent_name, "package": PACKAGES[agent_name], "version": VERSIONS[agent_name],
            "version_output": version, "scenario": scenario, "about": spec["about"],
-           "captured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "captured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
            "root": str(root), "home": str(root / "home"), "cwd": str(root / "proj"),
            "session_id": session, "options": options, "config_files": config, "script": script,
            "runs": run_docs, "store_files": [str(p.relative_to(root)) for p in stored if not p.is_symlink()],

@@ -27,12 +27,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-from bench_cluster import Raw  # noqa: E402
 from memfs.cluster import ClusterConfig  # noqa: E402
 from memfs.cluster import node as cluster_node  # noqa: E402
 from memfs.cluster.testing import NatsCluster  # noqa: E402
 from memfs.samples import sized_message  # noqa: E402
 from memfs.store.root import Store, StoreSettings  # noqa: E402
+
+from bench_cluster import Raw  # noqa: E402
 
 
 def start_node(store: Store, urls: str, stream: str) -> cluster_node.ClusterNode:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# test.sh — set up the machine/venv (scripts/setup.sh), then run pytest; arguments go to pytest.
+# test.sh — set up the machine/venv (scripts/setup.sh), run the static checks (ruff, mypy: their
+# settings are in pyproject.toml), then pytest; arguments go to pytest.
 # Then, unless the arguments name test files, the store and filesystem tests run again against
 # the declared minimum versions of the dependencies (scripts/test_min.sh; MEMFS_SKIP_MIN=1
 # skips it, e.g. while iterating). memfs is pure Python: there is no second implementation to
@@ -23,6 +24,17 @@ run() {  # run NAME PYTEST-ARGS...
   fi
 }
 
+check() {  # check NAME COMMAND...: a static check; its failure fails the run (the tests still run)
+  local name=$1
+  shift
+  if ! "$@"; then
+    echo "test.sh: $name failed: see above (\`$*\`)" >&2
+    failed=1
+  fi
+}
+
+check "ruff" .venv/bin/ruff check --no-cache memfs tests scripts
+check "mypy" .venv/bin/mypy memfs
 run "test suite" "$@"
 
 paths=0

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 import memfs
+import pytest
 
 SESSION_ID = "sess-1"
 

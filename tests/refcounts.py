@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 
 def bytes_kept(churn: Callable[[], None], ignore: Iterable[str] = (), rounds: int = 1) -> int:

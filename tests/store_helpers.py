@@ -9,9 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-import orjson
-
 import memfs
+import orjson
 from memfs.samples import DONE, FAILED, START, bare, event, message, turn  # noqa: F401 (re-exported)
 
 SV = "0.18.0"

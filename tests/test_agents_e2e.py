@@ -24,6 +24,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "agents"))
 from clis import AGENTS, Run  # noqa: E402
 from model_server import ModelServer  # noqa: E402
+
 from mounting import mounted, needs_fuse  # noqa: E402
 from test_agents_cli import SHELL, need_clis  # noqa: E402
 

@@ -11,13 +11,13 @@ import time
 import types
 from pathlib import Path
 
-import pytest
-
 import memfs
+import pytest
 from memfs import cli
 from memfs.cli.common import ProgressBar
 from memfs.config import Config, ConfigError, apply_overrides, load_config
 from memfs.store.meta import format_rfc3339
+
 from mounting import cleanup, is_mounted, needs_fuse, start
 
 REPO = Path(__file__).resolve().parent.parent

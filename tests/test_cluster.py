@@ -19,7 +19,8 @@ import pytest
 
 from cluster import NatsCluster, require
 from mounting import cleanup, event, mounted, needs_fuse, sh, start
-from store_helpers import join_all, wait_until as wait_for
+from store_helpers import join_all
+from store_helpers import wait_until as wait_for
 
 nats = require("nats")
 
@@ -149,7 +150,7 @@ def test_session_written_on_a_continues_on_b(hosts):
         turns = json.loads((m.mnt / "sessions" / "s1" / "index" / "turns.json").read_text())
         assert [t["turn_number"] for t in turns["entries"]] == [1, 2, 3]  # continuous across hosts
     # search on B finds A's facts
-    out = sh(f'cat "sessions/s1/search/retry loop"', cwd=b.mnt).stdout
+    out = sh('cat "sessions/s1/search/retry loop"', cwd=b.mnt).stdout
     assert "exponential backoff" in out
     # the replica's position and staleness are visible on the session folder
     seq = os.getxattr(b.mnt / "sessions" / "s1", "user.memfs.cluster_seq").decode()

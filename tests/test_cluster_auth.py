@@ -19,9 +19,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from memfs.cluster.testing import make_certs, new_nkey, operator_mode
 
 from cluster import NatsCluster, require
-from memfs.cluster.testing import make_certs, new_nkey, operator_mode
 from mounting import event, is_mounted, mounted, needs_fuse, sh
 from test_cluster import stream_name, wait_for
 
@@ -268,7 +268,8 @@ def test_no_secret_in_xattrs_mounts_log_or_the_daemons_command_line(secure, tmp_
                                                 "--config", tls_only, "--log-level", "DEBUG", env=env))}
         for name in pids:
             mnt = tmp_path / name
-            wait_for(lambda: os.getxattr(mnt, "user.memfs.cluster_direct") != b"-", what=f"{name}'s connection")
+            wait_for(lambda: os.getxattr(mnt, "user.memfs.cluster_direct") != b"-",  # noqa: B023 (called now)
+                     what=f"{name}'s connection")
         a, b = (SimpleNamespace(mnt=tmp_path / h, store=tmp_path / f"s{h.lower()}") for h in "FU")
         a_writes_b_follows(a, b)  # (so that the logs have said what they say about a connection)
         listed = {m["mountpoint"]: m for m in json.loads(memfs("mounts", "--json", env=env).stdout)}

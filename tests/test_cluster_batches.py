@@ -7,11 +7,8 @@ import asyncio
 import json
 import os
 
-import pytest
-
 from cluster import require
 from mounting import event
-
 from test_cluster import hosts, lines_of, nats_cluster, on_both, session_on_both, stream_name, wait_for  # noqa: F401 (fixtures)
 
 nats = require("nats")

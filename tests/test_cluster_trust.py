@@ -18,13 +18,23 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+import memfs
 import pytest
 
-import memfs
 from cluster import NatsCluster, require
 from mounting import cleanup, event, mounted, start
-from test_cluster import (cluster_config, delete_stream, hosts, item, lines_of, nats_cluster,  # noqa: F401 (fixtures)
-                          same_replicas, stream_name, wait_for, write_line)
+from test_cluster import (  # noqa: F401 (fixtures)
+    cluster_config,
+    delete_stream,
+    hosts,
+    item,
+    lines_of,
+    nats_cluster,
+    same_replicas,
+    stream_name,
+    wait_for,
+    write_line,
+)
 
 nats = require("nats")
 from nats.js.errors import NotFoundError  # noqa: E402
@@ -211,7 +221,7 @@ def test_a_duplicate_ack_is_not_taken_for_the_write(hosts, nats_cluster, request
         assert [m.data.decode() for m in messages(urls, stream) if m.subject == "memfs.s"][-1] == line
         same_replicas(a, b, "s", 2 + n)
     for n in range(2):  # the decoys are sessions of their own, on both hosts
-        wait_for(lambda: all(lines_of(m.store / f"decoy{n}" / "events.jsonl") == [FIRST] for m in (a, b)),
+        wait_for(lambda: all(lines_of(m.store / f"decoy{n}" / "events.jsonl") == [FIRST] for m in (a, b)),  # noqa: B023
                  what="both hosts to have the decoys")
 
 
@@ -285,7 +295,6 @@ def test_a_line_over_the_max_payload_is_refused_at_write_and_the_next_line_works
     ``write()`` (which the kernel splits into 1 MiB FUSE writes), or in pieces. A line a little
     under the limit goes through."""
     a, b = hosts
-    urls = nats_cluster.urls
     os.mkdir(a.mnt / "sessions" / "big")
     write_line(a.mnt, "big", FIRST)
 

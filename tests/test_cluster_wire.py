@@ -15,7 +15,6 @@ from contextlib import ExitStack
 
 import pytest
 import trio
-
 from memfs.cluster import ClusterConfig
 from memfs.cluster.follow import Follower
 from memfs.cluster.testing import NatsCluster, free_ports, make_certs, nats_server_binary

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-
 from memfs.errors import ValidationError
 from memfs.events import LIFECYCLE_KINDS, SCHEMA_VERSION, Kind, decode_stored, parse_line
 from memfs.facts import MAX_FACT_BYTES, event_facts, normalize_fact
+
 from refcounts import bytes_kept
 
 MISSING = object()

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from memfs.errors import ValidationError
 from memfs.events import parse_line
 

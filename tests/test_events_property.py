@@ -9,7 +9,6 @@ from __future__ import annotations
 import orjson
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
 from memfs import events
 from memfs.errors import ValidationError
 

@@ -353,7 +353,7 @@ def test_daemon_mode_umount_and_config_file(tmp_path):
         pid = int(result.stdout.strip())
         assert is_mounted(mnt) and os.path.exists(f"/proc/{pid}")
         s = make_session(type("M", (), {"mnt": mnt})(), "d")
-        for i in range(4):  # a cap of 5 from the file: turns get evicted
+        for _ in range(4):  # a cap of 5 from the file: turns get evicted
             sh(f"printf '%s\\n' '{TURN}' '{DONE}' >> events.jsonl", s)
         manifest = json.loads((s / "manifest.json").read_text())
         assert manifest["turn_count"] == 4 and manifest["event_count"] <= 5

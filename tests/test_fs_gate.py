@@ -110,7 +110,6 @@ def test_the_gate_runs_writes_in_order_after_queued_requests_and_all_of_them_at_
     a reader task for pyfuse3's (one request read per pass of the loop)."""
     import trio
     import trio.testing
-
     from memfs.fs.gate import MAX_YIELDS, WriteGate
 
     events: list[str] = []

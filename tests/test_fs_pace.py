@@ -12,6 +12,7 @@ import time
 
 import memfs
 from memfs.samples import sized_message
+
 from mounting import event, mounted, needs_fuse, sh
 
 pytestmark = needs_fuse

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from mounting import event, is_mounted, mounted, needs_fuse
+from mounting import is_mounted, mounted, needs_fuse
 
 pytestmark = needs_fuse
 

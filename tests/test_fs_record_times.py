@@ -9,10 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import orjson
-
 import memfs
+import orjson
 from memfs.store.meta import parse_rfc3339
+
 from mounting import event, mounted, needs_fuse, sh
 from store_helpers import wait_until
 

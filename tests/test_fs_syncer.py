@@ -8,7 +8,6 @@ import os
 import select
 
 import pytest
-
 from memfs.fs.syncer import Syncer
 
 

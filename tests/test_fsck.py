@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 import memfs
+import pytest
 from memfs.store import lock
 from memfs.store.fsck import fsck_session, fsck_store
 

@@ -10,10 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import memfs
 import orjson
 import pytest
-
-import memfs
 from memfs.events import parse_line
 from memfs.ingest import AutoTranslator
 from memfs.ingest.sidefiles import SideReader

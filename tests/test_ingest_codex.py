@@ -12,10 +12,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-
 from memfs.events import parse_line
-from memfs.ingest import AutoTranslator, OUTPUT_HEAD, OUTPUT_TAIL
+from memfs.ingest import OUTPUT_HEAD, OUTPUT_TAIL, AutoTranslator
 from memfs.ingest.codex import turn_signature
+
 from mounting import cleanup, needs_fuse, start
 
 CODEX = Path(__file__).parent / "fixtures" / "agents" / "codex"

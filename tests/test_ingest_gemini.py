@@ -12,10 +12,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import memfs
 import orjson
 import pytest
-
-import memfs
 from memfs.events import parse_line
 from memfs.ingest import AutoTranslator, classify, parse_object
 

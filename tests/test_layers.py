@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import memfs
 import pytest
 
-import memfs
 from mounting import mounted, needs_fuse
 
 PROBE = "import importlib, json, sys; importlib.import_module(sys.argv[1]); " \

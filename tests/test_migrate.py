@@ -6,9 +6,8 @@ import json
 import os
 from pathlib import Path
 
-import pytest
-
 import memfs
+import pytest
 from memfs.store.meta import format_rfc3339
 from memfs.store.migrate import migrate_workspace, session_id_for
 from memfs.store.retention import gc

@@ -6,9 +6,8 @@ import hashlib
 import json
 from pathlib import Path
 
-import pytest
-
 import memfs
+import pytest
 from memfs.errors import NotFound
 from memfs.store.pack import create_pack, verify_pack
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import memfs
 from mounting import event, mounted, needs_fuse
-from store_helpers import errno_of, make_logged, run_cli as run
+from store_helpers import errno_of, make_logged
+from store_helpers import run_cli as run
 
 FACTS = [event("thread.started", thread_id="t"), event("turn.started"),
          event("item.completed", item={"id": "m", "type": "agent_message", "text": "retry loop added"}),
@@ -39,7 +39,7 @@ def test_search_names_percent_decoding_and_bad_parameters(tmp_path, capsys):
                "retry?format=xml": "format must be jsonl or text", "retry?k=1&k=2": "given twice",
                "retry?k=1&verbose": "unknown parameter 'verbose'"}
         for name, reason in bad.items():
-            assert errno_of(lambda: (search / name).read_bytes()) == errno.EINVAL, name
+            assert errno_of(lambda: (search / name).read_bytes()) == errno.EINVAL, name  # noqa: B023 (called now)
             assert reason in m.log_text(), name
         # a '?' without parameters is text, as before
         assert errno_of(lambda: (search / "what was retried?").read_bytes()) == 0

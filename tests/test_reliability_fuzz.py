@@ -29,9 +29,9 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from memfs.errors import ValidationError
 from memfs.events import parse_line
+
 from mounting import is_mounted, mounted, needs_fuse
 from test_reliability_helpers import assert_consistent
 

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from memfs.samples import event, message
 from memfs.store.meta import format_rfc3339
 

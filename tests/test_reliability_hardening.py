@@ -11,11 +11,12 @@ import os
 import sys
 from pathlib import Path
 
+import memfs
 import pytest
 
-import memfs
 from mounting import event, mounted, needs_fuse
-from store_helpers import join_all, make_logged, run_cli as run, wait_until
+from store_helpers import join_all, make_logged, wait_until
+from store_helpers import run_cli as run
 
 GOOD = [event("thread.started", thread_id="t"), event("turn.started"),
         event("item.completed", item={"id": "m", "type": "agent_message", "text": "retry loop added"}),
@@ -110,7 +111,7 @@ def test_pack_verify_refuses_every_tampering(capsys, tmp_path):
         fresh()
         if key == "status":  # completed where the log says active is the sweep's right: use a real lie
             value = "bogus"
-        _rewrite(session, lambda p: p.__setitem__(key, value))
+        _rewrite(session, lambda p: p.__setitem__(key, value))  # noqa: B023 (called now)
         code, out = verify()
         assert code == 1 and f"header      {key} is" in out, (key, out)
 

@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
-
+from memfs.store.machine import renumber
 from memfs.store.recovery import OpenReport, rescan
 from memfs.store.session import open_session
-from memfs.store.machine import renumber
+
 from mounting import is_mounted
 
 TURN_KEYS = ("turn_number", "start_offset", "end_offset", "event_count")

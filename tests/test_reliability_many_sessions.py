@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import memfs
+
 from mounting import mounted, needs_fuse
 
 pytestmark = needs_fuse
@@ -130,7 +131,7 @@ def test_sessions_past_the_cap_are_closed_once_their_writers_are_gone(tmp_path):
         while len(held := store_fds(pid, store)) > MAX_OPEN:
             assert time.monotonic() < deadline, f"{len(held)} descriptors on the store once idle, e.g. {sorted(held)[-3:]}"
             time.sleep(0.05)
-        for i, name in enumerate(names):  # every line is there, read through the mount
+        for name in names:  # every line is there, read through the mount
             manifest = json.loads((m.mnt / "sessions" / name / "manifest.json").read_bytes())
             assert manifest["event_count"] == 1, (name, manifest)
         assert len(store_fds(pid, store)) <= MAX_OPEN + 1  # (reading them went through the cap too)

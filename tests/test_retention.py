@@ -7,9 +7,8 @@ import os
 import time
 from pathlib import Path
 
-import pytest
-
 import memfs
+import pytest
 from memfs.errors import SymlinkRefused
 from memfs.store import retention
 from memfs.store.meta import format_rfc3339

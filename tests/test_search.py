@@ -14,7 +14,6 @@ import sys
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from memfs.search import MAX_QUERY_TOKENS, MAX_RESULTS, SearchIndex, query_tokens, recency_factor, tokenize
 from memfs.search import index as index_module
 

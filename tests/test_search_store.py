@@ -8,7 +8,6 @@ import time
 
 import orjson
 import pytest
-
 from memfs import open_session
 from memfs.errors import NotFound
 from memfs.search import created_at_of, recency_factor, search_store, store_searcher

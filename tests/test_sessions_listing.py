@@ -10,11 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import memfs
+import pytest
 from memfs.store import about
 from memfs.store.meta import format_rfc3339
+
 from mounting import event, mounted, needs_fuse, sh
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,8 +12,8 @@ import threading
 
 import orjson
 import pytest
-
 from memfs.errors import CapRewriteError, TurnNotFound
+
 from store_helpers import DONE, START, disk_index, env, join_all, log_lines, msg, open_s, run_python, state_of, turn
 
 HELPERS = {"PYTHONPATH": os.path.dirname(__file__)}

@@ -4,7 +4,6 @@ written after the index went on changing (what a persist outside the session loc
 from __future__ import annotations
 
 import orjson
-
 from memfs.store import meta
 from memfs.store.meta import COMPLETED, TurnIndex
 

@@ -13,16 +13,16 @@ import textwrap
 import threading
 import time
 
-import pytest
-
 import memfs
 import memfs.store.metadata as metadata_mod
 import memfs.store.session as session_mod
+import pytest
+from memfs.events import Kind
 from memfs.store import persister
 from memfs.store.config import DEFAULT_METADATA_INTERVAL
-from memfs.events import Kind
 from memfs.store.machine import TurnState, apply
 from memfs.store.meta import Manifest
+
 from store_helpers import DONE, START, disk_index, disk_manifest, msg, open_s, run_python, turn
 
 DEFAULT = DEFAULT_METADATA_INTERVAL

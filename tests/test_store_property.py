@@ -12,9 +12,9 @@ from pathlib import Path
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from memfs.errors import ValidationError
 from memfs.events import SCHEMA_VERSION
+
 from store_helpers import forget_metadata, log_lines, open_s, state_of
 
 HEAD = b'{"schema_version":"' + SCHEMA_VERSION.encode() + b'","event":'

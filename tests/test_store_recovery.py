@@ -7,15 +7,33 @@ from __future__ import annotations
 import os
 import textwrap
 
+import memfs.store.recovery as store_recovery
+import memfs.store.session as store_session
 import orjson
 import pytest
-
-import memfs.store.recovery as store_recovery
-from memfs.store.recovery import TAIL_WINDOW
-import memfs.store.session as store_session
 from memfs.store import lines as store_lines
-from store_helpers import (DONE, FAILED, START, THREAD_DONE, THREAD_START, disk_index, disk_json, disk_manifest,
-                           env, forget_metadata, log_lines, msg, open_s, run_python, state_of, turn, without_times, without_ts)
+from memfs.store.recovery import TAIL_WINDOW
+
+from store_helpers import (
+    DONE,
+    FAILED,
+    START,
+    THREAD_DONE,
+    THREAD_START,
+    disk_index,
+    disk_json,
+    disk_manifest,
+    env,
+    forget_metadata,
+    log_lines,
+    msg,
+    open_s,
+    run_python,
+    state_of,
+    turn,
+    without_times,
+    without_ts,
+)
 
 
 def build(tmp_path, lines, **kw):

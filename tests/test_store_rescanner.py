@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 
 import pytest
-
 from memfs.store import rescanner
 from memfs.store.rescanner import RescanHelper
+
 from store_helpers import DONE, START, bare, forget_metadata, msg, open_s, state_of, turn
 
 

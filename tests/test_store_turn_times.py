@@ -8,9 +8,9 @@ import os
 import textwrap
 
 import orjson
-
 from memfs.store.meta import parse_rfc3339
 from memfs.views import trajectory
+
 from store_helpers import DONE, FAILED, START, env, forget_metadata, msg, open_s, run_python, turn
 
 SIDECAR = ("index", "turn-times.jsonl")

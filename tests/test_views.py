@@ -6,10 +6,9 @@ backing-store copies in test_views_cache.py.
 
 from __future__ import annotations
 
+import memfs
 import orjson
 import pytest
-
-import memfs
 from memfs import views
 from memfs.errors import TurnNotFound
 

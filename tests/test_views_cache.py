@@ -7,12 +7,12 @@ import random
 import shutil
 import threading
 
+import memfs
 import orjson
 import pytest
-
-import memfs
 from memfs import views
 from memfs.views import cache, persist
+
 from store_helpers import join_all
 
 ENV = b'{"schema_version":"0.18.0","event":'

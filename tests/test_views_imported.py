@@ -8,9 +8,8 @@ import json
 import os
 from pathlib import Path
 
-import pytest
-
 import memfs
+import pytest
 from memfs import views
 from memfs.search import search_store
 from memfs.store.evict import SUMMARY_PREFIX

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import orjson
 import pytest
-
-import memfs
 from memfs import views
 from memfs.views.progress import parse_milestones
 

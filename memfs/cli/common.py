@@ -7,9 +7,10 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 
@@ -17,7 +18,6 @@ from memfs.config import Config, apply_overrides, load_config
 from memfs.errors import MemfsError
 from memfs.store.config import check_evict_to
 from memfs.store.rejected import set_max_rejected_bytes
-
 
 # --- output ------------------------------------------------------------------------------
 

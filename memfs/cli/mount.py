@@ -6,8 +6,19 @@ import argparse
 import os
 from typing import Any
 
-from memfs.cli.common import (EVICT_TO_HELP, Commands, _config, _evict_to, _json, _nonneg_float, _nonneg_int,
-                              _out, _root, _table, _Usage)
+from memfs.cli.common import (
+    EVICT_TO_HELP,
+    Commands,
+    _config,
+    _evict_to,
+    _json,
+    _nonneg_float,
+    _nonneg_int,
+    _out,
+    _root,
+    _table,
+    _Usage,
+)
 from memfs.errors import MemfsError
 from memfs.store.config import DURABILITY_MODES
 

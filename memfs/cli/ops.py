@@ -6,8 +6,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from memfs.cli.common import (Commands, ProgressBar, _config, _existing, _json, _nonneg_float, _nonneg_int, _out,
-                              _root, _size)
+from memfs.cli.common import (
+    Commands,
+    ProgressBar,
+    _config,
+    _existing,
+    _json,
+    _nonneg_float,
+    _nonneg_int,
+    _out,
+    _root,
+    _size,
+)
 from memfs.store import fsck as fsck_mod
 from memfs.store import migrate as migrate_mod
 from memfs.store import pack as pack_mod

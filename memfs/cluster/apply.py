@@ -19,7 +19,7 @@ import logging
 import queue
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from memfs.cluster.replica import Replica, Replicas, UntrustedName
 from memfs.errors import AlreadyExists, NotFound, SymlinkRefused

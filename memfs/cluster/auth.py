@@ -25,10 +25,14 @@ import base64
 import logging
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from memfs.cluster import has_userinfo, redact
 from memfs.errors import MemfsError
+
+if TYPE_CHECKING:  # (imported where TLS is used: most clusters never need it)
+    import ssl
 
 # what a NATS server answers (-ERR) when it refuses a client's credentials
 _AUTH_ERRORS = ("authorization violation", "authentication expired", "authentication revoked",
@@ -86,11 +90,11 @@ async def check_tls_offered(servers: list[str], timeout: float) -> None:
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(parts.hostname, parts.port or 4222), timeout)
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             continue
         try:
             line = await asyncio.wait_for(reader.readline(), timeout)
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             continue
         finally:
             writer.close()

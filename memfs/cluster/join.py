@@ -112,7 +112,7 @@ class Link:
         while True:  # a cluster just started may answer 400/503, or not at all, until its leaders are elected
             try:
                 return await self._join(join_js)
-            except (APIError, nats.errors.TimeoutError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, APIError, nats.errors.TimeoutError) as exc:
                 if isinstance(exc, NotFoundError) or time.monotonic() > deadline:
                     raise
                 if isinstance(exc, APIError):  # (an answer: JetStream is electing its leaders)

@@ -168,7 +168,9 @@ class ClusterNode:
 
 class ClusterSession:
     """What :class:`memfs.store.appender.LineAppender` writes through in cluster mode: the
-    session handle's validation and refusal record, with commits published first."""
+    session handle's validation and refusal record, with commits published first (the
+    :class:`~memfs.store.appender.AppendTarget` of its writes; ``sync`` has no effect: a
+    published line's commit is never deferred)."""
 
     __slots__ = ("node", "handle")
 
@@ -185,22 +187,22 @@ class ClusterSession:
         node = self.node
         if len(line) > node.max_line:
             check_line_size(len(line), node.max_line, node.limit_name)
-        return self.handle.validate(line)
+        return self.handle.writes.validate(line)
 
     def reject(self, line: bytes, error, *, pid=None) -> None:
-        self.handle.reject(line, error, pid=pid)
+        self.handle.writes.reject(line, error, pid=pid)
 
-    def append(self, line: bytes, pid=None) -> None:
+    def append(self, line: bytes, pid=None, *, sync: bool = True) -> None:
         try:
             record = self.validate(line)
         except ValidationError as exc:
-            self.handle.reject(line, exc, pid=pid)
+            self.handle.writes.reject(line, exc, pid=pid)
             raise
         self.append_records([record])
 
-    def append_records(self, records) -> int:
+    def append_records(self, records, *, sync: bool = True) -> int:
         try:
             return self.node.append(self.handle.name, list(records))
         except ClusterError as exc:
-            self.handle.note_failure(exc.strerror or str(exc))  # the writer's reason (user.memfs.last_error)
+            self.handle.writes.note_failure(exc.strerror or str(exc))  # the writer's reason (user.memfs.last_error)
             raise

@@ -52,14 +52,22 @@ The mapping:
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 
 from memfs.agents import CLAUDE
 from memfs.ingest import bounded_prompt, dumps, parse_object, text_of
-from memfs.ingest.claude_tools import (apply_task, call_item, child_session, kind_of, result_item, result_output,
-                                       todo_item)
+from memfs.ingest.claude_tools import (
+    apply_task,
+    call_item,
+    child_session,
+    kind_of,
+    result_item,
+    result_output,
+    todo_item,
+)
 
 TURN_ENDING_STOPS = ("end_turn", "stop_sequence", "max_tokens", "refusal")
 INTERRUPTED = "[Request interrupted by user"

@@ -10,7 +10,8 @@ from ``stream-json`` or from the transcript.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from memfs.ingest import bounded_output, text_of
 from memfs.store.paths import new_session_name_problem

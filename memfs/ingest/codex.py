@@ -61,7 +61,8 @@ from typing import Any
 import orjson
 
 from memfs.agents import CODEX, UNKNOWN, Origin
-from memfs.ingest import bounded_output, bounded_prompt, codex_shapes as shapes, dumps, parse_object, text_of
+from memfs.ingest import bounded_output, bounded_prompt, dumps, parse_object, text_of
+from memfs.ingest import codex_shapes as shapes
 
 
 def turn_signature(event: dict) -> tuple | None:

@@ -29,8 +29,14 @@ import orjson
 from memfs.agents import agent_name
 from memfs.store import about
 from memfs.store.catalog import is_session_dir, session_names
-from memfs.store.paths import (NAME_MAX, atomic_write, ensure_private_dir, new_session_name_problem, open_nofollow,
-                               sanitize)
+from memfs.store.paths import (
+    NAME_MAX,
+    atomic_write,
+    ensure_private_dir,
+    new_session_name_problem,
+    open_nofollow,
+    sanitize,
+)
 
 CONVERSATIONS = ".memfs-conversations.json"
 CONVERSATIONS_LOCK = ".memfs-conversations.lock"

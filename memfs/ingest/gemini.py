@@ -44,9 +44,26 @@ from __future__ import annotations
 from typing import Any
 
 from memfs.ingest import bounded_output, bounded_prompt, dumps, parse_object
-from memfs.ingest.gemini_shapes import (AGENT, EXITED, FINAL_STATUSES, IGNORED_PROMPTS, SHELL_TOOL, WORKSPACE,
-                                        add_usages, call_item, child_name, function_responses, kind_of, parts_text,
-                                        response_text, shape, shell_result, short_hash, stats_usage, usage_of)
+from memfs.ingest.gemini_shapes import (
+    AGENT,
+    EXITED,
+    FINAL_STATUSES,
+    IGNORED_PROMPTS,
+    SHELL_TOOL,
+    WORKSPACE,
+    add_usages,
+    call_item,
+    child_name,
+    function_responses,
+    kind_of,
+    parts_text,
+    response_text,
+    shape,
+    shell_result,
+    short_hash,
+    stats_usage,
+    usage_of,
+)
 
 ROLLED_BACK = "the request failed: Gemini CLI took the turn back out of its history"
 ENDED_EARLY = "the run ended before Gemini answered"

@@ -43,8 +43,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from memfs.agents import agent_name
-from memfs.ingest.agent_ids import (_CLOSES, _ITEMS, OWN, KnownIds, _event_of, _exit_code, _has_usage,
-                                    _item_id, _str, failed_message, signature)
+from memfs.ingest.agent_ids import (
+    _CLOSES,
+    _ITEMS,
+    OWN,
+    KnownIds,
+    _event_of,
+    _exit_code,
+    _has_usage,
+    _item_id,
+    _str,
+    failed_message,
+    signature,
+)
 from memfs.ingest.conversations import project_of, register
 from memfs.store import about
 from memfs.store.catalog import is_session_dir

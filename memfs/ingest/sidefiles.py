@@ -28,7 +28,7 @@ class SideReader:
         self.root = os.fspath(root)
 
     @classmethod
-    def for_transcript(cls, path: str | os.PathLike) -> "SideReader":
+    def for_transcript(cls, path: str | os.PathLike) -> SideReader:
         """The reader for a Claude Code transcript: rooted at the project directory that holds
         ``<session>.jsonl`` and ``<session>/`` (for a sub-agent's ``<session>/subagents/
         agent-<id>.jsonl``, three levels up)."""

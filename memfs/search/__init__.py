@@ -25,8 +25,8 @@ _EXPORTS = {
     "sync_from_handle": "memfs.search.searcher",
 }
 
-__all__ = sorted([*_EXPORTS, "DEFAULT_MAX_RESULTS", "DEFAULT_MIN_SCORE", "MAX_QUERY_TOKENS", "MAX_RESULTS",
-                  "SearchIndex", "query_tokens", "recency_factor", "tokenize"])
+__all__ = [*_EXPORTS, "DEFAULT_MAX_RESULTS", "DEFAULT_MIN_SCORE", "MAX_QUERY_TOKENS", "MAX_RESULTS",
+           "SearchIndex", "query_tokens", "recency_factor", "tokenize"]
 
 
 __getattr__ = lazy_exports(globals(), _EXPORTS)  # the store-backed names, imported on first use

@@ -35,15 +35,15 @@ import logging
 import os
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from memfs.errors import MemfsError, NotFound
 from memfs.search.index import DEFAULT_MAX_RESULTS, DEFAULT_MIN_SCORE, SearchIndex
 from memfs.search.tokenize import query_tokens
-from memfs.store.session import SessionHandle
 from memfs.store.meta import parse_rfc3339
 from memfs.store.paths import EVENTS, MANIFEST
 from memfs.store.root import Store, StoreSettings
+from memfs.store.session import SessionHandle
 
 Searcher = Callable[[str, "str | None", "int | None", "float | None"], list]
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import select
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO, Iterator
+from typing import IO
 
 from memfs.errors import CapRewriteError, ValidationError
 from memfs.store.session import SessionHandle

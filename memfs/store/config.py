@@ -11,10 +11,10 @@ The line-size limit is checked once, by :func:`check_line_size`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_FLOOR, Decimal
 from pathlib import Path
-from typing import Callable
 
 from memfs.errors import LineTooLong
 

@@ -47,9 +47,9 @@ import threading
 import time
 from bisect import bisect_left
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Callable
 
 import orjson
 
@@ -58,9 +58,20 @@ from memfs.events import decode_stored
 from memfs.facts import event_facts
 from memfs.store.lines import CHUNK, scan_chunks
 from memfs.store.meta import CapMarker, now_rfc3339
-from memfs.store.paths import (CAP_MARKER, DERIVED_DIR, EVENTS, ensure_private_dir, fsync_dir,
-                               open_nofollow, in_background, remove_file, replace_with, run_now, write_all,
-                               write_temp)
+from memfs.store.paths import (
+    CAP_MARKER,
+    DERIVED_DIR,
+    EVENTS,
+    ensure_private_dir,
+    fsync_dir,
+    in_background,
+    open_nofollow,
+    remove_file,
+    replace_with,
+    run_now,
+    write_all,
+    write_temp,
+)
 
 SUMMARY_PREFIX = "eviction-summary-"
 SUMMARY_MAX_FACTS = 32

@@ -25,20 +25,20 @@ What counts (decisions recorded here):
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 import orjson
 
 from memfs.errors import MemfsError, SessionBusy
-from memfs.store.recovery import OpenReport, rescan
-from memfs.store.session import SessionHandle, open_session
+from memfs.store.catalog import find_session
 from memfs.store.machine import TurnState, renumber
 from memfs.store.paths import EVENTS, MANIFEST, atomic_write, open_nofollow, remove_stale_temps
+from memfs.store.recovery import OpenReport, rescan
 from memfs.store.rejected import count_rejected
-from memfs.store.catalog import find_session
 from memfs.store.retention import list_sessions, remove_trash
+from memfs.store.session import SessionHandle, open_session
 
 Progress = Callable[[int, int], None]
 

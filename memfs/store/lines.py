@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 from memfs.pace import pace
 

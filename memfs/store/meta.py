@@ -25,9 +25,9 @@ import os
 import sys
 import zlib
 from array import array
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from operator import lt
-from typing import Callable, Iterator
 
 import orjson
 
@@ -40,12 +40,12 @@ _OUTCOME_CODES = {name: code for code, name in enumerate(OUTCOME_NAMES) if name}
 
 def format_rfc3339(epoch: float) -> str:
     """RFC 3339 UTC with milliseconds and a ``+00:00`` offset, as manifests carry."""
-    return _dt.datetime.fromtimestamp(epoch, _dt.timezone.utc).isoformat(timespec="milliseconds")
+    return _dt.datetime.fromtimestamp(epoch, _dt.UTC).isoformat(timespec="milliseconds")
 
 
 def now_rfc3339() -> str:
     """The current time as :func:`format_rfc3339` renders it."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
 
 
 def parse_rfc3339(text: str) -> float | None:
@@ -55,7 +55,7 @@ def parse_rfc3339(text: str) -> float | None:
     except (ValueError, AttributeError, TypeError):
         return None
     if value.tzinfo is None:
-        value = value.replace(tzinfo=_dt.timezone.utc)
+        value = value.replace(tzinfo=_dt.UTC)
     return value.timestamp()
 
 

@@ -20,14 +20,25 @@ tenth of the time at most.
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
-import threading
 
 from memfs.store.meta import IndexSnapshot, file_key
-from memfs.store.paths import CAP_MARKER, INDEX_DIR, MANIFEST, TURNS, TURNS_CACHE, atomic_write, ensure_private_dir, remove_file, replace_with, write_all
+from memfs.store.paths import (
+    CAP_MARKER,
+    INDEX_DIR,
+    MANIFEST,
+    TURNS,
+    TURNS_CACHE,
+    atomic_write,
+    ensure_private_dir,
+    remove_file,
+    replace_with,
+    write_all,
+)
 
 PERSIST_SHARE = 10  # the coalescing interval is at least this many times the last persist's cost
 _RETIRED = float("inf")  # ``written_seq`` of a closed session: every snapshot is stale

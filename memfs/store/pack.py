@@ -53,8 +53,19 @@ import orjson
 from memfs.store.catalog import find_session
 from memfs.store.machine import TurnState, renumber
 from memfs.store.meta import now_rfc3339
-from memfs.store.paths import (DERIVED_DIR, EVENTS, LOCK, MANIFEST, REJECTED, atomic_write, ensure_private_dir,
-                               hash_file, open_nofollow, read_file, walk_files)
+from memfs.store.paths import (
+    DERIVED_DIR,
+    EVENTS,
+    LOCK,
+    MANIFEST,
+    REJECTED,
+    atomic_write,
+    ensure_private_dir,
+    hash_file,
+    open_nofollow,
+    read_file,
+    walk_files,
+)
 from memfs.store.recovery import OpenReport, rescan
 from memfs.store.session import open_session
 

@@ -14,11 +14,15 @@ import re
 import shutil
 import stat
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from memfs.errors import InvalidName, NameTooLong, SymlinkRefused
 from memfs.pace import worker_started
+
+if TYPE_CHECKING:  # (imported where used: most uses never need it)
+    from concurrent.futures import Future
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -204,13 +208,13 @@ _pool_lock = threading.Lock()
 _pending = 0  # in_background calls not finished yet (under _pool_lock)
 
 
-def in_background(fn: Callable, *args) -> "Future":
+def in_background(fn: Callable, *args) -> Future:
     """Run ``fn(*args)`` on one of the store's worker threads: disk work that overlaps other
     work (a cap rewrite's syncs and copies) or that nobody needs to wait for (closing a
     replaced log's last descriptor, which frees its blocks: about a millisecond per few MB).
     A forked child gets its own threads; once the interpreter is shutting down (no new
     threads) ``fn`` runs here, now. Its outcome is the returned future's."""
-    from concurrent.futures import Future, ThreadPoolExecutor  # (not at import: most uses never need it)
+    from concurrent.futures import ThreadPoolExecutor  # (not at import: most uses never need it)
 
     global _pool, _pool_pid, _pending
     with _pool_lock:
@@ -242,7 +246,7 @@ def background_pending() -> int:
     return _pending
 
 
-def run_now(fn: Callable, *args) -> "Future":
+def run_now(fn: Callable, *args) -> Future:
     """``fn(*args)`` on this thread, now; its outcome as a finished future (what
     :func:`in_background` returns, for a caller that decides per call whether to overlap)."""
     from concurrent.futures import Future
@@ -334,7 +338,7 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path)
 
 
-def walk_files(top: Path) -> Iterator[tuple[str, int, int]]:
+def walk_files(top: Path) -> Iterator[tuple[str, int, str]]:
     """Yield ``(relative posix path, dir_fd, name)`` for every regular file under ``top``.
 
     Uses ``os.fwalk`` (directory file descriptors, symlinks never followed), so a directory

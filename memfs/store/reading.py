@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from memfs.errors import TurnNotFound
 from memfs.events import decode_stored
@@ -311,7 +312,7 @@ def _closing_lines(fd: int, start: int, end: int) -> Iterator[tuple[int, bytes]]
     """scan_lines over a private ``fd`` that is closed when the iteration ends, is closed or
     is collected (primed once by its creator, so even an unused iterator closes it)."""
     try:
-        yield None  # type: ignore[misc]
+        yield None  # (the priming item: consumed by the creator, never by a reader)
         yield from scan_lines(fd, start, end)
     finally:
         os.close(fd)

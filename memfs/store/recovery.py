@@ -27,7 +27,17 @@ from memfs.store import rescanner
 from memfs.store.lines import CHUNK, scan_chunks
 from memfs.store.machine import TurnState, apply, renumber
 from memfs.store.meta import CapMarker, ManifestRead, TurnIndex, file_key, now_rfc3339, read_manifest
-from memfs.store.paths import CAP_MARKER, EVENTS, MANIFEST, TURNS, TURNS_CACHE, open_nofollow, read_fd, read_file, refuse_symlink
+from memfs.store.paths import (
+    CAP_MARKER,
+    EVENTS,
+    MANIFEST,
+    TURNS,
+    TURNS_CACHE,
+    open_nofollow,
+    read_fd,
+    read_file,
+    refuse_symlink,
+)
 from memfs.store.rejected import record_rejected
 
 if TYPE_CHECKING:

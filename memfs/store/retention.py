@@ -31,9 +31,9 @@ import dataclasses
 import os
 import stat
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 import orjson
 
@@ -41,15 +41,28 @@ from memfs.agents import HEAD_BYTES, Origin, agent_name
 from memfs.errors import SessionBusy, SymlinkRefused
 from memfs.events import decode_stored
 from memfs.store import lock as liveness
+from memfs.store.about import read as read_about
+from memfs.store.catalog import find_session, is_session_entry, root_entries, session_names
 from memfs.store.lines import split_lines
 from memfs.store.machine import TurnState
 from memfs.store.meta import TurnIndex, format_rfc3339, now_rfc3339, parse_rfc3339, read_manifest
+from memfs.store.paths import (
+    EVENTS,
+    MANIFEST,
+    PIN,
+    REJECTED,
+    atomic_write,
+    open_nofollow,
+    pid_alive,
+    read_file,
+    refuse_symlink,
+    remove_file,
+    remove_tree,
+    sanitize,
+    tree_bytes,
+)
 from memfs.store.recovery import recover, scan_into
-from memfs.store.about import read as read_about
 from memfs.store.session import open_session
-from memfs.store.paths import (EVENTS, MANIFEST, PIN, REJECTED, atomic_write, open_nofollow, pid_alive, read_file,
-                               refuse_symlink, remove_file, remove_tree, sanitize, tree_bytes)
-from memfs.store.catalog import find_session, is_session_entry, root_entries, session_names
 
 Progress = Callable[[int, int], None]  # (done, total)
 DAY = 86400.0

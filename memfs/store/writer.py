@@ -36,7 +36,7 @@ import os
 import threading
 import time
 from _thread import allocate_lock as _new_lock
-from typing import Iterable
+from collections.abc import Iterable
 
 from memfs.errors import CapRewriteError, ValidationError
 from memfs.events import Kind, Record
@@ -443,9 +443,9 @@ def commit_call(s, records: Iterable[Record]) -> tuple[int, int]:
         try:
             apply_evictions(s)
         except OSError as exc:
-            err = CapRewriteError(f"event cap not applied: {exc}")
-            err.accepted = result[0]
-            raise err from exc
+            failure = CapRewriteError(f"event cap not applied: {exc}")
+            failure.accepted = result[0]
+            raise failure from exc
     return result
 
 
@@ -460,7 +460,7 @@ def _enforce_cap(s) -> None:
 def _failed_write(s, mark: tuple, exc: OSError) -> None:
     """A write of log bytes failed: take back what is not in the file; ``exc.accepted`` is what
     is (made durable first in ``fsync`` mode: it is acknowledged)."""
-    accepted = exc.accepted = _rollback(s, mark)
+    accepted = exc.accepted = _rollback(s, mark)  # type: ignore[attr-defined]  # (module doc: OSError carries it)
     s.version += 1
     if accepted:
         s.appended += accepted

@@ -47,8 +47,8 @@ Decisions (the spec leaves the view to memfs):
 from __future__ import annotations
 
 from memfs.store.meta import ABANDONED, COMPLETED, FAILED, OPEN
-from memfs.views.progress import DONE, _MARK
 from memfs.views.header import block
+from memfs.views.progress import _MARK, DONE
 from memfs.views.summary import agent_line
 
 BYTES_PER_TOKEN = 4

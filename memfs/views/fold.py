@@ -14,7 +14,7 @@ clock, no I/O.
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable
+from collections.abc import Iterable
 
 from memfs.agents import CODEX, HEAD_BYTES, Origin
 from memfs.events import Kind, decode_stored

@@ -313,7 +313,7 @@ class ModelServer:
         self.script, self.record, self.timeout = script, Path(record), timeout
         self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "ModelServer":
+    def __enter__(self) -> ModelServer:
         base = self.record.with_suffix("")
         script_file, port_file = base.with_name(base.name + ".script.json"), base.with_name(base.name + ".port")
         script_file.write_text(json.dumps(self.script, indent=1))
