@@ -10,6 +10,8 @@ The session-store helpers (event lines, reading the store's files directly) are 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import memfs
@@ -27,3 +29,22 @@ def store(tmp_path) -> Path:
 def session(tmp_path):
     with memfs.open_session(tmp_path, SESSION_ID, max_events=0) as handle:
         yield handle
+
+
+@pytest.fixture
+def follower():
+    """Start ``memfs import --follow --store STORE DIRS…``; every one started is killed by pid at
+    the end, whatever happened."""
+    procs: list[subprocess.Popen] = []
+
+    def start(store: Path, *dirs: Path) -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, "-m", "memfs", "import", "--follow", "--store", str(store), *map(str, dirs)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait(10)

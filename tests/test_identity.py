@@ -19,11 +19,11 @@ import orjson
 import pytest
 from memfs.ingest.importer import import_paths
 
+from agent_helpers import MEMFS
 from store_helpers import wait_until as wait_for
 
 AGENTS = Path(__file__).parent / "fixtures" / "agents"
 REPLAY = Path(__file__).parent / "agents" / "replay.py"
-MEMFS = [sys.executable, "-m", "memfs"]
 CLAUDE_SID = "78127aec-e908-4904-8d47-2d86e43e50f3"
 CODEX_SID = "01a23aea-0f3b-7842-be12-c9694eec882e"
 GEMINI_SID = "9d58201d-6652-4a64-9d7f-8a85a2a0b0a9"
@@ -339,23 +339,6 @@ def sources_of(store: Path, session: str) -> dict:
         return orjson.loads((store / session / "index" / "import-sources.json").read_bytes())["sources"]
     except (FileNotFoundError, orjson.JSONDecodeError):
         return {}
-
-
-@pytest.fixture
-def follower():
-    procs = []
-
-    def start(store: Path, *dirs: Path) -> subprocess.Popen:
-        p = subprocess.Popen([*MEMFS, "import", "--follow", "--store", str(store), *map(str, dirs)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        procs.append(p)
-        return p
-
-    yield start
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait(10)
 
 
 def test_follow_dedupes_across_captures_and_restarts(tmp_path, follower):

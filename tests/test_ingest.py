@@ -15,11 +15,11 @@ from memfs.events import parse_line
 from memfs.ingest import AutoTranslator, Untranslatable
 from memfs.ingest.importer import SOURCES
 
+from agent_helpers import MEMFS
 from store_helpers import wait_until as wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
 AGENT = Path(__file__).parent / "agents" / "replay.py"
-MEMFS = [sys.executable, "-m", "memfs"]
 CLAUDE_SID = "8f3c2d1e-6a7b-4c9d-9e0f-1a2b3c4d5e6f"
 TRANSCRIPT_SID = "3b7e1f2a-9c8d-4e6f-a1b2-c3d4e5f60718"
 ROLLOUT_SID = "0199a3c1-2f4e-7c52-b1de-5e0f5a3c9d10"
@@ -319,23 +319,6 @@ def event_count(store: Path, sid: str) -> int:
         return manifest_of(store, sid)["event_count"]
     except FileNotFoundError:
         return 0
-
-
-@pytest.fixture
-def follower(tmp_path):
-    procs = []
-
-    def start(store: Path, *dirs: Path) -> subprocess.Popen:
-        p = subprocess.Popen([*MEMFS, "import", "--follow", "--store", str(store), *map(str, dirs)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        procs.append(p)
-        return p
-
-    yield start
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait(10)
 
 
 def stop(proc: subprocess.Popen) -> int:

@@ -7,20 +7,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
-import memfs
 import orjson
 import pytest
 from memfs.events import parse_line
 from memfs.ingest import AutoTranslator
 from memfs.ingest.sidefiles import SideReader
 
+from agent_helpers import MEMFS, cli, events_of, facts, items, of_type, view  # noqa: F401
 from mounting import mounted, needs_fuse, sh
 
 CLAUDE = Path(__file__).parent / "fixtures" / "agents" / "claude"
-MEMFS = [sys.executable, "-m", "memfs"]
 FAMILY = {"thread.started", "thread.completed", "thread.compact_boundary", "turn.started", "turn.completed",
           "turn.failed", "item.started", "item.completed", "item.updated", "error"}
 
@@ -40,37 +38,10 @@ def streams(scenario: str) -> list[Path]:
     return sorted((CLAUDE / scenario).glob("stream*.jsonl"))
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*MEMFS, *args], capture_output=True, text=True, timeout=120)
-
-
 def import_(store: Path, *paths: Path) -> subprocess.CompletedProcess:
     proc = cli("import", "--store", str(store), *map(str, paths))
     assert proc.returncode == 0, proc.stderr
     return proc
-
-
-def events_of(store: Path, session: str) -> list[dict]:
-    with memfs.open_session(store, session, read_only=True) as h:
-        return [orjson.loads(line)["event"] for _, line in h.iter_lines()]
-
-
-def view(store: Path, session: str, name: str) -> str:
-    proc = cli("show", "--store", str(store), session, "--view", name)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
-
-
-def facts(store: Path, session: str) -> list[str]:
-    return [f["fact"] for f in json.loads(view(store, session, "memory.json"))["grounded_facts"]]
-
-
-def items(events: list[dict], etype: str = "item.completed") -> list[dict]:
-    return [e["item"] for e in events if e["type"] == etype]
-
-
-def of_type(events: list[dict], itype: str) -> list[dict]:
-    return [i for i in items(events) if i["type"] == itype]
 
 
 def translate(path: Path) -> tuple[list[dict], dict]:

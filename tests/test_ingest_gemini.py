@@ -12,17 +12,16 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import memfs
 import orjson
 import pytest
 from memfs.events import parse_line
 from memfs.ingest import AutoTranslator, classify, parse_object
 
+from agent_helpers import MEMFS, cli, events_of, facts, items, of_type, view  # noqa: F401
 from mounting import mounted, needs_fuse, sh
 
 AGENTS = Path(__file__).parent / "fixtures" / "agents"
 GEMINI = AGENTS / "gemini"
-MEMFS = [sys.executable, "-m", "memfs"]
 REPLAY = Path(__file__).parent / "agents" / "replay.py"
 FAMILY = {"thread.started", "thread.compact_boundary", "turn.started", "turn.completed", "turn.failed",
           "item.started", "item.completed", "item.updated", "error"}
@@ -51,43 +50,16 @@ def prompts(scenario: str) -> list[str]:
     return [run["prompt"] for run in capture(scenario)["runs"]]
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*MEMFS, *args], capture_output=True, text=True, timeout=120)
-
-
 def import_(store: Path, *paths: Path) -> list[dict]:
     proc = cli("import", "--store", str(store), "--json", *map(str, paths))
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
 
-def events_of(store: Path, session: str) -> list[dict]:
-    with memfs.open_session(store, session, read_only=True) as h:
-        return [orjson.loads(line)["event"] for _, line in h.iter_lines()]
-
-
-def view(store: Path, session: str, name: str) -> str:
-    proc = cli("show", "--store", str(store), session, "--view", name)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
-
-
-def facts(store: Path, session: str) -> list[str]:
-    return [f["fact"] for f in json.loads(view(store, session, "memory.json"))["grounded_facts"]]
-
-
 def listing(store: Path) -> dict[str, dict]:
     proc = cli("sessions", "--store", str(store), "--json")
     assert proc.returncode == 0, proc.stderr
     return {s["name"]: s for s in json.loads(proc.stdout)}
-
-
-def items(events: list[dict], etype: str = "item.completed") -> list[dict]:
-    return [e["item"] for e in events if e["type"] == etype]
-
-
-def of_type(events: list[dict], itype: str) -> list[dict]:
-    return [i for i in items(events) if i["type"] == itype]
 
 
 def turns(events: list[dict]) -> list[str]:

@@ -1,0 +1,44 @@
+"""What the agent-format tests share: the CLI as a user runs it, a session's events, its views
+and facts (the ``follower`` fixture is in conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import memfs
+import orjson
+
+MEMFS = [sys.executable, "-m", "memfs"]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """``memfs ARGS`` in a subprocess (text output)."""
+    return subprocess.run([*MEMFS, *args], capture_output=True, text=True, timeout=120)
+
+
+def events_of(store: Path, session: str) -> list[dict]:
+    """The session's events, in log order (read-only: never the writer's lock)."""
+    with memfs.open_session(store, session, read_only=True) as h:
+        return [orjson.loads(line)["event"] for _, line in h.iter_lines()]
+
+
+def view(store: Path, session: str, name: str) -> str:
+    """``memfs show SESSION --view NAME``'s output."""
+    proc = cli("show", "--store", str(store), session, "--view", name)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def facts(store: Path, session: str) -> list[str]:
+    return [f["fact"] for f in json.loads(view(store, session, "memory.json"))["grounded_facts"]]
+
+
+def items(events: list[dict], etype: str = "item.completed") -> list[dict]:
+    return [e["item"] for e in events if e["type"] == etype]
+
+
+def of_type(events: list[dict], itype: str) -> list[dict]:
+    return [i for i in items(events) if i["type"] == itype]
