@@ -130,7 +130,7 @@ def test_the_sweep_persists_an_abandoned_session_with_its_real_counts(abandoned)
     assert "would remove s (old: last activity " in out and "days > max_age_days 30)" in out
     assert "empty" not in out
     # the sweep alone (gc removes what it swept in the same run: look at its rewrite first)
-    assert retention._mark_completed(session, time.time() - 30 * DAY)
+    assert retention.mark_completed(session, time.time() - 30 * DAY)
     manifest = json.loads((session / "manifest.json").read_bytes())
     assert (manifest["status"], manifest["event_count"], manifest["turn_count"], manifest["in_turn"]) == \
         ("completed", 7, 0, True)

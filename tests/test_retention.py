@@ -119,7 +119,7 @@ def test_idle_active_sessions_are_marked_completed_then_evicted_but_never_live_o
 def test_the_sweep_rewrites_only_the_status_and_keeps_the_fast_path(tmp_path):
     path = make_session(tmp_path, "s", status="active", age_days=40)
     before = json.loads((path / "manifest.json").read_text())
-    assert retention._mark_completed(path)
+    assert retention.mark_completed(path)
     after = json.loads((path / "manifest.json").read_text())
     assert after == {**before, "status": "completed"}
     assert os.stat(path / "manifest.json").st_mode & 0o777 == 0o600

@@ -4,7 +4,7 @@ and retention pins.
 Retention, in order:
 
 1. **abandoned sweep** — an ``active`` session that is not live and whose last activity is
-   older than ``max_age_days`` is marked ``completed``, as its writer (:func:`_mark_completed`):
+   older than ``max_age_days`` is marked ``completed``, as its writer (:func:`mark_completed`):
    metadata that does not describe the log is rebuilt first, then only ``status`` changes, so
    the open fast path still holds; ``max_age_days`` 0 disables the sweep;
 2. remove completed sessions with no events (``empty``);
@@ -419,7 +419,7 @@ def _locked(path: Path):
         liveness.release(held)
 
 
-def _mark_completed(path: Path, cutoff: float | None = None) -> bool:
+def mark_completed(path: Path, cutoff: float | None = None) -> bool:
     """The sweep's rewrite, as the session's writer (SPEC §3.5): the writer's takeover (the
     lock, then the log re-read) rebuilds metadata that does not describe the log (a killed
     writer's lines: real counts, the open turn), then only ``status`` changes — and, after a
@@ -549,7 +549,7 @@ def gc(root: str | os.PathLike, policy: Policy = Policy(), *, preserve: Iterable
                 if dry_run:
                     report.marked_completed.append(name)
                     info.status = "completed"
-                elif _mark_completed(path, cutoff):
+                elif mark_completed(path, cutoff):
                     report.marked_completed.append(name)
                     info, _ = _manifest_info(path)
                     log_len = session_now(path, info)
