@@ -408,3 +408,53 @@ def test_a_dry_run_counts_what_would_be_new_and_writes_nothing(tmp_path):
     (item,) = orjson.loads(proc.stdout)
     assert item["session"] == CLAUDE_SID and item["appended"] == 0 and item["duplicates"] > 0
     assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == files
+
+
+# --- the agent-ids index taken from memory -----------------------------------------------------
+
+
+def _bench_sources() -> dict:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    try:
+        import bench_ingest
+    finally:
+        sys.path.pop(0)
+    return {"claude": bench_ingest.claude_transcript, "codex-exec": bench_ingest.codex_stream,
+            "codex-rollout": bench_ingest.codex_rollout}
+
+
+def _import_all(store: Path, tmp: Path, agent: str, kind: str) -> None:
+    """Captures of one conversation in turn, one of them big enough for several batches and
+    imported in two growing steps, then the fixture's captures (most of them duplicates)."""
+    lines = _bench_sources()[kind](12_000)
+    src = tmp / f"{kind}.jsonl"
+    src.write_bytes(b"".join(line + b"\n" for line in lines[:7_000]))
+    import_paths(store, [src])
+    with src.open("ab") as f:
+        f.write(b"".join(line + b"\n" for line in lines[7_000:]))
+    import_paths(store, [src])
+    paths = CAPTURES[agent][0]()
+    for key in ("s1", "file", "s2"):
+        import_paths(store, [paths[key]])
+
+
+@pytest.mark.parametrize("agent,kind", [("claude", "claude"), ("codex", "codex-exec"), ("codex", "codex-rollout")])
+def test_the_agent_ids_index_from_memory_is_the_one_read_from_the_log(tmp_path, monkeypatch, agent, kind):
+    from memfs.ingest import agent_ids
+
+    stores = {}
+    for from_memory in (True, False):
+        monkeypatch.setattr(agent_ids, "FROM_MEMORY", from_memory)
+        store = stores[from_memory] = tmp_path / f"store-{from_memory}"
+        (tmp := tmp_path / f"src-{from_memory}").mkdir()
+        _import_all(store, tmp, agent, kind)
+    fast, slow = ({p.relative_to(s): p.read_bytes().split(b"\n", 1)[1]  # (the head names the log's inode)
+                   for p in s.rglob("*") if p.is_file() and p.name == "agent-ids"}
+                  for s in (stores[True], stores[False]))
+    assert len(fast) >= 2 and fast.keys() == slow.keys()
+    for name in fast:
+        assert fast[name] == slow[name], name
+    assert max(v.count(b'["@",') for v in fast.values()) >= 3  # caught up batch by batch
+    for name in fast:  # and the log is the same
+        log = Path(str(name).replace("index/agent-ids", "events.jsonl"))
+        assert (stores[True] / log).read_bytes() == (stores[False] / log).read_bytes()

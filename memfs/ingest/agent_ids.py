@@ -5,7 +5,9 @@ holds them; failed turns' messages; commands stored with an exit code) and keeps
 ``index/agent-ids`` (one JSON array a line, appended as the log grows, with ``["@", length]``
 marks of how much of the log it covers): it is caught up from the log when the log grew past
 it and rebuilt when it is missing, torn, of another version, or names another log file (its
-inode and first retained turn: a cap rewrite replaces the log) — the log is the truth.
+inode and first retained turn: a cap rewrite replaces the log) — the log is the truth. What a
+capture has just appended is indexed from the lines it decoded (:meth:`KnownIds.appended`) only
+when the log grew by exactly those lines since the index last covered it; otherwise it is read.
 :mod:`memfs.ingest.identity` decides with it what a capture adds.
 """
 
@@ -17,7 +19,8 @@ import os
 import orjson
 
 from memfs.agents import run_local_id
-from memfs.events import decode_stored
+from memfs.errors import TurnNotFound
+from memfs.events import _ENVELOPE_HEAD, decode_stored
 from memfs.store.lines import split_lines
 from memfs.store.paths import EVENTS, INDEX_DIR, atomic_write, ensure_private_dir, open_nofollow
 
@@ -27,23 +30,50 @@ INDEX_VERSION = 2  # 2: failed turns' messages ("F"), commands with an exit code
 _CLOSES = frozenset(("turn.completed", "turn.failed"))
 _ITEMS = frozenset(("item.started", "item.updated", "item.completed"))
 OWN = float("inf")  # the turn "number" of an id this capture appended
+FROM_MEMORY = True  # index what this capture appended from its decoded lines (KnownIds.appended)
+_WRAP = len(_ENVELOPE_HEAD) + 1  # what the store adds to a bare event (memfs.events.parse_line)
 
 
 # --- the session's known ids --------------------------------------------------------------------
 
 
-def _event_of(raw: bytes) -> dict | None:
-    """A translated line (bare event or envelope) as its event dict, or None."""
+def line_event(raw: bytes) -> tuple[dict | None, int]:
+    """A translated line (bare event or envelope) as its event dict (or None), and the bytes
+    the store adds when it accepts it (a bare event is wrapped)."""
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return None
+        return None, 0
     if type(obj) is not dict:
-        return None
+        return None, 0
     inner = obj.get("event")
     if "schema_version" in obj and type(inner) is dict:
-        return inner
-    return obj
+        return inner, 0
+    return obj, _WRAP
+
+
+def facts(event: dict) -> tuple | None:
+    """What :class:`KnownIds` indexes of one event of the log (None: nothing)."""
+    etype = event.get("type")
+    if etype in _ITEMS:
+        iid = _item_id(event)
+        return ("I", iid, _exit_code(event) is not None) if iid else None
+    if etype == "turn.started":
+        ctx = event.get("context") if type(event.get("context")) is dict else {}
+        return ("T", 1 if _str(ctx.get("prompt")) else 0, _str(ctx.get("turn_id")))
+    if etype in _CLOSES:
+        sig = signature(event)
+        failed = failed_message(event) if not sig and etype == "turn.failed" else None
+        return ("C", _has_usage(event.get("usage")), sig, failed)
+    if etype == "thread.started":
+        tid = _str(event.get("thread_id"))
+        return ("H", tid) if tid else None
+    return None
+
+
+def _event_of(raw: bytes) -> dict | None:
+    """A translated line (bare event or envelope) as its event dict, or None."""
+    return line_event(raw)[0]
 
 
 def _item_id(event: dict) -> str | None:
@@ -198,6 +228,10 @@ class KnownIds:
             if exc.errno not in (errno.ENOENT, errno.ENOSPC, errno.EDQUOT, errno.EROFS):
                 raise
 
+    def mark(self) -> tuple[int, int]:
+        """Where the log ends now, and how often it was replaced: :meth:`appended`'s ``mark``."""
+        return self.handle.file_len, self.handle.rewrites
+
     def refresh(self) -> set:
         """Catch up with the log (load or rebuild the index first when needed); returns the
         numbers of the turns the lines read now belong to (a rebuild does not count)."""
@@ -210,56 +244,42 @@ class KnownIds:
             self._load()
         if end == self.covered:
             return set()
-        starts: dict | None = None  # turn numbers by start offset, read once a turn starts
-        recs: list = []
-        covered = self.covered
-        for off, line in self.handle.iter_lines(self.covered):
-            covered = off + len(line) + 1
-            decoded = decode_stored(line)
-            if decoded is None:
-                continue
-            event = decoded[1]
-            etype = event.get("type")
-            if etype == "turn.started":
-                if starts is None:
-                    starts = {e["start_offset"]: e["turn_number"] for e in self.handle.turn_index
-                              if e["start_offset"] >= off}
-                n = starts.get(off, self.cur + 1)
-                ctx = event.get("context") if type(event.get("context")) is dict else {}
-                rec = ["T", n, 1 if _str(ctx.get("prompt")) else 0]
-                self._apply(rec)
-                recs.append(rec)
-                tid = _str(ctx.get("turn_id"))
-                if tid:
-                    recs.append(["K", n, tid])
-                    self._apply(recs[-1])
-            elif etype in _CLOSES:
-                if self.in_turn:
-                    if _has_usage(event.get("usage")):
-                        recs.append(["U", self.cur])
-                        self._apply(recs[-1])
-                    sig = signature(event)
-                    if sig:
-                        recs.append(["S", self.cur, list(sig)])
-                        self._apply(recs[-1])
-                    elif etype == "turn.failed":
-                        recs.append(["F", self.cur, failed_message(event)])
-                        self._apply(recs[-1])
-                    recs.append(["C"])
-                    self._apply(recs[-1])
-            elif etype in _ITEMS:
-                iid = _item_id(event)
-                if iid and self.items.get(iid, OWN) == OWN:  # (an item's later events add nothing)
-                    recs.append(["I", self.cur if self.in_turn else self.cur + 1, iid])
-                    self._apply(recs[-1])
-                if iid and iid not in self.exits and _exit_code(event) is not None:
-                    recs.append(["X", iid])
-                    self._apply(recs[-1])
-            elif etype == "thread.started":
-                tid = _str(event.get("thread_id"))
-                if tid:
-                    recs.append(["H", self.cur if self.in_turn else self.cur + 1, tid])
-                    self._apply(recs[-1])
+        read = [self.covered]
+
+        def lines():
+            for off, line in self.handle.iter_lines(self.covered):
+                read[0] = off + len(line) + 1
+                decoded = decode_stored(line)
+                if decoded is not None:
+                    yield off, facts(decoded[1])
+        recs = self._fold(lines())
+        return self._advance(recs, read[0], floor)
+
+    def appended(self, mark: tuple[int, int], lines: list, accepted: int) -> set:
+        """:meth:`refresh` after this capture appended ``lines`` — ``(raw, facts, wrap)``:
+        :func:`facts` of the event :func:`line_event` decoded, and its ``wrap`` — of which the store accepted ``accepted``, from
+        ``mark`` (:meth:`mark` before the append). When the index covered the log up to
+        ``mark`` and the log gained exactly these lines since (same file, its length grown by
+        their stored bytes), they are indexed from memory, as a read of the log would index
+        them; otherwise the log is read."""
+        start, rewrites = mark
+        handle = self.handle
+        if (not FROM_MEMORY or self.covered != start or accepted != len(lines) or handle.rewrites != rewrites
+                or self._log_id() != self.ino):
+            return self.refresh()
+        floor = self.cur if self.in_turn else self.cur + 1
+        located = []
+        off = start
+        for raw, f, wrap in lines:
+            located.append((off, f))
+            off += len(raw) + wrap + 1
+        if off != handle.file_len:
+            return self.refresh()
+        return self._advance(self._fold(located), off, floor)
+
+    def _advance(self, recs: list, covered: int, floor) -> set:
+        """Record ``recs`` (the index now covers the log to ``covered``); the numbers of the
+        turns they touch from ``floor`` on."""
         touched = {r[1] for r in recs if (len(r) > 2 or r[0] == "U") and r[1] >= floor}
         if covered == self.covered:
             return touched
@@ -268,3 +288,56 @@ class KnownIds:
             recs.append(["@", covered])
             self._write(b"".join(orjson.dumps(r) + b"\n" for r in recs))
         return touched
+
+    def _fold(self, facts) -> list:
+        """Fold the log's ``(offset, facts(event))`` pairs in, in order; returns the records made."""
+        starts: dict | None = None  # turn numbers by start offset, read once a turn starts
+        recs: list = []
+        items = self.items
+        for off, f in facts:
+            if f is None:
+                continue
+            tag = f[0]
+            if tag == "T":
+                n = self.cur + 1
+                try:
+                    at = self.handle.turn_range(n)[0]  # (the common case: the next turn starts here)
+                except TurnNotFound:
+                    at = None
+                if at != off:
+                    if starts is None:
+                        starts = {e["start_offset"]: e["turn_number"] for e in self.handle.turn_index
+                                  if e["start_offset"] >= off}
+                    n = starts.get(off, n)
+                rec = ["T", n, f[1]]
+                self._apply(rec)
+                recs.append(rec)
+                if f[2]:
+                    recs.append(["K", n, f[2]])
+                    self._apply(recs[-1])
+            elif tag == "C":
+                if self.in_turn:
+                    if f[1]:
+                        recs.append(["U", self.cur])
+                        self._apply(recs[-1])
+                    if f[2]:
+                        recs.append(["S", self.cur, list(f[2])])
+                        self._apply(recs[-1])
+                    elif f[3] is not None:
+                        recs.append(["F", self.cur, f[3]])
+                        self._apply(recs[-1])
+                    recs.append(["C"])
+                    self._apply(recs[-1])
+            elif tag == "I":
+                iid = f[1]
+                if items.get(iid, OWN) == OWN:  # (an item's later events add nothing)
+                    n = self.cur if self.in_turn else self.cur + 1
+                    recs.append(["I", n, iid])
+                    items[iid] = n  # (as _apply does)
+                if f[2] and iid not in self.exits:
+                    recs.append(["X", iid])
+                    self.exits.add(iid)
+            else:  # "H"
+                recs.append(["H", self.cur if self.in_turn else self.cur + 1, f[1]])
+                self._apply(recs[-1])
+        return recs

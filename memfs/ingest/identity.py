@@ -53,7 +53,9 @@ from memfs.ingest.agent_ids import (
     _has_usage,
     _item_id,
     _str,
+    facts,
     failed_message,
+    line_event,
     signature,
 )
 from memfs.ingest.conversations import project_of, register
@@ -89,6 +91,8 @@ class Dedupe:
         self.own = {n for n in state.get("own") or () if type(n) is int}  # turns this capture appended
         self.paired = {n for n in state.get("paired") or () if type(n) is int}  # failed turns it paired
         self.head: list[bytes] = []
+        self.decoded: dict[int, tuple] = {}  # id(raw) -> (raw, facts, wrap) of the lines held in head
+        self.out: list[tuple] = []  # (raw, facts, wrap) of the lines the last feed or finish returned
         self.head_ctx: dict = {}
         self.holds: bool | None = None
         self.session_notes: dict | None = None  # notes() as of this feed call
@@ -204,8 +208,10 @@ class Dedupe:
         """The lines to append, in order (a turn's head may be held for the next call)."""
         out: list[bytes] = []
         self.holds = self.session_notes = self.noted_ids = None
+        decoded = self.decoded
         for raw in lines:
-            event = _event_of(raw)
+            event, wrap = line_event(raw)
+            decoded[id(raw)] = (raw, facts(event) if event is not None else None, wrap)
             etype = event.get("type") if event is not None else None
             if etype == "turn.started":
                 self._keep_head(out)
@@ -274,13 +280,20 @@ class Dedupe:
                 if tid:
                     self.known.threads.setdefault(tid, OWN)
             out.append(raw)
+        return self._decoded(out)
+
+    def _decoded(self, out: list[bytes]) -> list[bytes]:
+        """``out``, its lines' decodings kept in :attr:`out` (those held in head kept for later)."""
+        decoded = self.decoded
+        self.out = [decoded[id(raw)] for raw in out]
+        self.decoded = {id(raw): decoded[id(raw)] for raw in self.head}
         return out
 
     def finish(self) -> list[bytes]:
         """At the end of a run: a turn still undecided is kept."""
         out: list[bytes] = []
         self._keep_head(out)
-        return out
+        return self._decoded(out)
 
     def take_notes(self) -> tuple[dict, dict]:
         """The ``turn_notes`` and ``item_notes`` gathered since the last call."""
@@ -315,6 +328,7 @@ class Capture:
         self.parent = parent
         self.saved = state or {}
         self.known: KnownIds | None = None
+        self.mark: tuple[int, int] | None = None  # KnownIds.mark() before the lines last returned
         self.dedupe: Dedupe | None = None
         self.registered: str | None = None
         self.told_parent = False
@@ -334,15 +348,25 @@ class Capture:
         self.known.refresh()
         agent = (record_meta or {}).get("agent") or self.agent or self.session_agent
         self.dedupe.codex = isinstance(agent, str) and agent_name(agent) == "codex"
+        self.mark = self.known.mark()
         return self.dedupe.feed(lines)
 
-    def appended(self) -> None:
+    def appended(self, lines: list[bytes] | None = None, accepted: int = 0) -> None:
         """The lines just appended are this capture's (the caller appended them as the
-        session's writer, right after :meth:`filter`)."""
-        self.dedupe.own |= self.known.refresh()
+        session's writer, right after :meth:`filter` or :meth:`finish`); ``lines``: what it
+        appended, of which the store accepted ``accepted`` (lets the index take them from
+        memory, :meth:`KnownIds.appended`)."""
+        out, mark, self.mark = self.dedupe.out, self.mark, None
+        if mark is None or lines is None or len(lines) != len(out) or any(a is not b[0] for a, b in zip(lines, out)):
+            self.dedupe.own |= self.known.refresh()
+        else:
+            self.dedupe.own |= self.known.appended(mark, out, accepted)
 
     def finish(self) -> list[bytes]:
-        return self.dedupe.finish() if self.dedupe is not None else []
+        if self.dedupe is None:
+            return []
+        self.mark = self.known.mark()
+        return self.dedupe.finish()
 
     @property
     def dropped(self) -> int:

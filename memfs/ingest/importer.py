@@ -401,7 +401,7 @@ class Source:
         elif lines:
             a, r = append_tolerant(self.handle, lines)
             item.appended, item.refused = item.appended + a, item.refused + r
-            self.capture.appended()
+            self.capture.appended(lines, a)
             self.capture.after(self.handle, self.translator.meta)
 
     def _batch(self, root: Path, lines: list[bytes], item: ImportItem, dry_run: bool) -> None:

@@ -175,7 +175,7 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
                 a, r = append_tolerant(handle, kept)
                 report.appended += a
                 report.refused += r
-                capture.appended()
+                capture.appended(kept, a)
             capture.after(handle, translator.meta)
         if batch:
             _guard(go)
