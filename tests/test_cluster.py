@@ -60,9 +60,11 @@ def stream_leader(urls: str, name: str) -> str:
     return asyncio.run(run())
 
 
-def delete_stream(urls: str, name: str) -> None:
+def delete_stream(urls: str, name: str, **connect) -> None:
+    """Delete stream ``name`` if it exists (``connect``: nats.connect's options, credentials)."""
+
     async def run():
-        nc = await nats.connect(urls.split(","))
+        nc = await nats.connect(urls.split(","), **connect)
         try:
             await nc.jetstream().delete_stream(name)
         except nats.js.errors.NotFoundError:

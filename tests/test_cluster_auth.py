@@ -6,7 +6,6 @@ and no secret shows in the root's xattrs, ``memfs mounts``, the log or the daemo
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import secrets
@@ -23,7 +22,7 @@ from memfs.cluster.testing import make_certs, new_nkey, operator_mode
 
 from cluster import NatsCluster, require
 from mounting import event, is_mounted, mounted, needs_fuse, sh
-from test_cluster import stream_name, wait_for
+from test_cluster import delete_stream, stream_name, wait_for
 
 nats = require("nats", "nkeys")
 
@@ -64,20 +63,11 @@ def stream(secure, request):
     name = stream_name(request)
     yield name
 
-    async def delete():
-        import ssl
+    import ssl
 
-        tls = ssl.create_default_context(cafile=str(secure.certs["ca"]))
-        tls.load_cert_chain(secure.certs["client_cert"], secure.certs["client_key"])
-        nc = await nats.connect(secure.urls.split(","), user="agent", password=secure.password, tls=tls)
-        try:
-            await nc.jetstream().delete_stream(name)
-        except nats.js.errors.NotFoundError:
-            pass
-        finally:
-            await nc.close()
-
-    asyncio.run(delete())
+    tls = ssl.create_default_context(cafile=str(secure.certs["ca"]))
+    tls.load_cert_chain(secure.certs["client_cert"], secure.certs["client_key"])
+    delete_stream(secure.urls, name, user="agent", password=secure.password, tls=tls)
 
 
 def secret_file(path: Path, text: str) -> Path:
