@@ -29,6 +29,7 @@ from memfs.formats import (
     codex_rollout,
     gemini_shape,
 )
+from memfs.store.paths import new_session_name_problem
 
 _CLAUDE_TYPES = CLAUDE_STREAM_TYPES | CLAUDE_TRANSCRIPT_TYPES | CLAUDE_METADATA_TYPES
 FORMATS = ("auto", "codex", "claude", "gemini")
@@ -80,6 +81,16 @@ def bounded_output(text: str) -> str:
         return text
     return (data[:OUTPUT_HEAD].decode("utf-8", "ignore") + "\n…\n"
             + data[-OUTPUT_TAIL:].decode("utf-8", "ignore"))
+
+
+def child_session_name(parent: str | None, child: str) -> str | None:
+    """A sub-agent's session: ``<parent>.<child>`` (the parent conversation's name and the
+    agent's own child id), or None when ``parent`` is not a string or that is not a valid
+    ``mkdir`` name (both come from a file: untrusted)."""
+    if not isinstance(parent, str) or not parent or not child:
+        return None
+    name = f"{parent}.{child}"
+    return name if new_session_name_problem(name) is None else None
 
 
 PROMPT_BYTES = 4096  # a prompt carried in ``turn.started.context.prompt`` is cut to this

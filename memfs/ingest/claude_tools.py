@@ -13,8 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from memfs.ingest import bounded_output, text_of
-from memfs.store.paths import new_session_name_problem
+from memfs.ingest import bounded_output, child_session_name, text_of
 
 FILE_TOOLS = ("Edit", "Write", "MultiEdit", "NotebookEdit")
 WEB_TOOLS = ("WebSearch", "WebFetch")
@@ -141,10 +140,9 @@ def child_session(parent: str | None, agent_id: Any) -> str | None:
     """The child session's name for sub-agent ``agent_id`` of conversation ``parent``
     (``<parent>.agent-<id>``, as the importer names a sub-agent file), or None when either
     is not a safe id."""
-    if not isinstance(agent_id, str) or not _SAFE_ID.match(agent_id) or not isinstance(parent, str):
+    if not isinstance(agent_id, str) or not _SAFE_ID.match(agent_id):
         return None
-    name = f"{parent}.agent-{agent_id}"
-    return name if new_session_name_problem(name) is None else None
+    return child_session_name(parent, f"agent-{agent_id}")
 
 
 def result_item(call: dict, tid: str, block: dict, extra: Any, output: str) -> dict:

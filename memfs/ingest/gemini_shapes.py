@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from memfs.formats import GEMINI_RECORD_TYPES, GEMINI_STREAM_TYPES, gemini_shape
-from memfs.store.paths import new_session_name_problem
+from memfs.ingest import child_session_name
 
 AGENT = "gemini"
 STREAM_TYPES, RECORD_TYPES = GEMINI_STREAM_TYPES, GEMINI_RECORD_TYPES
@@ -49,10 +49,7 @@ def child_name(parent: str | None, child: Any) -> str | None:
     """The session name of sub-agent ``child``'s chat in conversation ``parent``
     (``<parent>.<sub id>``, as the importer names a sub-agent's chat file), or None when that
     is not a valid session name."""
-    if not isinstance(parent, str) or not isinstance(child, str) or not parent or not child:
-        return None
-    name = f"{parent}.{child}"
-    return name if new_session_name_problem(name) is None else None
+    return child_session_name(parent, child) if isinstance(child, str) else None
 
 
 def usage_of(tokens: Any) -> dict:
