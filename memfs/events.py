@@ -292,7 +292,7 @@ def _join_one(head: str, tail: str) -> str:
 def _join(head: str, tail: str | list | None) -> str | list:
     if tail is None:
         return head
-    if type(tail) is list:
+    if isinstance(tail, list):
         return [_join_one(head, one) for one in tail]
     return _join_one(head, tail)
 

@@ -532,3 +532,10 @@ def test_a_pre_cluster_session_the_stream_went_on_with_is_caught_up_not_orphaned
             same_replicas(a, b, "behind", 6)
     finally:
         delete_stream(nats_cluster.urls, stream)
+
+
+def test_a_cluster_started_with_no_attempts_is_refused(tmp_path):
+    """``NatsCluster.started`` with no attempt to make says so, rather than returning None."""
+    with pytest.raises(ValueError, match="attempts must be at least 1"):
+        NatsCluster.started(tmp_path, attempts=0)
+    assert not list(tmp_path.iterdir())  # nothing was started

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from typing import Any
 
 from memfs.cli.common import (
@@ -127,7 +128,7 @@ def register(c: Commands) -> None:
               usage="memfs mount [options] [STORE] MOUNTPOINT")
     p.add_argument("paths", nargs="*", metavar="[STORE] MOUNTPOINT",
                    help="the sessions root (optional; default as --store) and where to mount")
-    flag = {"action": "store_const", "const": True, "default": None}
+    flag: dict[str, Any] = {"action": "store_const", "const": True, "default": None}
     p.add_argument("--session", metavar="ID", help="mount this session only (the form to hand to a sandbox)")
     p.add_argument("--read-only", help="refuse every write (EROFS); also -o ro", **flag)
     p.add_argument("--allow-other", help="let other users access the mount (needs user_allow_other)", **flag)

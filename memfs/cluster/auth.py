@@ -275,7 +275,7 @@ def redact_logs() -> None:
             rec.exc_text = redact(logging.Formatter().formatException(rec.exc_info))
         return rec
 
-    record.memfs_redacts = True
+    record.memfs_redacts = True  # type: ignore[attr-defined]  # (the mark checked above, on the function)
     logging.setLogRecordFactory(record)
 
 

@@ -14,7 +14,7 @@ import threading
 import time
 
 import nats
-from nats.js import api
+from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, NotFoundError
 
 from memfs.cluster import SUBJECT_PREFIX, ClusterConfig, redact
@@ -39,8 +39,8 @@ class Link:
         self.auth = auth
         self.host_id = host_id
         self.loop = asyncio.new_event_loop()
-        self.nc = None
-        self.js = None
+        self.nc: nats.NATS | None = None
+        self.js: JetStreamContext | None = None
         self._thread = threading.Thread(target=self._run_loop, name="memfs-nats", daemon=True)
         self.atomic = False  # the stream takes atomic batches (set on connect)
         self.max_line = line_limit(1 << 20, None)  # the longest line published (set on connect)
@@ -102,7 +102,8 @@ class Link:
         self.nc = nats.NATS()  # (assigned first: close() closes it whatever connect did)
         await self.nc.connect(self.config.servers, name=f"memfs {self.host_id}",
                               connect_timeout=max(1, int(self.config.timeout)), max_reconnect_attempts=-1,
-                              reconnect_time_wait=0.25, disconnected_cb=disconnected,
+                              reconnect_time_wait=0.25,  # type: ignore[arg-type]  # (annotated int; a float works)
+                              disconnected_cb=disconnected,
                               reconnected_cb=reconnected, error_cb=error, **self.auth.nats_options())
         self.js = self.nc.jetstream(timeout=self.config.timeout)
         attempt = min(self.config.timeout, JOIN_ATTEMPT)

@@ -134,6 +134,7 @@ class NatsCluster:
             except RuntimeError:  # (start stopped every server it started)
                 if attempt == attempts - 1:
                     raise
+        raise ValueError(f"attempts must be at least 1, not {attempts}")
 
     def start(self, timeout: float = 30) -> NatsCluster:
         try:

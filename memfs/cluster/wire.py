@@ -106,7 +106,7 @@ class Connection:
     async def _serve(self, url: str) -> None:
         parts = urlsplit(url)
         with trio.fail_after(CONNECT_TIMEOUT):
-            stream = await trio.open_tcp_stream(parts.hostname or "127.0.0.1", parts.port or 4222)
+            stream: trio.abc.Stream = await trio.open_tcp_stream(parts.hostname or "127.0.0.1", parts.port or 4222)
         try:
             with trio.fail_after(CONNECT_TIMEOUT):
                 stream, reader = await self._handshake(stream, parts)

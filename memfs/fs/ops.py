@@ -25,7 +25,7 @@ import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyfuse3
 import trio
@@ -44,6 +44,11 @@ from memfs.store.paths import open_nofollow
 from memfs.store.reading import LogReader
 from memfs.store.root import Store
 from memfs.store.session import SessionHandle
+
+if TYPE_CHECKING:  # (memfs without --cluster never loads the cluster modules)
+    from memfs.cluster.node import ClusterNode
+    from memfs.cluster.wire import Connection
+    from memfs.fs.syncer import Durability
 
 # Seconds the kernel may cache: names that never change vs. anything that does.
 STATIC_TIMEOUT = 60.0

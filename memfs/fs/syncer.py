@@ -34,8 +34,12 @@ import itertools
 import os
 import queue
 import threading
+from typing import TYPE_CHECKING
 
 import trio
+
+if TYPE_CHECKING:
+    from memfs.store.session import SessionHandle
 
 # fdatasyncs in flight at once (of different sessions: one per session at a time). A few
 # threads, not one per writer: with as many threads as writers each sync woke an idle thread of
@@ -146,7 +150,7 @@ class Durability:
         self.syncer = Syncer(threads)
         self._tags = itertools.count(1)
         self._jobs: dict[object, _Job] = {}  # session opening -> the sync in flight
-        self._by_tag: dict[int, tuple[object, _Job, object]] = {}
+        self._by_tag: dict[int, tuple[object, _Job, SessionHandle]] = {}
         self.syncs = 0  # fdatasyncs run (for stats)
 
     async def run(self) -> None:

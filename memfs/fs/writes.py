@@ -31,7 +31,7 @@ committed there.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from memfs.errors import MemfsError, ValidationError
 from memfs.fs.errors import fail, log
@@ -197,7 +197,7 @@ class WritePath:
                 cluster.finish_fast(rep, session, record, None)
         if ack is None:
             return None
-        target = appender.handle
+        target = cast(PublishedTarget, appender.handle)  # (cluster mode: see open)
         target.acked = (rep, record, ack)
         try:
             return self._append(handle, off, buf)

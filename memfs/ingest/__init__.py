@@ -172,7 +172,7 @@ class AutoTranslator:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}")
         self.fmt = fmt
         self.reader = reader  # side files, for the translators that read them
-        self.inner = None
+        self.inner: Any = None  # the format's translator (make_translator), once known
 
     @property
     def kind(self) -> str | None:

@@ -60,7 +60,7 @@ def call_item(kind: str, tid: str, name: str, args: dict, status: str) -> dict:
                 "arguments": args, "status": status}
     if kind == "web_search":
         query = args.get("query") if name == "WebSearch" else args.get("url")
-        item = {"id": tid, "type": kind, "query": query if isinstance(query, str) else ""}
+        item: dict[str, Any] = {"id": tid, "type": kind, "query": query if isinstance(query, str) else ""}
         if name == "WebFetch":
             item["action"] = {"type": "open_page", "url": item["query"]}
         return item

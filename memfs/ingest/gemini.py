@@ -110,7 +110,7 @@ class GeminiTranslator:
             self.file_meta = {}
             out.append(dumps({"type": "thread.started", "thread_id": self.sid, "agent": AGENT}))
 
-    def _open(self, out: list, prompt: str = "", ts: Any = None, turn_id: str | None = None) -> None:
+    def _open(self, out: list, prompt: str = "", ts: Any = None, turn_id: str | None = None) -> dict:
         self._close(out)
         self._thread(out)
         prompt = prompt.strip()
@@ -130,6 +130,7 @@ class GeminiTranslator:
         self.turn = {"key": key, "prompt_id": turn_id, "msgs": 0, "shared": False, "held": [], "usage": {},
                      "tools": {}, "records": {}, "last": "prompt", "error": None, "ts": ts}
         self.meta["status"] = "running"
+        return self.turn
 
     def _shared(self, out: list, event: dict) -> None:
         """Append an item both captures have; then the held chat-only items."""
@@ -477,8 +478,7 @@ class GeminiTranslator:
     def _gemini(self, rec: dict, out: list) -> None:
         rid, ts = rec["id"], rec.get("timestamp")
         if self.turn is None:
-            self._open(out, ts=ts)
-            self.turn["chat"] = True
+            self._open(out, ts=ts)["chat"] = True
         turn = self.turn
         seen = turn["records"].setdefault(rid, {"text": None, "thoughts": 0})
         if isinstance(rec.get("model"), str) and rec["model"]:

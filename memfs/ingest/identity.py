@@ -40,6 +40,7 @@ knows (the agent, a sub-agent's parent).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from memfs.agents import agent_name
@@ -80,7 +81,8 @@ class Dedupe:
     turns, which stored turns another capture paired), read at most once a :meth:`feed`.
     """
 
-    def __init__(self, known: KnownIds, state: dict | None = None, *, live: bool = False, notes=None):
+    def __init__(self, known: KnownIds, state: dict | None = None, *, live: bool = False,
+                 notes: Callable[[], dict] | None = None):
         self.known = known
         self.live = live
         self.codex = False

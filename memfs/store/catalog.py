@@ -26,7 +26,7 @@ def is_session_dir(path: Path) -> bool:
     return os.path.lexists(path / EVENTS) or os.path.lexists(path / MANIFEST)
 
 
-def root_entries(root: str | os.PathLike) -> list[os.DirEntry]:
+def root_entries(root: str | os.PathLike[str]) -> list[os.DirEntry[str]]:
     """The entries of the sessions root, sorted by name; none when it is absent. A symlinked
     root is refused."""
     refuse_symlink(Path(root))

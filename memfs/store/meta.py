@@ -437,7 +437,7 @@ class IndexSnapshot:
         self._tail = tail  # the open entry's JSON, if any, and the closing bracket
         self._columns = columns  # (n, base, packed columns, ts list) when taken with ``cache``
 
-    def json_pieces(self) -> Iterator[bytes]:
+    def json_pieces(self) -> Iterator[bytes | bytearray]:
         """The ``turns.json`` bytes, in pieces to write one after the other."""
         buf, size = self._buf, self._size
         if size <= _SLICE:

@@ -71,7 +71,7 @@ class MetadataWriter:
         # ``mutex``, then this, then the log's sync condition — never the reverse.
         self.lock = threading.Lock()
         self.seq = 0  # snapshots taken (under the session's mutex): their sequence numbers
-        self.written_seq = 0  # the newest snapshot on disk (under ``lock``)
+        self.written_seq: float = 0  # the newest snapshot on disk (under ``lock``); _RETIRED when closed
         self.persisted_version = 0  # the session ``version`` the metadata on disk describes
         self.last_persist = 0.0  # monotonic
         self.interval = interval
@@ -104,7 +104,12 @@ class MetadataWriter:
             if snap.times is not None and self.times is not None:
                 self.times.write(snap.times)  # the turns' arrival times, before the index
             pieces = snap.index.json_pieces
-            atomic_write(self.dir / TURNS, lambda fd: [write_all(fd, piece) for piece in pieces()])
+
+            def write_pieces(fd: int) -> None:
+                for piece in pieces():
+                    write_all(fd, piece)
+
+            atomic_write(self.dir / TURNS, write_pieces)
             if snap.index.has_cache:
                 data = snap.index.cache_bytes(file_key(os.lstat(self.dir / TURNS)))
                 if data is not None:

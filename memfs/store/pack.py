@@ -47,6 +47,7 @@ import hashlib
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -124,7 +125,7 @@ def build_pack(root: str | os.PathLike, session: str, *, exclude: Path | None = 
     with open_session(root, session_dir.name, read_only=True) as handle:
         manifest = handle.manifest
         live_len = handle.file_len
-    entries = []
+    entries: list[dict[str, Any]] = []
     for rel, dirfd, name in walk_files(session_dir):
         if _listed(rel, own):
             try:
@@ -133,7 +134,8 @@ def build_pack(root: str | os.PathLike, session: str, *, exclude: Path | None = 
                 continue
             entries.append({"path": rel, "bytes": size, "sha256": digest})
     entries.sort(key=lambda e: e["path"])
-    log = next((e for e in entries if e["path"] == EVENTS), {"bytes": 0, "sha256": hashlib.sha256().hexdigest()})
+    log: dict[str, Any] = next((e for e in entries if e["path"] == EVENTS),
+                               {"bytes": 0, "sha256": hashlib.sha256().hexdigest()})
     # the header describes exactly the bytes hashed (a writer may have appended meanwhile)
     state = _prefix_state(session_dir, log["bytes"], manifest["retained_turn_base"]) \
         if os.path.lexists(session_dir / EVENTS) else TurnState()

@@ -175,7 +175,7 @@ class Persister:
 
     def _after_fork(self) -> None:
         """In a forked child: the parent's thread is gone and its lock may be held."""
-        self.__init__(self._name, self._due_of, self._work, self._what)
+        Persister.__init__(self, self._name, self._due_of, self._work, self._what)
 
 
 _persister = Persister()

@@ -37,6 +37,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 log = logging.getLogger("memfs.store")
 
@@ -80,7 +84,7 @@ class RescanHelper:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pool = None  # a concurrent.futures.ProcessPoolExecutor, made on first use
+        self._pool: ProcessPoolExecutor | None = None  # made on first use
         self._closed = False
         self.broken: str | None = None  # why the helper is no longer used (logged once)
         self.rescans = 0  # rescans it ran

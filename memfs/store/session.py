@@ -1,5 +1,5 @@
-"""Sessions of this process: :func:`open_session`, the registry, ownership of the liveness
-lock, and :class:`SessionHandle` (SPEC §3).
+"""Sessions of this process: :func:`open_session`, ownership of the liveness lock, and
+:class:`SessionHandle` (SPEC §3); the registry of open sessions is :mod:`memfs.store.registry`.
 
 All handles to one session inside one process share one :class:`Session`: one log file
 (:class:`~memfs.store.writer.LogFile`), one metadata writer
@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from memfs.errors import SessionBusy, SessionClosed
 from memfs.store import lock as liveness
@@ -70,6 +71,7 @@ from memfs.store.paths import (
 )
 from memfs.store.reading import LogReader, SessionReads
 from memfs.store.recovery import OpenReport, Recovered, recover, rescanned_state
+from memfs.store.registry import Registry
 from memfs.store.turntimes import TurnTimes
 from memfs.store.writer import LogFile
 from memfs.store.writing import SessionWrites
@@ -106,8 +108,8 @@ class Session:
         self.config = config
         self.writable_config = writable  # ``config`` is a writer's (else a reader's, replaced by the first writer's)
         self.mutex = threading.RLock()
-        self.refs = 1
-        self.key: tuple[int, int] | None = None
+        self.refs = 1  # the handles on it (under the registry's lock: memfs.store.registry)
+        self.key: tuple[int, int] | None = None  # its key in the registry
         self.closed = False
         self.version = 0  # bumped on every change; a cheap staleness check for views
         self.appended = 0  # records this process added to the log, ever
@@ -116,7 +118,7 @@ class Session:
         self.last_change = _time()
         self.updated_for = 0.0
         self.last_refusal: str | None = None  # the reason of the last line refused in this process
-        self.lock_file = None  # the liveness lock, while this process is the writer
+        self.lock_file: BinaryIO | None = None  # the liveness lock, while this process is the writer
         self.writers = 0  # handles that claim to be writing: the lock is kept while any does
         self.opening = object()  # identifies this open of the session: with ``rewrites``, what offsets mean
         self.serial = next(_SERIALS)  # the same, as a number (``generation``)
@@ -345,10 +347,8 @@ IDLE_THREAD_NAME = "memfs-idle"
 _releaser = persister.Persister(IDLE_THREAD_NAME, due=lambda s: s.release_due(), work=lambda s: s.release_if_idle(),
                                 what="releasing the liveness lock of")
 
-_REGISTRY: dict[tuple[int, int], Session] = {}
+_REGISTRY = Registry()
 _SERIALS = itertools.count(1)
-_REGISTRY_LOCK = threading.Lock()  # guards _REGISTRY and _OPENING only: never held around disk work
-_OPENING: dict[tuple[int, int], list] = {}  # key -> [lock of its first open, waiters]
 
 
 class SessionHandle:
@@ -487,8 +487,7 @@ class SessionHandle:
         while any handle is)."""
         if self.writes.closed:
             raise SessionClosed("session handle is closed")
-        with _REGISTRY_LOCK:
-            self._s.refs += 1
+        _REGISTRY.share(self._s)
         return SessionHandle(self._s, self.writes.read_only)
 
     def close(self) -> None:
@@ -497,12 +496,7 @@ class SessionHandle:
             return
         self.writes.closed = True
         s = self._s
-        with _REGISTRY_LOCK:
-            s.refs -= 1
-            last = s.refs == 0
-            if last and s.key is not None:
-                _REGISTRY.pop(s.key, None)
-        if last:
+        if _REGISTRY.release(s):
             with s.mutex:
                 s.shutdown()
 
@@ -567,42 +561,12 @@ def open_session(root: str | os.PathLike, session_id: str, *, max_events: int = 
 
 
 def _open_registered(session_dir: Path, session_id: str, config: SessionConfig, read_only: bool) -> SessionHandle:
-    """A handle on this process's one :class:`Session` of ``session_dir`` (made on first use).
-
-    The registry's lock is held only to look up and insert: a session's first open (which
-    may rescan a large log) holds only that session's own gate, so opening one session
-    never waits for another's open."""
+    """A handle on this process's one :class:`Session` of ``session_dir`` (made on first use,
+    see :mod:`memfs.store.registry`)."""
     st = os.lstat(session_dir)
-    key = (st.st_dev, st.st_ino)
-    with _REGISTRY_LOCK:
-        shared = _REGISTRY.get(key)
-        if shared is None:
-            gate = _OPENING.get(key)
-            if gate is None:
-                gate = _OPENING[key] = [threading.Lock(), 0]
-            gate[1] += 1
-        else:
-            shared.refs += 1
-    if shared is not None:
-        return _joined(shared, config, read_only)
-    try:
-        with gate[0]:
-            with _REGISTRY_LOCK:
-                shared = _REGISTRY.get(key)
-                if shared is not None:
-                    shared.refs += 1
-            if shared is not None:  # opened meanwhile by another thread
-                return _joined(shared, config, read_only)
-            shared = Session(session_dir, session_id, config, writable=not read_only)  # may rescan
-            shared.key = key
-            with _REGISTRY_LOCK:
-                _REGISTRY[key] = shared
-            return SessionHandle(shared, read_only)
-    finally:
-        with _REGISTRY_LOCK:
-            gate[1] -= 1
-            if not gate[1]:
-                del _OPENING[key]
+    shared, joined = _REGISTRY.acquire((st.st_dev, st.st_ino),
+                                       lambda: Session(session_dir, session_id, config, writable=not read_only))
+    return _joined(shared, config, read_only) if joined else SessionHandle(shared, read_only)
 
 
 def _joined(shared: Session, config: SessionConfig, read_only: bool) -> SessionHandle:

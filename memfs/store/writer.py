@@ -35,6 +35,7 @@ import logging
 import os
 import threading
 import time
+from _thread import LockType
 from _thread import allocate_lock as _new_lock
 from collections.abc import Iterable
 
@@ -87,7 +88,7 @@ class LogFile:
         self._waiters: list = []  # (target, a held lock its sync_to caller waits to acquire)
         self._baton: list = []  # covered callers' locks, released one by one (the last first)
         self._owed: set = set()  # appenders' threads the next sync waits for (sync_to)
-        self._owed_wait = None  # the lock of the waiter that times the wait for the owed appenders
+        self._owed_wait: LockType | None = None  # the lock of the waiter that times the wait for the owed appenders
         self._last_sync = 0.0  # seconds the last fdatasync of sync_to took
         self.syncs = 0  # fdatasyncs run by sync_to
         self.owed_waits = 0  # of them, how many waited for owed appenders first
