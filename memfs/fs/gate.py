@@ -2,7 +2,7 @@
 fast while others write).
 
 The kernel hands FUSE requests to the server in arrival order, one per read of ``/dev/fuse``
-(:mod:`memfs.fs.reader`). Agents append without pause: with four of them writing, the loop
+(pyfuse3's tasks read them). Agents append without pause: with four of them writing, the loop
 is busy all the time, and a ``stat`` of an idle session waited in the kernel's queue behind
 one ``write()`` of each writer, for each of the requests ``stat`` + ``cat`` make
 (``scripts/bench_responsive.py``, (a)).
@@ -34,7 +34,9 @@ Decisions recorded here:
 from __future__ import annotations
 
 import collections
+import select
 import time
+from collections.abc import Callable
 
 import outcome
 import trio
@@ -43,12 +45,21 @@ MAX_YIELDS = 8  # passes a write lets go by while requests wait in the kernel
 RECENT = 0.02  # seconds: requests other than writes were served lately, the gate is on
 
 
+def requests_waiting(fd: int) -> Callable[[], bool]:
+    """Whether a request waits in the kernel on ``fd`` (``/dev/fuse``), or the connection
+    ended: a ``poll`` of timeout 0 (the gate's ``queued``)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    poll = poller.poll
+    return lambda: bool(poll(0))
+
+
 class WriteGate:
     """Writes run after the queued requests (see the module). :meth:`run` is a task of the
     server's nursery; a plain write handler asks :meth:`busy`, then awaits :meth:`turn`."""
 
     def __init__(self, queued=None):
-        self.queued = queued  # whether requests wait in the kernel (memfs.fs.reader.RequestReader.queued)
+        self.queued = queued  # whether requests wait in the kernel (requests_waiting; set at mount)
         self._waiting: collections.deque = collections.deque()  # (task, fn, args)
         self._parked = None  # the run() task, while nothing waits
         self._running = False

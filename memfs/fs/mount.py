@@ -27,8 +27,8 @@ from memfs import views
 from memfs.config import ConfigError
 from memfs.errors import MemfsError
 from memfs.fs import registry
+from memfs.fs.gate import requests_waiting
 from memfs.fs.ops import MountOptions, Operations
-from memfs.fs.reader import RequestReader, fuse_device_fd
 from memfs.fs.syncer import Durability
 from memfs.pace import background, lower_workers, worker_started
 from memfs.search import store_searcher
@@ -43,11 +43,15 @@ log = logging.getLogger("memfs.fs")
 SWITCH_INTERVAL = 0.0005  # seconds a thread may hold the GIL while another waits for it (see run)
 # pyfuse3 reads requests in worker tasks: a task whose handler waits (an fsync-mode write for its
 # sync, a hop to a worker thread) keeps its task, and when no task is left to read, another is
-# started; a task that finds more than ``min_tasks`` others idle ends, freeing its 1 MiB receive
-# buffer. With pyfuse3's default of 1, concurrent fsync-mode writers made the loop start tasks
-# and grow and trim the heap (brk) all the time; 16 idle tasks (at most 16 receive buffers,
-# resident only as far as requests filled them) keep them.
+# started, up to ``max_tasks``; a task that finds more than ``min_tasks`` others idle ends, freeing
+# its 1 MiB receive buffer. With pyfuse3's default of 1, concurrent fsync-mode writers made the
+# loop start tasks and grow and trim the heap (brk) all the time; 16 idle tasks (at most 16
+# receive buffers, resident only as far as requests filled them) keep them. ``MAX_TASKS`` bounds
+# the pool (pyfuse3's default is 99): past it, requests wait in the kernel for a task to come
+# back, so the receive buffers, and the worker threads requests hop to (``Operations.off_loop``),
+# are as many at most.
 MIN_TASKS = 16
+MAX_TASKS = 32
 
 
 def fuse_options(config, store_root: Path | None = None) -> set[str]:
@@ -60,6 +64,17 @@ def fuse_options(config, store_root: Path | None = None) -> set[str]:
     if config.read_only:
         options.add("ro")
     return options
+
+
+def fuse_device_fd() -> int | None:
+    """This process's descriptor of ``/dev/fuse`` (its FUSE session's), or None if it has none."""
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") == "/dev/fuse":
+                return int(name)
+        except OSError:  # (the listing's own descriptor, closed meanwhile)
+            continue
+    return None
 
 
 def _last_close(fd: int) -> None:
@@ -155,9 +170,7 @@ async def _serve(store: Store, ops: Operations) -> None:
             Follower(ops.nats, ops.cluster)
             nursery.start_soon(ops.nats.run)
         try:
-            if ops.reader is not None:
-                ops.reader.install()  # queued requests are read at once (memfs/fs/reader.py)
-            await pyfuse3.main(min_tasks=MIN_TASKS)
+            await pyfuse3.main(min_tasks=MIN_TASKS, max_tasks=MAX_TASKS)
         finally:
             ops.pacer.close()  # unmounting: background work no longer gives way
             nursery.cancel_scope.cancel()
@@ -207,8 +220,7 @@ def run(config) -> int:
         fd = fuse_device_fd()
         if fd is not None:
             _last_close(fd)
-            ops.reader = RequestReader(fd, MIN_TASKS)
-            ops.gate.queued = ops.reader.queued
+            ops.gate.queued = requests_waiting(fd)
     except BaseException:
         if ops.cluster is not None:
             ops.cluster.stop()

@@ -129,13 +129,12 @@ class Operations(pyfuse3.Operations):
         self.dirs: dict[int, list[tuple[str, Node]]] = {}
         self._fhs = itertools.count(1)  # file (and directory) handle numbers
         self.started = time.time_ns()
-        self.cluster = None  # a memfs.cluster.node.ClusterNode in cluster mode (SPEC §9), set before mounting
-        self.nats = None  # with it, a memfs.cluster.wire.Connection: the event loop's own NATS connection
-        self.durability = None  # a memfs.fs.syncer.Durability while mounted: fsync mode's waits
+        self.cluster: ClusterNode | None = None  # in cluster mode (SPEC §9), set before mounting
+        self.nats: Connection | None = None  # with it: the event loop's own NATS connection
+        self.durability: Durability | None = None  # while mounted: fsync mode's waits
         self.gate = WriteGate()  # appends give way to queued requests (its queue poll is set at mount)
-        self.reader = None  # the RequestReader pyfuse3's tasks wait in (memfs.fs.reader; set at mount)
         self.pacer = Pacer()  # background work gives way to the loop (it watches the loop at mount)
-        self.warm_pending = None  # sessions the search index's warm-up has still to index (once listed)
+        self.warm_pending: int | None = None  # sessions the search index's warm-up has still to index (once listed)
         self.tree = Tree(self)
         self.ticks = AttrTicks(store)
         self.writes = WritePath(self)

@@ -21,7 +21,7 @@ class Xattrs:
     """The attributes of the nodes of one mount."""
 
     def __init__(self, ops: Operations):
-        self.ops = ops  # its reader, cluster, NATS connection and warm-up count are set at mount
+        self.ops = ops  # its cluster, NATS connection and warm-up count are set at mount
 
     def of(self, node: Node) -> dict[bytes, bytes]:
         """``{name: value}`` of ``node`` now."""
@@ -43,9 +43,6 @@ class Xattrs:
                   b"user.memfs.attr_ticked": str(ops.ticks.ticked).encode(),  # memfs.fs.ticks
                   b"user.memfs.attr_unticked": str(ops.ticks.unticked).encode(),
                   b"user.memfs.attr_tick_sessions": str(ops.ticks.sessions).encode()}
-        if ops.reader is not None:  # memfs.fs.reader: requests read at once / after a wait
-            values[b"user.memfs.requests_read_at_once"] = str(ops.reader.read_at_once).encode()
-            values[b"user.memfs.requests_read_after_wait"] = str(ops.reader.read_after_wait).encode()
         if ops.warm_pending is not None:
             values[b"user.memfs.warm_pending"] = str(ops.warm_pending).encode()
         helper = rescanner.current()  # the mount's: large logs' rescans in its process
