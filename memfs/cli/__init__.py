@@ -33,6 +33,7 @@ import os
 import sys
 
 import memfs
+from memfs.cli import export as export_command
 from memfs.cli import mount, ops, sessions, write
 from memfs.cli.common import Commands, _reason, _Usage
 from memfs.errors import MemfsError
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     mount.register(commands)
     sessions.register(commands)
     write.register(commands)
+    export_command.register(commands)
     sessions.register_search(commands)
     ops.register(commands)
     return parser
