@@ -7,7 +7,10 @@
   ``allow_other``, ``uid``, ``gid``, ``durability``, ``max_events``, ``evict_to``, ``max_line_bytes``,
   ``max_rejected_bytes``, ``log_level``, ``daemon``;
 * ``[retention]``: ``max_sessions``, ``max_age_days``;
-* ``[search]``: ``max_results``, ``min_score``;
+* ``[search]``: ``max_results``, ``min_score``, and the defaults of SPEC §5.1's options
+  (``stem``, ``stopwords``, ``in``, ``agent``, ``project``, ``status``, ``since``, ``until``,
+  ``session``, ``distinct``, ``format``), checked by :func:`memfs.search.options.parse_options`
+  (a relative ``since``/``until`` such as ``"7d"`` is measured from each search's time);
 * ``[cluster]``: ``servers`` (a list of ``nats://`` URLs, or one comma-separated string),
   ``stream``, ``replicas``, ``timeout``, ``max_age``, ``max_bytes``, ``backlog`` (SPEC §9),
   and authentication: ``user``, ``password_file``, ``token_file``, ``creds``, ``tls_ca``,
@@ -69,6 +72,28 @@ class SearchConfig:
 
     max_results: int = 6
     min_score: float = 0.0
+    # SPEC §5.1 options, as text (``parse_options`` checks them); ``in`` is ``corpus`` here
+    stem: str = "none"
+    stopwords: str = "none"
+    corpus: str = "facts"
+    agent: str | None = None
+    project: str | None = None
+    status: str | None = None
+    since: str | None = None
+    until: str | None = None
+    session: str | None = None
+    distinct: str = "none"
+    format: str = "jsonl"
+
+    def params(self) -> dict[str, str]:
+        """The table as search parameters (``{name: text}``, SPEC §5.1 names)."""
+        out = {"k": str(self.max_results), "min_score": repr(float(self.min_score))}
+        for name in ("stem", "stopwords", "corpus", "agent", "project", "status", "since", "until", "session",
+                     "distinct", "format"):
+            value = getattr(self, name)
+            if value is not None:
+                out["in" if name == "corpus" else name] = value
+        return out
 
 
 @dataclass(slots=True)
@@ -151,6 +176,14 @@ class Config:
             raise ConfigError("retention.max_sessions and retention.max_age_days must not be negative")
         if self.search.max_results < 1:
             raise ConfigError("search.max_results must be at least 1")
+        if self.search != SearchConfig(max_results=self.search.max_results, min_score=self.search.min_score):
+            from memfs.errors import BadQuery  # (the search package loads only when options are set)
+            from memfs.search.options import parse_options
+
+            try:
+                parse_options(self.search.params())
+            except BadQuery as exc:
+                raise ConfigError(f"[search]: {exc}") from None
         if isinstance(self.cluster.servers, str):  # "nats://a:4222,nats://b:4222"
             self.cluster.servers = parse_servers(self.cluster.servers)
         self.cluster.validate()
@@ -172,7 +205,9 @@ _TOP: dict[str, tuple] = {
 }
 _TABLES: dict[str, dict[str, tuple]] = {
     "retention": {"max_sessions": _INT, "max_age_days": _NUM},
-    "search": {"max_results": _INT, "min_score": _NUM},
+    "search": {"max_results": _INT, "min_score": _NUM, "stem": _STR, "stopwords": _STR, "in": _STR,
+               "agent": _STR, "project": _STR, "status": _STR, "since": _STR, "until": _STR, "session": _STR,
+               "distinct": _STR, "format": _STR},
     "cluster": {"servers": ((list, str), "a list of nats:// URLs"), "stream": _STR, "replicas": _INT,
                 "timeout": _NUM, "max_age": _NUM, "max_bytes": _INT, "backlog": _INT,
                 **{key: _STR for key in AUTH_KEYS}},
@@ -215,7 +250,7 @@ def load_config(path: str | os.PathLike) -> Config:
                 subvalue = _checked(str(path), f"{key}.{sub}", subvalue, spec)
                 if key == "cluster" and sub in AUTH_PATH_KEYS:
                     subvalue = os.path.abspath(path.parent / Path(subvalue).expanduser())
-                setattr(table, sub, subvalue)
+                setattr(table, "corpus" if (key, sub) == ("search", "in") else sub, subvalue)
             continue
         spec = _TOP.get(key)
         if spec is None:
@@ -230,7 +265,8 @@ def load_config(path: str | os.PathLike) -> Config:
         raise ConfigError(f"{path}: {exc}") from None
 
 
-_FLAT_TABLE_KEYS = {sub: table for table, subs in _TABLES.items() for sub in subs}
+# (a table key that is also a top-level one, e.g. search.session, is set dotted only)
+_FLAT_TABLE_KEYS = {sub: table for table, subs in _TABLES.items() for sub in subs if sub not in _TOP}
 
 
 def apply_overrides(config: Config, overrides: dict[str, Any]) -> Config:
@@ -251,7 +287,7 @@ def apply_overrides(config: Config, overrides: dict[str, Any]) -> Config:
         if table:
             if sub not in _TABLES.get(table, {}):
                 raise ConfigError(f"unknown setting {key!r}")
-            setattr(getattr(new, table), sub, value)
+            setattr(getattr(new, table), "corpus" if (table, sub) == ("search", "in") else sub, value)
             continue
         if key not in _TOP:
             raise ConfigError(f"unknown setting {key!r}")

@@ -57,6 +57,7 @@ OUT = ROOT / "bench"
 CLUSTER_TITLE = "Cluster: fenced appends, lag and catch-up on a 3-node JetStream cluster (`scripts/bench_cluster.py`)"
 # the components' sections of the report, in order: (script, heading); --only replaces them by heading
 SECTIONS = (("bench_views.py", "Derived views"), ("bench_search.py", "Search (memfs, rank_bm25, bm25s)"),
+            ("bench_search_quality.py", "Search options (SPEC §5.1): relevance set and speed beside bm25s"),
             ("bench_ingest.py", "Ingest: memfs import beside memfs append of the same events"),
             ("bench_sessions.py", "Many sessions: a store-wide mount of 10,000 and 100,000 sessions "
                                   "(descriptors and RSS of the daemon, `scripts/bench_sessions.py`)"),
@@ -372,7 +373,7 @@ def collect_goals(r: dict) -> dict:
         if row["events"] == 100_000:
             goals["cat memory.json after an append, 100,000 events < 10 ms"] = (f"{row['median_ms']:.1f} ms",
                                                                                   row["median_ms"] < 10)
-    for script in ("bench_views.py", "bench_search.py", "bench_sessions.py", "bench_durability.py",
+    for script in ("bench_views.py", "bench_search.py", "bench_search_quality.py", "bench_sessions.py", "bench_durability.py",
                    "bench_responsive.py", "bench_cluster.py"):
         for goal, value in r["components"].get(script, {}).get("goals", {}).items():
             goals[goal] = (value.get("measured", ""), bool(value.get("met"))) if isinstance(value, dict) else ("", bool(value))
@@ -407,6 +408,7 @@ def main() -> int:
             "bench_fs.py": ["--events", "3000", "--bulk", "20000"] if q else [],
             "bench_views.py": ["--events", "20000", "--samples", "10"] if q else [],
             "bench_search.py": ["--small", "2000", "--large", "50000", "--sessions", "50"] if q else [],
+            "bench_search_quality.py": ["--quick"] if q else [],
             "bench_ingest.py": ["--events", "10000", "--rounds", "1"] if q else [],
             "bench_sessions.py": ["--sessions", "2000", "--appends", "200"] if q else [],
             "bench_durability.py": ["--rounds", "3", "--events", "100"] if q else [],

@@ -45,7 +45,7 @@ def test_search_names_percent_decoding_and_bad_parameters(tmp_path, capsys):
         assert errno_of(lambda: (search / "what was retried?").read_bytes()) == 0
     # the command line refuses k=0 the same way
     code, _, err = run(capsys, "search", "retry", "-k", "0", "--store", store)
-    assert code == 2 and "must be at least 1" in err
+    assert code == 2 and "k must be a whole number of at least 1" in err  # the mount's reason, word for word
     code, out, _ = run(capsys, "search", "src/net.py", "-k", "1", "--store", store)
     assert code == 0 and out.count("\n") == 1 and "src/net.py" in out
 

@@ -58,9 +58,10 @@ def cmd_mount(args: argparse.Namespace) -> int:
 # -o options (mount(8)/sshfs style) → settings; each is also a flag of `memfs mount`.
 _O_BOOL = {"ro": ("read_only", True), "rw": ("read_only", False), "allow_other": ("allow_other", True),
            "daemon": ("daemon", True), "foreground": ("daemon", False)}
-_O_VALUE = {"uid": int, "gid": int, "durability": str, "max_events": int, "evict_to": float, "max_line_bytes": int,
-            "max_rejected_bytes": int, "idle_release": float, "max_open_sessions": int, "session": str,
-            "log_level": str.upper}
+_O_VALUE: dict[str, Callable[[str], Any]] = {
+    "uid": int, "gid": int, "durability": str, "max_events": int, "evict_to": float, "max_line_bytes": int,
+    "max_rejected_bytes": int, "idle_release": float, "max_open_sessions": int, "session": str,
+    "log_level": str.upper}
 _O_ALWAYS = ("default_permissions", "auto_unmount", "nodev", "nosuid", "noatime")  # memfs always does these
 
 

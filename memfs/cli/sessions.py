@@ -8,10 +8,9 @@ import sys
 
 import orjson
 
-from memfs.cli.common import Commands, _config, _existing, _json, _out, _pos_int, _root, _size, _table
+from memfs.cli.common import Commands, _config, _existing, _json, _out, _root, _size, _table, _Usage
 from memfs.store import listing, retention
 from memfs.store.describe import describe
-from memfs.store.paths import sanitize
 from memfs.store.session import open_session
 
 
@@ -88,14 +87,24 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_search(args: argparse.Namespace) -> int:
-    config = _config(args, max_results=args.k, min_score=args.min_score)
-    from memfs.search import search_store
+# memfs search's option flags: SPEC §5.1's names (``--in`` is stored as ``in_``)
+_SEARCH_FLAGS = ("k", "min_score", "stem", "stopwords", "in", "agent", "project", "status", "since", "until",
+                 "session", "distinct")
 
-    session = sanitize(args.session) if args.session else None  # an id or a directory name
-    results = search_store(_existing(config.sessions_root()), args.query, session=session,
-                           k=config.search.max_results, min_score=config.search.min_score)
-    results = list(results)
+
+def cmd_search(args: argparse.Namespace) -> int:
+    config = _config(args)
+    from memfs.errors import BadQuery
+    from memfs.search import search_store
+    from memfs.search.options import parse_options
+
+    given = {name: getattr(args, "in_" if name == "in" else name) for name in _SEARCH_FLAGS}
+    try:  # one validator for the flags, the config's [search] and the mount's parameters
+        options = parse_options({k: v for k, v in given.items() if v is not None},
+                                parse_options(config.search.params()))
+    except BadQuery as exc:
+        raise _Usage(f"search: {exc}") from None
+    results = list(search_store(_existing(config.sessions_root()), args.query, options=options))
     if args.json:
         _json(results)
         return 0
@@ -126,9 +135,21 @@ def register(c: Commands) -> None:
 
 
 def register_search(c: Commands) -> None:
-    p = c.add("search", cmd_search, "BM25 search over the sessions' grounded facts", json=True)
+    p = c.add("search", cmd_search, "BM25 search over the sessions' grounded facts", json=True,
+              epilog="Every option is also a parameter of a mount's search files (search/<query>?in=all&stem=english) "
+                     "and a [search] default of the config; unset, the search is SPEC 5's exact BM25.")
     p.add_argument("query", metavar="QUERY")
     p.add_argument("--session", metavar="S", help="search this session only")
-    p.add_argument("-k", type=_pos_int, metavar="N", help="number of results, at least 1 (default 6; as ?k=N "
-                                                        "on a mount's search files)")
-    p.add_argument("--min-score", type=float, metavar="X", help="drop results scoring below X (default 0)")
+    p.add_argument("-k", metavar="N", help="number of results, at least 1 (default 6; as ?k=N "
+                                           "on a mount's search files)")
+    p.add_argument("--min-score", metavar="X", help="drop results scoring below X (default 0)")
+    p.add_argument("--stem", metavar="none|english", help="english: Snowball stemming, so failing finds failed")
+    p.add_argument("--stopwords", metavar="none|english", help="english: drop common English words")
+    p.add_argument("--in", dest="in_", metavar="facts|output|all",
+                   help="output: commands' outputs, tool results and failure details; all: those and the facts")
+    p.add_argument("--agent", metavar="NAME", help="only sessions of this agent (claude, codex, gemini, vtcode, ...)")
+    p.add_argument("--project", metavar="P", help="only sessions of this project (a path or its basename)")
+    p.add_argument("--status", metavar="failed|completed|open", help="only documents of turns with this outcome")
+    p.add_argument("--since", metavar="WHEN", help="only turns from WHEN on: a date or time (UTC) or an age (7d, 12h)")
+    p.add_argument("--until", metavar="WHEN", help="only turns up to WHEN (a bare date: its whole day)")
+    p.add_argument("--distinct", metavar="none|session", help="session: at most one result (its best) per session")

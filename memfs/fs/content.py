@@ -5,11 +5,13 @@ format=jsonl|text``, and ``derived/context.md?budget=N`` (the brief in N tokens,
 1,000,000; any other suffix names nothing). Decisions recorded here:
 
 * The part after the last ``?`` of a search name is a parameter list when it contains
-  ``=``; then every parameter must be known (``k``, ``min_score``, ``format``), given once,
-  with a valid value (``k`` at least 1, as ``memfs search -k``; ``min_score`` a finite
-  number; ``format`` jsonl or text) — anything else is ``EINVAL`` with the reason in the
-  server's log, never silently part of the query. Without ``=`` (``what broke?``, ``why?
-  because``) the ``?`` is text.
+  ``=``; then every parameter must be known (``k``, ``min_score``, ``format`` and the options
+  of SPEC §5.1: ``stem``, ``stopwords``, ``in``, ``agent``, ``project``, ``status``,
+  ``since``, ``until``, ``session``, ``distinct``), given once, with a valid value — checked
+  by :func:`memfs.search.options.parse_options`, the one validator the CLI and the config
+  use too — anything else is ``EINVAL`` with the reason in the server's log, never silently
+  part of the query. Without ``=`` (``what broke?``, ``why? because``) the ``?`` is text.
+  Values are percent-decoded like the query (``project=%2Fsrc%2Fapp``).
 * The query part is percent-decoded (``%2F`` is ``/``, ``%3F`` a literal ``?``, ``%25`` a
   ``%``), since a file name cannot hold a ``/``; a ``%`` not followed by two hex digits is
   kept as it is.
@@ -17,13 +19,14 @@ format=jsonl|text``, and ``derived/context.md?budget=N`` (the brief in N tokens,
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from urllib.parse import unquote
 
 import orjson
 from memfs import views
 from memfs.errors import BadQuery, NotFound
+from memfs.search.options import KEYS as SEARCH_KEYS
+from memfs.search.options import parse_options
 from memfs.store.session import SessionHandle
 from memfs.views.context import MAX_BUDGET
 
@@ -48,6 +51,12 @@ This directory is an AI coding agent's session memory, served by memfs.
   brings them in (`memfs record`, `memfs import`).
 - `search/<query>` (per session, and at the top for all sessions) returns BM25 results as
   JSON lines; add `?k=3`, `?min_score=1.5` or `?format=text` to the name.
+  More options, joined with `&`: `stem=english` (`failing` finds `failed`),
+  `stopwords=english`, `in=output|all` (search commands' outputs too), `agent=`,
+  `project=`, `status=failed|completed|open`, `since=7d`, `until=2026-01-31`, `session=`,
+  `distinct=session` (one result per session). Write `/` in a value as `%2F`.
+- `usage/daily.json`, `by-model`, `by-project`, `by-agent` (`.json` and `.md`): tokens and
+  cost over every session (UTC days); each session's own is `derived/usage.json`.
 - `mkdir sessions/<name>` creates a session; nothing can be truncated, renamed or deleted.
 """.encode()
 
@@ -62,6 +71,7 @@ class Query:
     k: int | None = None
     min_score: float | None = None
     format: str = "jsonl"
+    params: tuple[tuple[str, str], ...] = ()  # every parameter as given (decoded): the searcher's options
 
 
 def parse_query(name: str) -> Query | None:
@@ -73,35 +83,21 @@ def parse_query(name: str) -> Query | None:
     params: dict[str, str] = {}
     for part in suffix.split("&") if suffix else ():
         key, eq, value = part.partition("=")
-        if key not in _PARAMS:
+        if key not in SEARCH_KEYS:
             raise BadQuery(f"search name {name!r}: unknown parameter {key!r} "
-                           f"(known: k, min_score, format; write a literal '?' as %3F)")
+                           f"(known: {', '.join(SEARCH_KEYS)}; write a literal '?' as %3F)")
         if not eq:
             raise BadQuery(f"search name {name!r}: parameter {key!r} needs a value ({key}=...)")
         if key in params:
             raise BadQuery(f"search name {name!r}: parameter {key!r} given twice")
-        params[key] = value
-    k = min_score = None
-    if "k" in params:
-        raw = params["k"]
-        if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
-            raise BadQuery(f"search name {name!r}: k must be a whole number of at least 1, not {raw!r}")
-        k = int(raw)
-    if "min_score" in params:
-        try:
-            min_score = float(params["min_score"])
-        except ValueError:
-            min_score = math.nan
-        if not math.isfinite(min_score):
-            raise BadQuery(f"search name {name!r}: min_score must be a number, not {params['min_score']!r}")
-    fmt = params.get("format", "jsonl")
-    if fmt not in ("jsonl", "text"):
-        raise BadQuery(f"search name {name!r}: format must be jsonl or text, not {fmt!r}")
-    query = Query(text=unquote(text), k=k, min_score=min_score, format=fmt)
+        params[key] = unquote(value)
+    try:
+        options = parse_options(params)
+    except BadQuery as exc:
+        raise BadQuery(f"search name {name!r}: {exc}") from None
+    query = Query(text=unquote(text), k=options.k, min_score=options.min_score, format=options.format,
+                  params=tuple(params.items()))
     return query if query.text.strip() else None
-
-
-_PARAMS = ("k", "min_score", "format")
 
 
 def render_results(results: list[dict], fmt: str) -> bytes:

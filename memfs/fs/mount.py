@@ -122,7 +122,8 @@ def build(config) -> tuple[Store, Operations]:
     options = MountOptions(single_session=single, read_only=config.read_only,
                            uid=os.getuid() if config.uid is None else config.uid,
                            gid=os.getgid() if config.gid is None else config.gid)
-    searcher = store_searcher(store, max_results=config.max_results, min_score=config.min_score)
+    searcher = store_searcher(store, max_results=config.max_results, min_score=config.min_score,
+                              defaults=config.search.params())
     return store, Operations(store, options, searcher=searcher)
 
 

@@ -61,8 +61,8 @@ SLOW_KINDS = frozenset({K.VIEW, K.TURN})
 # mount writes the session (memfs.fs.ticks).
 TICKED_KINDS = frozenset({K.MANIFEST, K.TURNS_JSON})
 
-# searcher(query, session or None for all, k or None, min_score or None) -> results
-Searcher = Callable[[str, "str | None", "int | None", "float | None"], list]
+# searcher(query, session or None for all, k or None, min_score or None, options=None) -> results
+Searcher = Callable[..., list]  # memfs.search.store_searcher
 
 
 @dataclass

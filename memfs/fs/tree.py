@@ -112,7 +112,8 @@ class Tree:
             raise fail("ENOENT")
         with trio.move_on_after(SEARCH_TIMEOUT) as scope:
             with self.ops.pacer.hop():  # (as in Operations.off_loop; abandoned at the timeout)
-                results = await trio.to_thread.run_sync(as_worker, searcher, query.text, node.session, query.k,
+                search = functools.partial(searcher, options=dict(query.params))  # SPEC §5.1 options
+                results = await trio.to_thread.run_sync(as_worker, search, query.text, node.session, query.k,
                                                         query.min_score, abandon_on_cancel=True)
         if scope.cancelled_caught:
             raise fail("ETIMEDOUT")

@@ -7,6 +7,9 @@
   ``sync_session``, ``remove_session``, ``search``).
 * :func:`store_searcher` (the mount) and :func:`search_store` (``memfs search``) — the index
   kept in step with a sessions root.
+* :class:`SearchOptions` / :func:`parse_options` — SPEC §5.1's options (stemming, stopwords,
+  outputs, filters, one result per session) and their one validator; the indexes behind them
+  are :mod:`memfs.search.corpora`, :mod:`memfs.search.analysis`, :mod:`memfs.search.outputs`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from memfs.search.tokenize import MAX_QUERY_TOKENS, query_tokens, tokenize
 # the store-backed half loads on first use (PEP 562), so the index and the formula never
 # import the store
 _EXPORTS = {
+    "SearchOptions": "memfs.search.options",
+    "parse_options": "memfs.search.options",
     "created_at_of": "memfs.search.searcher",
     "search_store": "memfs.search.searcher",
     "store_searcher": "memfs.search.searcher",

@@ -42,6 +42,14 @@ Decisions recorded here:
 * ``max_results`` is capped at :data:`MAX_RESULTS`, so one name cannot ask for a gigabyte of
   results; queries are cut to :data:`~memfs.search.tokenize.MAX_QUERY_TOKENS` tokens.
 * The index is thread-safe: one lock around every update and query.
+
+The options of SPEC §5.1 (:mod:`memfs.search.corpora` drives them) use four hooks, none of
+which changes the default search: an ``analyzer`` (stemming, stopwords: the documents' and
+the queries' tokens), a ``source`` per session entry (``"session"``: grounded facts,
+``"output"``: command outputs, chunk ids ``<name>:out:<n>``; ``"prompt"``: the user's prompts,
+``<name>:prompt:<n>``; so one index can hold them as one corpus), ``turns`` (only the documents of these turns of these sessions are the corpus: ``N``,
+``avgdl`` and ``df`` are the restricted corpus's) and ``distinct`` (a session's best only,
+ranked by its session's score): :mod:`memfs.search.sessions`.
 """
 
 from __future__ import annotations
@@ -53,11 +61,13 @@ import time
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from memfs.pace import pace
 from memfs.search.bm25 import idf, recency_factor, term_score
+from memfs.search.sessions import TurnFilter, per_session
 from memfs.search.tokenize import query_tokens, tokenize
 
 DEFAULT_MAX_RESULTS = 6
@@ -101,9 +111,11 @@ class _Session:
     created_at: int | float | None
     slot: int
     generation: object = None
+    source: str = "session"  # "session": grounded facts; "output": command outputs (SPEC §5.1)
     facts: list = field(default_factory=list)  # (text, turn, offset) by grounded_facts index
     gids: array = field(default_factory=lambda: array("i"))  # grounded_facts index → gid
     total_len: int = 0
+    turn_groups: tuple | None = None  # (documents, its turn groups): memfs.search.sessions
 
 
 def _unix_seconds(created_at: float | None) -> int | float | None:
@@ -123,14 +135,21 @@ class SearchIndex:
     ``"offset"`` (``int`` or ``None``); other keys are ignored.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, analyzer: Any = None) -> None:
+        """``analyzer`` (a :class:`memfs.search.analysis.Analyzer`): the documents' and queries'
+        tokens; None: SPEC §5's tokenizer."""
         self._lock = threading.Lock()
+        self._doc_tokens = tokenize if analyzer is None else analyzer.doc
+        self._query_tokens = query_tokens if analyzer is None else analyzer.query
         self._vocab: dict[str, array] = {}
         self._doc_len = _Column()
         self._doc_slot = _Column()
         self._doc_local = _Column()
+        self._doc_turn = _Column()  # the document's turn, -1 when it has none
         self._sessions: dict[str, _Session] = {}
         self._slots: list[_Session | None] = []
+        self._slot_session = _Column()  # slot → its session's id (a name's sources share one)
+        self._session_ids: dict[str, int] = {}
         self._live_docs = 0
         self._live_len = 0
         self._dead_docs = 0
@@ -138,36 +157,43 @@ class SearchIndex:
     # --- updates ---------------------------------------------------------------------------
 
     def set_session(self, name: str, session_id: str, created_at: float | None,
-                    facts: Iterable[Mapping], *, generation: object = None) -> None:
-        """Index ``facts`` as the whole content of session ``name``, replacing what it had."""
+                    facts: Iterable[Mapping], *, generation: object = None, source: str = "session") -> None:
+        """Index ``facts`` as the whole content of session ``name``, replacing what it had
+        (of that ``source``)."""
+        key = _key(name, source)
         with self._lock:
-            old = self._sessions.get(name)
+            old = self._sessions.get(key)
             if old is not None:
                 self._drop(old)
-            s = _Session(name, session_id, _unix_seconds(created_at), len(self._slots), generation)
+            s = _Session(name, session_id, _unix_seconds(created_at), len(self._slots), generation, source)
             self._slots.append(s)
-            self._sessions[name] = s
+            self._slot_session.extend([self._session_ids.setdefault(name, len(self._session_ids))])
+            self._sessions[key] = s
             self._add_facts(s, facts)
             self._maybe_compact()
 
-    def extend_session(self, name: str, new_facts: Iterable[Mapping]) -> None:
+    def extend_session(self, name: str, new_facts: Iterable[Mapping], *, source: str = "session") -> None:
         """Append facts to session ``name``; their indices continue after the existing ones.
 
         ``KeyError`` when the session is not indexed (use :meth:`set_session` first).
         """
         with self._lock:
-            self._add_facts(self._sessions[name], new_facts)
+            self._add_facts(self._sessions[_key(name, source)], new_facts)
 
     def remove_session(self, name: str) -> None:
-        """Forget session ``name`` (no error when it is not indexed)."""
+        """Forget session ``name``, every source of it (no error when it is not indexed)."""
         with self._lock:
-            s = self._sessions.get(name)
-            if s is not None:
-                self._drop(s)
+            dropped = False
+            for key in (_key(name, source) for source in _SOURCES):
+                s = self._sessions.get(key)
+                if s is not None:
+                    self._drop(s)
+                    dropped = True
+            if dropped:
                 self._maybe_compact()
 
     def sync_session(self, name: str, session_id: str, created_at: float | None,
-                     facts: Sequence[Mapping], *, generation: object = None) -> None:
+                     facts: Sequence[Mapping], *, generation: object = None, source: str = "session") -> None:
         """Bring session ``name`` up to date with its current ``facts`` at the lowest cost.
 
         The memory view only ever appends facts while a log grows: under the same
@@ -178,7 +204,7 @@ class SearchIndex:
         re-tokenizing — O(facts), no index change. Anything else re-indexes the session.
         """
         with self._lock:
-            s = self._sessions.get(name)
+            s = self._sessions.get(_key(name, source))
             n = len(s.facts) if s is not None else 0
             if s is None or len(facts) < n:
                 reindex = True
@@ -196,20 +222,23 @@ class SearchIndex:
                 if len(facts) > n:
                     self._add_facts(s, facts[n:])
         if reindex:
-            self.set_session(name, session_id, created_at, facts, generation=generation)
+            self.set_session(name, session_id, created_at, facts, generation=generation, source=source)
 
     def _add_facts(self, s: _Session, facts: Iterable[Mapping]) -> None:
         vocab = self._vocab
+        doc_tokens = self._doc_tokens
         first_gid = gid = self._doc_len.n
         first_local = len(s.facts)
-        lengths = []
+        lengths, turns = [], []
         for fact in facts:
             if not (gid - first_gid) & 511:
                 pace()  # (background work gives way to the event loop: memfs.pace)
             text = fact["fact"]
-            tokens = tokenize(text)
-            s.facts.append((text, fact.get("turn"), fact.get("offset")))
+            tokens = doc_tokens(text)
+            turn = fact.get("turn")
+            s.facts.append((text, turn, fact.get("offset")))
             lengths.append(len(tokens))
+            turns.append(turn if type(turn) is int and 0 <= turn < 2**31 else -1)
             counts: dict[str, int] = {}
             for t in tokens:
                 counts[t] = counts.get(t, 0) + 1
@@ -224,12 +253,13 @@ class SearchIndex:
         self._doc_len.extend(lengths)
         self._doc_slot.extend([s.slot] * added)
         self._doc_local.extend(range(first_local, first_local + added))
+        self._doc_turn.extend(turns)
         s.total_len += total
         self._live_docs += added
         self._live_len += total
 
     def _drop(self, s: _Session) -> None:
-        del self._sessions[s.name]
+        del self._sessions[_key(s.name, s.source)]
         self._slots[s.slot] = None
         if s.gids:
             self._doc_slot.view()[np.frombuffer(s.gids, dtype=np.int32)] = -1
@@ -264,6 +294,7 @@ class SearchIndex:
             self._vocab[token] = fresh
         self._doc_len.replace(self._doc_len.view()[alive])
         self._doc_local.replace(self._doc_local.view()[alive])
+        self._doc_turn.replace(self._doc_turn.view()[alive])
         self._doc_slot.replace(slot_map[doc_slot[alive]])
         for s in live_slots:
             remapped = array("i")
@@ -271,21 +302,28 @@ class SearchIndex:
                 remapped.frombytes(new_gid[np.frombuffer(s.gids, dtype=np.int32)].tobytes())
             s.gids = remapped
         self._slots = live_slots
+        self._session_ids = {}
+        self._slot_session.replace(np.array([self._session_ids.setdefault(s.name, len(self._session_ids))
+                                             for s in live_slots], dtype=np.int32))
         self._dead_docs = 0
 
     # --- queries ---------------------------------------------------------------------------
 
     def search(self, query: str, *, sessions: Iterable[str] | None = None,
                max_results: int = DEFAULT_MAX_RESULTS, min_score: float = DEFAULT_MIN_SCORE,
-               now: float | None = None) -> list[dict]:
+               now: float | None = None, sources: Iterable[str] | None = None,
+               turns: Mapping[str, Any] | None = None, distinct: bool = False) -> list[dict]:
         """The best facts for ``query``, as SPEC §5 result dicts, best first.
 
         ``sessions=None`` searches every session as one corpus; a list of names searches those
         sessions as one corpus (a single name, or a bare string: that session's own
         statistics). ``now`` (unix seconds, default the current time) is what the recency
-        factor measures age from.
+        factor measures age from. ``sources`` (None: every source indexed) keeps the session
+        entries of those sources; ``turns`` (``{name: turn ordinals}``) makes the corpus only the
+        documents of those turns of those sessions; ``distinct`` keeps each session's best, with
+        its session's score (:func:`memfs.search.sessions.per_session`).
         """
-        tokens = query_tokens(query)
+        tokens = self._query_tokens(query)
         max_results = min(int(max_results), MAX_RESULTS)
         if isinstance(sessions, str):
             sessions = [sessions]
@@ -297,17 +335,39 @@ class SearchIndex:
         if now is None:
             now = time.time()
         with self._lock:
-            return self._search(multiplicity, sessions, max_results, float(min_score), float(now))
+            chosen = self._chosen(sessions, None if sources is None else frozenset(sources))
+            results = self._search(multiplicity, chosen, turns, max_results, float(min_score), float(now),
+                                   distinct)
+        return results
 
-    def _search(self, multiplicity: dict[str, int], sessions: Iterable[str] | None,
-                max_results: int, min_score: float, now: float) -> list[dict]:
-        doc_slot = self._doc_slot.view()
+    def _chosen(self, sessions: Iterable[str] | None, sources: frozenset | None) -> list[_Session] | None:
+        """The session entries searched; None: every live entry (the fast path)."""
         if sessions is None:
+            if sources is None:
+                return None
+            return [s for s in self._slots if s is not None and s.source in sources]
+        keys = [_key(n, src) for n in dict.fromkeys(sessions) for src in sorted(sources or _SOURCES)]
+        return [self._sessions[k] for k in keys if k in self._sessions]
+
+    def _search(self, multiplicity: dict[str, int], chosen: list[_Session] | None,
+                turns: Mapping[str, Any] | None, max_results: int, min_score: float, now: float,
+                distinct: bool) -> list[dict]:
+        doc_slot = self._doc_slot.view()
+        doc_len = self._doc_len.view()
+        keep_slot = by_turn = None
+        if chosen is None:
             chosen = [s for s in self._slots if s is not None]
-            n_docs, total_len = self._live_docs, self._live_len
-            keep_slot = None
+            if turns is not None:
+                by_turn = TurnFilter(chosen, turns, self._slot_session.view(), len(self._session_ids),
+                                     self._doc_turn.view(), doc_len)
+                n_docs, total_len = by_turn.n_docs, by_turn.total_len
+            else:
+                n_docs, total_len = self._live_docs, self._live_len
+        elif turns is not None:
+            by_turn = TurnFilter(chosen, turns, self._slot_session.view(), len(self._session_ids),
+                                     self._doc_turn.view(), doc_len)
+            n_docs, total_len = by_turn.n_docs, by_turn.total_len
         else:
-            chosen = [self._sessions[n] for n in dict.fromkeys(sessions) if n in self._sessions]
             n_docs = sum(len(s.facts) for s in chosen)
             total_len = sum(s.total_len for s in chosen)
             keep_slot = np.zeros(len(self._slots) + 1, dtype=bool)  # index -1 (dead) → False
@@ -316,7 +376,6 @@ class SearchIndex:
         if n_docs == 0:
             return []
         avgdl = total_len / n_docs
-        doc_len = self._doc_len.view()
 
         parts: list[tuple[np.ndarray, np.ndarray]] = []
         for token, mult in multiplicity.items():
@@ -325,7 +384,9 @@ class SearchIndex:
                 continue
             pairs = np.frombuffer(postings, dtype=np.int32).copy()  # no export left on the array
             gids, tfs = pairs[0::2], pairs[1::2]
-            if keep_slot is not None:
+            if by_turn is not None:
+                mask = by_turn.keep(gids, doc_slot, self._doc_turn.view())
+            elif keep_slot is not None:
                 mask = keep_slot[doc_slot[gids]]
             elif self._dead_docs:
                 mask = doc_slot[gids] >= 0
@@ -353,6 +414,9 @@ class SearchIndex:
         scores = scores * factors[doc_slot[cand]]
         passing = scores >= min_score
         cand, scores = cand[passing], scores[passing]
+        if distinct:
+            cand, scores = per_session(cand, scores, self._slot_session.view()[doc_slot[cand]],
+                                       len(self._session_ids), max_results)
         if len(cand) > max_results:
             kth = np.partition(scores, len(scores) - max_results)[len(scores) - max_results]
             top = scores >= kth  # keeps every tie of the k-th score; chunk ids decide below
@@ -363,8 +427,13 @@ class SearchIndex:
         for gid, score in zip(cand.tolist(), scores.tolist()):
             s = self._slots[doc_slot[gid]]
             local = int(doc_local[gid])
-            ranked.append((-score, f"{s.name}:{local}", s, local))
+            ranked.append((-score, _chunk_id(s, local), s, local))
         ranked.sort(key=lambda r: (r[0], r[1]))
+        if distinct:  # exact ties within a session: its smallest chunk id
+            firsts: dict[str, tuple] = {}
+            for r in ranked:
+                firsts.setdefault(r[2].name, r)
+            ranked = list(firsts.values())
         return [_result(chunk_id, s, local, -neg) for neg, chunk_id, s, local in ranked[:max_results]]
 
     # --- introspection ---------------------------------------------------------------------
@@ -372,7 +441,7 @@ class SearchIndex:
     def sessions(self) -> list[str]:
         """Names of the indexed sessions."""
         with self._lock:
-            return list(self._sessions)
+            return list(dict.fromkeys(s.name for s in self._sessions.values()))
 
     def session_fact_count(self, name: str) -> int:
         """How many facts of session ``name`` are indexed (0 when it is not)."""
@@ -388,7 +457,8 @@ class SearchIndex:
             postings = sum(len(p) for p in self._vocab.values()) // 2
             index_bytes = sys.getsizeof(self._vocab)
             index_bytes += sum(sys.getsizeof(t) + sys.getsizeof(p) for t, p in self._vocab.items())
-            index_bytes += sum(c.data.nbytes for c in (self._doc_len, self._doc_slot, self._doc_local))
+            index_bytes += sum(c.data.nbytes for c in (self._doc_len, self._doc_slot, self._doc_local,
+                                                          self._doc_turn, self._slot_session))
             fact_bytes = 0
             for s in self._sessions.values():
                 index_bytes += sys.getsizeof(s.gids)
@@ -421,8 +491,29 @@ def _accumulate(parts: list[tuple[np.ndarray, np.ndarray]], n_gids: int) -> tupl
     return cand, np.bincount(inverse, weights=contrib, minlength=len(cand))
 
 
+_SOURCES = ("session", "output", "prompt")
+
+
+_TAGS = {"output": "out", "prompt": "prompt"}  # a source's chunk id infix
+
+
+def _key(name: str, source: str) -> str:
+    """A session entry's key: its name for the facts, ``<name>:<source>`` for another source
+    (``:`` never appears in a session directory name)."""
+    if source == "session":
+        return name
+    if source not in _SOURCES:
+        raise ValueError(f"unknown source {source!r}")
+    return f"{name}:{source}"
+
+
+def _chunk_id(s: _Session, local: int) -> str:
+    return f"{s.name}:{local}" if s.source == "session" else f"{s.name}:{_TAGS[s.source]}:{local}"
+
+
 def _result(chunk_id: str, s: _Session, local: int, score: float) -> dict:
     text, turn, offset = s.facts[local]
+    path = f"sessions/{s.name}/derived/memory.json" if s.source == "session" else f"sessions/{s.name}/events.jsonl"
     return {"chunk_id": chunk_id, "session_id": s.session_id, "score": score, "snippet": text,
-            "path": f"sessions/{s.name}/derived/memory.json", "start_line": 0, "end_line": 0,
-            "source": "session", "created_at": s.created_at, "turn": turn, "offset": offset}
+            "path": path, "start_line": 0, "end_line": 0,
+            "source": s.source, "created_at": s.created_at, "turn": turn, "offset": offset}

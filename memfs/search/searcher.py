@@ -27,6 +27,11 @@ Decisions recorded here:
   :data:`MEMO_SECONDS`: one ``cat`` of a search file asks three times (lookup, ``fstat``,
   ``open``), and only the first pays for the scoring. The bound keeps the recency factor
   from going stale.
+* The options of SPEC §5.1 (:mod:`memfs.search.options`) pick one of several indexes
+  (:class:`~memfs.search.corpora.Corpus`: an analysis, with or without outputs), each made
+  by the first query that asks for it and kept in step by the same freshness checks; the
+  filters restrict the corpus before scoring (:mod:`memfs.search.corpora`). A ``session=``
+  option in a session's own ``search/`` naming another session is :class:`BadQuery`.
 """
 
 from __future__ import annotations
@@ -35,17 +40,21 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from memfs.errors import MemfsError, NotFound
+from memfs.errors import BadQuery, MemfsError, NotFound
+from memfs.search.analysis import analyzer
+from memfs.search.corpora import Corpus, allowed_turns, sessions_matching, turn_table
 from memfs.search.index import DEFAULT_MAX_RESULTS, DEFAULT_MIN_SCORE, SearchIndex
+from memfs.search.options import SearchOptions, parse_options
+from memfs.search.outputs import OutputLog
 from memfs.search.tokenize import query_tokens
 from memfs.store.meta import parse_rfc3339
-from memfs.store.paths import EVENTS, MANIFEST
+from memfs.store.paths import EVENTS, MANIFEST, sanitize
 from memfs.store.root import Store, StoreSettings
 from memfs.store.session import SessionHandle
 
-Searcher = Callable[[str, "str | None", "int | None", "float | None"], list]
+Searcher = Callable[..., list]  # (query, session, k, min_score, options=None) -> results
 
 log = logging.getLogger("memfs.search")
 
@@ -79,42 +88,56 @@ def sync_from_handle(index: SearchIndex, handle: SessionHandle) -> None:
 
 
 def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
-                   min_score: float = DEFAULT_MIN_SCORE) -> Searcher:
-    """A thread-safe ``searcher(query, session, k, min_score) -> [result]`` over ``store``.
+                   min_score: float = DEFAULT_MIN_SCORE,
+                   defaults: SearchOptions | Mapping[str, str] | None = None) -> Searcher:
+    """A thread-safe ``searcher(query, session, k, min_score, options=None) -> [result]`` over
+    ``store``.
 
     ``session`` None searches every session of the store as one corpus; ``k`` and
-    ``min_score`` None take the defaults given here. Sessions that vanished from the store are
-    dropped from the index.
+    ``min_score`` None take the options' (else the defaults given here). ``options`` is a
+    :class:`~memfs.search.options.SearchOptions` or the ``{name: text}`` parameters of SPEC
+    §5.1, laid over ``defaults`` by :func:`~memfs.search.options.parse_options`
+    (:class:`~memfs.errors.BadQuery` for a bad one); ``defaults`` given as parameters (the
+    config's ``[search]``) are parsed at each query, so an age (``since="7d"``) moves with
+    time. Sessions that vanished from the store are dropped from the index.
     """
-    index = SearchIndex()
-    # name → (the log's key on disk, (handle, version, rewrites)) when last indexed: a session
-    # is fresh while its log is unchanged on disk and, if this store holds it open, its
+    default = Corpus()
+    corpora: dict[tuple, Corpus] = {default.key: default}  # made on first use (SPEC §5.1)
+    outputs: dict[str, OutputLog] = {}  # each session's output documents, shared by the corpora
+    turn_tables: dict[str, tuple] = {}  # name → (freshness, turn_table) for the turn filters
+    # per corpus, name → (the log's key on disk, (handle, version, rewrites)) when last indexed:
+    # a session is fresh while its log is unchanged on disk and, if this store holds it open, its
     # handle's key is too (buffered appends not yet on disk); one the LRU closed is not
     # reopened — so a root query does not reopen every session of a large store (SPEC §3.5:
     # at most max_open_sessions are open)
-    seen: dict[str, tuple[tuple | None, tuple[int, int, int]]] = {}
     sync_lock = threading.Lock()
     left_out: dict[str, str] = {}  # sessions that could not be opened → why (logged once)
-    changes = 0  # bumped (under sync_lock) whenever a refresh changes the index
+    changes = 0  # bumped (under sync_lock) whenever a refresh changes an index
     memo: dict[tuple, tuple[int, float, list[dict]]] = {}  # query args → (changes, when, results)
+    root = os.fspath(store.root)
 
-    def refresh(names: list[str], whole_store: bool) -> None:
+    def fresh(name: str, last: tuple | None) -> tuple[bool, tuple | None]:
+        """Whether a session recorded as ``last`` is unchanged, and its log's key now."""
+        on_disk = _log_key(f"{root}/{name}/{EVENTS}")
+        held = store.held(name)
+        return (last is not None and last[0] == on_disk
+                and (held is None or last[1] == (id(held), held.version, held.rewrites))), on_disk
+
+    def refresh(corpus: Corpus, names: list[str], whole_store: bool) -> None:
         """Index ``names``; across the whole store, a session that cannot be opened or read
         (a hostile file in it) is left out and logged once: it never costs the others."""
         nonlocal changes
-        root = os.fspath(store.root)
+        seen = corpus.seen
         for name in names:
             try:
-                on_disk = _log_key(f"{root}/{name}/{EVENTS}")
-                last = seen.get(name)
-                held = store.held(name)
-                if last is not None and last[0] == on_disk and (
-                        held is None or last[1] == (id(held), held.version, held.rewrites)):
+                unchanged, on_disk = fresh(name, seen.get(name))
+                if unchanged:
                     left_out.pop(name, None)
                     continue
                 handle = store.open(name)
                 key = (id(handle), handle.version, handle.rewrites)
-                sync_from_handle(index, handle)
+                out = outputs.setdefault(name, OutputLog()) if corpus.outputs else None
+                corpus.sync(handle, created_at_of(handle), out)
                 seen[name] = (on_disk, key)
                 changes += 1
             except (MemfsError, OSError) as exc:
@@ -124,36 +147,88 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
                     left_out[name] = str(exc)
                     log.warning("search: session %s left out: %s", name, exc)
                 if seen.pop(name, None) is not None:
-                    index.remove_session(name)
+                    corpus.index.remove_session(name)
                     changes += 1
                 continue
             left_out.pop(name, None)
 
-    def searcher(query: str, session: str | None = None, k: int | None = None,
-                 min_score_: float | None = None) -> list[dict]:
+    def forget(gone: set[str]) -> None:
         nonlocal changes
-        if not query_tokens(query):
+        for name in gone:
+            outputs.pop(name, None)
+            turn_tables.pop(name, None)
+            for corpus in corpora.values():
+                if corpus.seen.pop(name, None) is not None:
+                    corpus.index.remove_session(name)
+                    changes += 1
+
+    def turns_of(corpus: Corpus, names: list[str], options: SearchOptions) -> dict:
+        """``{name: allowed turn ordinals}`` for the turn filters; a session's turn table is
+        read again only when the refresh just now found its log changed (its record in
+        ``corpus.seen`` moved)."""
+        allowed = {}
+        for name in names:
+            state = corpus.seen.get(name)
+            if state is None:
+                continue  # left out of the index (logged by the refresh)
+            known = turn_tables.get(name)
+            if known is None or known[0] != state:
+                try:
+                    turn_tables[name] = known = (state, turn_table(store.open(name)))
+                except (MemfsError, OSError):
+                    continue
+            allowed[name] = allowed_turns(known[1], options)
+        return allowed
+
+    def resolve(session: str | None, k: int | None, min_score_: float | None,
+                options: SearchOptions | Mapping[str, str] | None) -> tuple[SearchOptions, str | None, int, float]:
+        if isinstance(options, SearchOptions):
+            opts = options
+        else:
+            base = defaults if isinstance(defaults, SearchOptions) else parse_options(defaults or {})
+            opts = parse_options(options or {}, base)
+        if opts.session is not None:
+            wanted = sanitize(opts.session)
+            if session is not None and wanted != session:
+                raise BadQuery(f"session={opts.session!r} in the search of session {session!r}")
+            session = wanted
+        k = k if k is not None else opts.k if opts.k is not None else max_results
+        min_score_ = min_score_ if min_score_ is not None else (
+            opts.min_score if opts.min_score is not None else min_score)
+        return opts, session, k, min_score_
+
+    def searcher(query: str, session: str | None = None, k: int | None = None,
+                 min_score_: float | None = None, options: SearchOptions | Mapping[str, str] | None = None
+                 ) -> list[dict]:
+        opts, session, k, min_score_ = resolve(session, k, min_score_, options)
+        corpus_key = Corpus.key_of(opts)
+        if not (query_tokens(query) if corpus_key == default.key else analyzer(*opts.analysis).query(query)):
             raise NotFound(f"no search terms in {query!r}")
-        args = (query, session, k, min_score_)
+        args = (query, session, k, min_score_, opts)
         with sync_lock:
+            corpus = corpora.get(corpus_key)
+            if corpus is None:
+                corpus = corpora[corpus_key] = Corpus(*corpus_key)
             if session is None:
                 names = store.names()
-                for gone in set(seen) - set(names):
-                    index.remove_session(gone)
-                    del seen[gone]
-                    changes += 1
+                forget(set(corpus.seen) - set(names))
             else:
                 if not store.exists(session):
                     raise NotFound(f"no session {session!r}")
                 names = [session]
-            refresh(names, whole_store=session is None)
+            if opts.agent is not None or opts.project is not None:
+                matching = sessions_matching(root, opts)
+                names = [n for n in names if n in matching]
+            refresh(corpus, names, whole_store=session is None)
+            turns = turns_of(corpus, names, opts) if opts.turn_filtered else None
             state, now = changes, time.monotonic()
             hit = memo.get(args)
-            if hit is not None and hit[0] == state and now - hit[1] < MEMO_SECONDS:
+            if hit is not None and hit[0] == state and now - hit[1] < MEMO_SECONDS and turns is None:
                 return [dict(r) for r in hit[2]]
-        results = index.search(query, sessions=None if session is None else [session],
-                               max_results=max_results if k is None else k,
-                               min_score=min_score if min_score_ is None else min_score_)
+        whole = session is None and opts.agent is None and opts.project is None
+        results = corpus.index.search(query, sessions=None if whole else names, max_results=k,
+                                      min_score=min_score_, sources=Corpus.sources_of(opts), turns=turns,
+                                      distinct=opts.distinct == "session")
         with sync_lock:
             if len(memo) >= MEMO_ENTRIES:
                 memo.clear()
@@ -161,25 +236,35 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
         return [dict(r) for r in results]
 
     def warm(names: list[str]) -> None:
-        """Index these sessions now (the mount warms the index in the background at start,
-        so the first whole-store query does not pay for building it)."""
+        """Index these sessions now (the mount warms the default index in the background at
+        start, so the first whole-store query does not pay for building it)."""
         with sync_lock:
-            refresh(names, whole_store=True)
+            refresh(default, names, whole_store=True)
 
-    searcher.index = index  # for introspection (stats, tests)
+    def stats() -> dict:
+        """Per index made so far (``"<stem>/<stopwords>/<facts|facts+output>"``): its sizes."""
+        with sync_lock:
+            made = list(corpora.values())
+        return {"/".join((c.key[0], c.key[1], "facts+output" if c.key[2] else "facts")): c.index.stats()
+                for c in made}
+
+    searcher.index = default.index  # for introspection (stats, tests)
     searcher.warm = warm
+    searcher.stats = stats
     return searcher
 
 
 def search_store(root: str | os.PathLike, query: str, *, session: str | None = None,
-                 k: int = DEFAULT_MAX_RESULTS, min_score: float = DEFAULT_MIN_SCORE) -> list[dict]:
+                 k: int | None = None, min_score: float | None = None,
+                 options: SearchOptions | Mapping[str, str] | None = None) -> list[dict]:
     """One search over the sessions root ``root``, opening sessions read-only (``memfs search``).
 
     ``session`` is a session directory name; :class:`~memfs.errors.NotFound` when it does not
-    exist or when the query has no tokens.
+    exist or when the query has no tokens; ``options`` as :func:`store_searcher` takes them
+    (its ``k``/``min_score`` win over ``options``').
     """
     store = Store(root, StoreSettings(read_only=True))
     try:
-        return store_searcher(store)(query, session, k, min_score)
+        return store_searcher(store)(query, session, k, min_score, options)
     finally:
         store.close()
