@@ -59,6 +59,7 @@ CLUSTER_TITLE = "Cluster: fenced appends, lag and catch-up on a 3-node JetStream
 SECTIONS = (("bench_views.py", "Derived views"), ("bench_search.py", "Search (memfs, rank_bm25, bm25s)"),
             ("bench_search_quality.py", "Search options (SPEC §5.1): relevance set and speed beside bm25s"),
             ("bench_ingest.py", "Ingest: memfs import beside memfs append of the same events"),
+            ("bench_transcript.py", "transcript.md: the view after an append beside a whole Markdown render"),
             ("bench_sessions.py", "Many sessions: a store-wide mount of 10,000 and 100,000 sessions "
                                   "(descriptors and RSS of the daemon, `scripts/bench_sessions.py`)"),
             ("bench_durability.py", "Durability: fsync mode beside native write+fdatasync"),
@@ -410,6 +411,7 @@ def main() -> int:
             "bench_search.py": ["--small", "2000", "--large", "50000", "--sessions", "50"] if q else [],
             "bench_search_quality.py": ["--quick"] if q else [],
             "bench_ingest.py": ["--events", "10000", "--rounds", "1"] if q else [],
+            "bench_transcript.py": ["--quick"] if q else [],
             "bench_sessions.py": ["--sessions", "2000", "--appends", "200"] if q else [],
             "bench_durability.py": ["--rounds", "3", "--events", "100"] if q else [],
             "bench_responsive.py": ["--samples", "500", "--big-mb", "20"] if q else [],

@@ -242,7 +242,7 @@ def test_turn_files_are_the_exact_bytes_and_evicted_turns_are_absent(tmp_path):
 def test_list_names(session):
     assert views.list_names(session) == list(views.VIEW_NAMES)
     assert views.VIEW_NAMES == ("memory.json", "trajectory.jsonl", "summary.md", "progress.json", "progress.md",
-                                "goal.json", "context.md")
+                                "goal.json", "context.md", "transcript.md")
 
 
 def test_summary_markdown(session):
@@ -313,6 +313,7 @@ def test_views_are_a_pure_function_of_the_log(tmp_path):
             for name in ("summary.md", "progress.json", "context.md"):
                 out[name] = out[name].replace(f'Session {sid}'.encode(), b"").replace(f'"{sid}"'.encode(), b"")
                 out[name] = out[name].replace(f'session {sid}'.encode(), b"")
+            out["transcript.md"] = out["transcript.md"].replace(sid.encode(), b"")  # (its title and header)
             rendered.append(out)
     assert rendered[0] == rendered[1]
 

@@ -34,6 +34,7 @@ import sys
 
 import memfs
 from memfs.cli import export as export_command
+from memfs.cli import fork as fork_command
 from memfs.cli import mount, ops, sessions, write
 from memfs.cli.common import Commands, _reason, _Usage
 from memfs.errors import MemfsError
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     sessions.register(commands)
     write.register(commands)
     export_command.register(commands)
+    fork_command.register(commands)
     sessions.register_search(commands)
     ops.register(commands)
     return parser
@@ -68,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     agent: list[str] | None = None
-    if "record" in argv and "--" in argv and argv.index("record") < argv.index("--"):
-        cut = argv.index("--")  # record's agent command is everything after "--", options included
+    if "--" in argv and any(c in argv and argv.index(c) < argv.index("--") for c in ("record", "resume")):
+        cut = argv.index("--")  # record's agent command (resume's ARGS) is everything after "--", options included
         argv, agent = argv[:cut], argv[cut + 1:]
     try:
         args = parser.parse_args(argv)

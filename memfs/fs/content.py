@@ -42,7 +42,7 @@ This directory is an AI coding agent's session memory, served by memfs.
   in a session `memfs import` made, what it took from each source file.
 - `derived/` holds views regenerated from the log when read: `memory.json`,
   `trajectory.jsonl`, `summary.md`, `progress.json`, `progress.md`, `goal.json`,
-  `turns/<n>.jsonl`.
+  `turns/<n>.jsonl`, and `transcript.md` (the whole session as Markdown, for people).
 - `derived/context.md` is a brief to paste into an agent's next prompt: goal, progress, open
   todos, last summary, failures and their reasons, files touched, facts — newest first, cut to
   2,000 tokens (~4 bytes each); `cat 'derived/context.md?budget=500'` for another budget.

@@ -46,6 +46,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -68,7 +69,10 @@ from memfs.store.config import DEFAULT_EVICT_TO
 from memfs.store.lines import split_lines
 from memfs.store.meta import now_rfc3339
 from memfs.store.paths import IMPORT_SOURCES, atomic_write
-from memfs.store.session import open_session
+from memfs.store.session import SessionHandle, open_session
+
+if TYPE_CHECKING:
+    from hashlib import _Hash
 
 SOURCES = IMPORT_SOURCES
 CHUNK = 1 << 20
@@ -217,9 +221,11 @@ def _is_thread_start(line: bytes) -> bool:
 class Source:
     """One source file being imported (kept between batches by :func:`memfs.ingest.follow.follow`)."""
 
-    def __init__(self, path: Path, fmt: str, max_decompressed: int = MAX_DECOMPRESSED, dry_run: bool = False):
+    def __init__(self, path: Path, fmt: str, max_decompressed: int = MAX_DECOMPRESSED, dry_run: bool = False,
+                 into: str | None = None):
         self.path = path
         self.dry_run = dry_run
+        self.into = into  # the session to import into, whatever the file names (import_into)
         self.key = str(path.resolve())
         self.fmt = fmt
         self.limit = max_decompressed
@@ -231,14 +237,20 @@ class Source:
         self.extra: dict = {}
         self.entry: dict | None = None
         self.translator: AutoTranslator | None = None
-        self.hasher = None
+        self.hasher: _Hash | None = None
         self.changed = False
-        self.handle = None
+        self.handle: SessionHandle | None = None
         self.capture: identity.Capture | None = None
+        self.opening: dict[str, Any] = {}  # open_session's settings (run)
+        self.started = False  # the session exists (run)
+        self.pending: list[bytes] = []  # thread.started lines held until the session is made (run)
 
     def _place(self, root: Path, kind: str | None, sid: str | None) -> str:
         """The session's directory name (see :mod:`memfs.ingest.identity`): a Claude Code
         sub-agent file ``agent-<id>.jsonl`` goes to ``<parent session>.agent-<id>``."""
+        if self.into:
+            self.conversation = sid
+            return self.into
         agent = AGENT_OF_KIND.get(kind)
 
         def find(cid: str) -> str | None:
@@ -495,3 +507,56 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
     if progress:
         progress(total, total)
     return items
+
+
+# --- one file into a given session (memfs resume, SPEC §11) ------------------------------------
+
+
+def import_into(root: Path, path: Path, session: str, *, fmt: str = "auto", max_events: int = 0,
+                evict_to: float = DEFAULT_EVICT_TO) -> ImportItem:
+    """Import one source file into ``session`` (an existing one, whatever conversation the file
+    names), as :func:`import_paths` imports a file: from where the last import of it into that
+    session stopped, less what the session already holds. Errors raise."""
+    item = ImportItem(str(path))
+    source = Source(Path(path), fmt, into=session)
+    if not source.prepare(root):
+        item.status = "empty"
+        return item
+    source.run(root, item, dry_run=False, durability="write", max_events=max_events, evict_to=evict_to, final=True)
+    return item
+
+
+def remember_as_imported(root: Path, path: Path, session: str, *, fmt: str = "auto") -> int:
+    """Note in ``session``'s ``index/import-sources.json`` that ``path``, as it is now, is
+    already in the session (``memfs resume``: the file memfs itself exported there), so that
+    :func:`import_into` takes only what is appended to it later. Its complete lines are read
+    through the translator (nothing appended) to keep the translator's state; returns the
+    bytes remembered."""
+    root, path = Path(root), Path(path)
+    source = Source(path, fmt, into=session)
+    translator = AutoTranslator(fmt, reader=SideReader.for_transcript(path))
+    hasher = hashlib.sha256()
+    offset = lines = 0
+    with open_input(path) as f:
+        carry = b""
+        while data := f.read(CHUNK):
+            data = carry + data
+            batch, cut = split_lines(data)
+            carry = data[cut:]
+            hasher.update(data[:cut])
+            offset += cut
+            for raw in batch:
+                lines += 1
+                raw = raw[:-1] if raw.endswith(b"\r") else raw
+                if raw.strip():
+                    try:
+                        translator.feed(raw)
+                    except Untranslatable:
+                        pass
+    session_dir = root / session
+    sources = read_sources(session_dir)
+    sources[source.key] = {"path": source.key, "format": translator.kind, "offset": offset, "lines": lines,
+                           "size": path.stat().st_size, "sha256": hasher.hexdigest(), "state": translator.state(),
+                           "identity": {}, "updated_at": now_rfc3339()}
+    write_sources(session_dir, sources)
+    return offset

@@ -11,7 +11,7 @@ own id: Claude ``sessionId``, Codex thread id, Gemini ``sessionId``), ``title``,
 ``title_source`` (``agent`` when the agent wrote it, else ``prompt``), ``first_prompt``,
 ``cwd``, ``project``, ``git_branch``, ``model``, ``parent_session``, ``children`` [names],
 ``started_at``, ``ended_at``, ``status`` (``running``, ``completed``, ``failed``,
-``abandoned``), ``pr_link``, ``forked_from``, ``turn_notes`` (``{"<turn number>": {"prompt",
+``abandoned``), ``pr_link``, ``forked_from`` and ``forked_at_turn`` (:mod:`memfs.store.fork`), ``turn_notes`` (``{"<turn number>": {"prompt",
 "turn_id", "usage", "paired"}}``: what a later capture of the conversation knew of a stored
 turn that the stored turn lacks — SPEC §10: metadata, never a duplicate turn — and whether a
 failed turn was paired with its other capture; see :mod:`memfs.ingest.identity`),

@@ -2,7 +2,8 @@
 
 ``derived/`` holds ``memory.json``, ``trajectory.jsonl``, ``summary.md``, ``progress.json``,
 ``progress.md``, ``goal.json``, ``context.md`` (a brief for the next prompt, under a token
-budget), ``turns/<n>.jsonl`` and the stored ``eviction-summary-*.json``.
+budget), ``transcript.md`` (the session as Markdown, :mod:`memfs.views.transcript`),
+``turns/<n>.jsonl`` and the stored ``eviction-summary-*.json``.
 :func:`render_view` gives the bytes of any of them for an open session handle; views are
 regenerated only when read after the log changed, folding only the bytes appended since, and
 copied into the backing store's ``derived/`` (atomically, 0600, write-behind: see

@@ -44,17 +44,17 @@ from pathlib import Path
 from memfs.store.about import ABOUT
 from memfs.store.about import read as read_about
 from memfs.store.meta import now_rfc3339
-from memfs.views import context, memory, persist, progress, summary
+from memfs.views import context, memory, persist, progress, summary, transcript
 from memfs.views.fold import Fold, command_notes
 from memfs.views.imported import NOTHING, load_imported
 from memfs.views.memory import indented, load_evicted_facts, real_derived_dir
 from memfs.views.trajectory import Trajectory
 
 VIEW_NAMES = ("memory.json", "trajectory.jsonl", "summary.md", "progress.json", "progress.md", "goal.json",
-              "context.md")
+              "context.md", "transcript.md")
 TURNS_DIR = "turns"
 # they begin with index/about.json, or take the goal from it (a prompt a later capture knew)
-ABOUT_VIEWS = frozenset(("summary.md", "context.md", "progress.json", "progress.md"))
+ABOUT_VIEWS = frozenset(("summary.md", "context.md", "progress.json", "progress.md", "transcript.md"))
 
 
 # Folding this many bytes or more pauses the cyclic garbage collector (see _gc_paused).
@@ -354,6 +354,7 @@ _RENDERERS = {
     "progress.md": _progress_md,
     "goal.json": _goal,
     "context.md": _context,
+    "transcript.md": transcript.render,  # (incremental per turn: memfs.views.transcript)
 }
 assert tuple(_RENDERERS) == VIEW_NAMES
 

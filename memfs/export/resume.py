@@ -1,0 +1,127 @@
+"""``memfs resume SESSION --in claude|codex [-- ARGS…]``: continue a session in an agent's CLI
+and keep what it adds (SPEC §11).
+
+:func:`resume_session`:
+
+1. exports the session into the tool's own store (:func:`memfs.export.export_session`: the
+   user's ``~/.claude`` / ``$CODEX_HOME``, as ``HOME`` and ``CODEX_HOME`` say), and notes in
+   the session's ``index/import-sources.json`` that the exported file, as written, is already
+   in the session (:func:`memfs.ingest.importer.remember_as_imported`);
+2. runs the tool's resume command (the export's ``argv`` + ``ARGS``) as a child with the
+   terminal passed through (stdin, stdout and stderr inherited; SIGINT ignored by memfs while
+   it runs — the terminal sends it to the tool — SIGTERM and SIGHUP forwarded);
+3. imports what the tool appended to that file into the same session
+   (:func:`memfs.ingest.importer.import_into`): only the bytes after the export are read, and
+   the identity layer still drops anything the session already holds.
+
+Decisions recorded here:
+
+* The new turns come back by importing the file the tool appended to (both CLIs append to the
+  resumed transcript/rollout), not by ``record``: the terminal stays the tool's (an
+  interactive resume works), and the file has what a stream lacks (the prompt, Codex's
+  per-turn token totals). Only what follows the export is imported, so a session exported to
+  another agent (whose ids the export had to make up) does not come back twice.
+* A non-interactive resume passes the prompt in ``ARGS``, in the tool's own syntax: ARGS are
+  appended verbatim to the resume command — ``-- -p "next"`` for Claude Code
+  (``claude --resume ID -p next``) and ``-- "next"`` for Codex (``codex exec resume ID
+  next``); with no ARGS the tool resumes interactively.
+* The tool runs in the session's working directory (``cwd`` in its metadata) when that is a
+  directory here — Claude Code finds a transcript by the project it runs in — else in the
+  current one (and the export is placed for that one).
+* A session resumed before in the same tool is already in the tool's store (the export
+  refuses to write it twice): resume goes on with that file. When this session's
+  ``import-sources.json`` does not know the file (it came from ``memfs export``, or the tool
+  ran on it since), it is imported first — the identity layer drops what the session holds.
+* The exit status is the tool's (128+N when it was killed by signal N); when the import back
+  fails, that is reported and the status is 1 unless the tool's was already non-zero.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from memfs.store import about
+from memfs.store.session import open_session
+
+TARGETS = ("claude", "codex")
+
+
+@dataclass
+class Resumed:
+    """What :func:`resume_session` did: the exported ``path``, the ``argv`` it ran, the tool's
+    exit ``status``, and the import back (``appended`` events, ``duplicates`` dropped,
+    ``error`` when it failed)."""
+
+    session: str
+    path: str
+    argv: list[str]
+    status: int
+    appended: int = 0
+    duplicates: int = 0
+    refused: int = 0
+    error: str | None = None
+
+
+def run_passthrough(argv: Sequence[str], cwd: str | None = None) -> int:
+    """Run ``argv`` with this process's stdin, stdout and stderr; return its exit status
+    (128+N for signal N). SIGINT is ignored meanwhile, SIGTERM and SIGHUP forwarded."""
+    proc = subprocess.Popen(list(argv), cwd=cwd)
+
+    def forward(signum, frame):
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    saved = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGHUP)}
+    saved[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        status = proc.wait()
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    return 128 - status if status < 0 else status
+
+
+def resume_session(root: str | os.PathLike, session: str, to: str, args: Sequence[str] = (), *,
+                   home: str | os.PathLike | None = None, max_events: int = 0) -> Resumed:
+    """Export ``session`` for ``to`` (``claude`` or ``codex``), run its resume command with
+    ``args``, and import the new turns back (module docstring). Raises before the tool runs
+    when the session does not exist, cannot be exported or the tool cannot run
+    (:class:`memfs.ingest.record.NotRunnable`); a failing import back is reported in
+    :attr:`Resumed.error`."""
+    from memfs.export import ExportExists, export_session
+    from memfs.ingest.importer import import_into, read_sources, remember_as_imported
+    from memfs.ingest.record import check_runnable
+
+    if to not in TARGETS:
+        raise ValueError(f"resume --in must be one of {', '.join(TARGETS)}")
+    root = Path(root)
+    with open_session(root, session, read_only=True) as handle:
+        check_runnable(to)  # (NotRunnable: 127 or 126, as a shell says it; nothing exported)
+        name = handle.name
+        cwd = about.read(handle.path).get("cwd")
+        here = cwd if isinstance(cwd, str) and os.path.isabs(cwd) and os.path.isdir(cwd) else os.getcwd()
+        try:
+            exported, fresh = export_session(handle, to, home=Path(home) if home else None, cwd=here), True
+        except ExportExists as exc:  # resumed before (or exported): go on with that file
+            exported, fresh = exc.result, False
+    path = Path(exported.path)
+    argv = [*exported.argv, *args]
+    if fresh:
+        remember_as_imported(root, path, name)
+    elif str(path.resolve()) not in read_sources(root / name):
+        import_into(root, path, name, max_events=max_events)  # what it holds that the session lacks
+    result = Resumed(name, str(path), argv, run_passthrough(argv, exported.cwd or here))
+    try:
+        item = import_into(root, path, name, max_events=max_events)
+    except Exception as exc:  # (the tool's work is in its own file: say so, keep its status)
+        result.error = f"{type(exc).__name__}: {exc}"
+        return result
+    result.appended, result.duplicates, result.refused = item.appended, item.duplicates, item.refused
+    if item.status in ("changed", "error"):
+        result.error = item.reason or item.status
+    return result
