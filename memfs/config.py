@@ -14,7 +14,9 @@
 * ``[cluster]``: ``servers`` (a list of ``nats://`` URLs, or one comma-separated string),
   ``stream``, ``replicas``, ``timeout``, ``max_age``, ``max_bytes``, ``backlog`` (SPEC §9),
   and authentication: ``user``, ``password_file``, ``token_file``, ``creds``, ``tls_ca``,
-  ``tls_cert``, ``tls_key`` (files, never secrets inline: :mod:`memfs.cluster.auth`).
+  ``tls_cert``, ``tls_key`` (files, never secrets inline: :mod:`memfs.cluster.auth`);
+* ``[prices."<model>"]``: ``input``, ``cached_input``, ``cache_write``, ``output`` in USD per
+  million tokens (SPEC §12), laid over the price table memfs ships (:mod:`memfs.usage.prices`).
 
 Decisions recorded here:
 
@@ -120,6 +122,7 @@ class Config:
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)  # [cluster]: SPEC §9; no servers, no cluster
+    prices: dict[str, dict[str, float]] = field(default_factory=dict)  # [prices."<model>"]: SPEC §12
 
     # flat aliases of the table settings, for callers that think of them as plain options
     @property
@@ -224,6 +227,28 @@ def _checked(where: str, key: str, value: Any, spec: tuple) -> Any:
     return value
 
 
+PRICE_KEYS = ("input", "cached_input", "cache_write", "output")
+
+
+def _prices(where: str, value: Any) -> dict[str, dict[str, float]]:
+    """``[prices."<model>"]`` tables: each a table of known rates, non-negative numbers."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: [prices] must hold one table per model ([prices.\"<model>\"])")
+    out: dict[str, dict[str, float]] = {}
+    for model, rates in value.items():
+        if not isinstance(rates, dict) or not rates:
+            raise ConfigError(f"{where}: prices.{model!r} must be a table of {', '.join(PRICE_KEYS)}")
+        for rate, usd in rates.items():
+            if rate not in PRICE_KEYS:
+                raise ConfigError(f"{where}: unknown key prices.{model!r}.{rate} (known: {', '.join(PRICE_KEYS)})")
+            usd = _checked(where, f"prices.{model!r}.{rate}", usd, _NUM)
+            if not usd >= 0 or usd == float("inf"):
+                raise ConfigError(f"{where}: prices.{model!r}.{rate} must be a non-negative number of USD "
+                                  "per million tokens")
+        out[model] = {rate: float(usd) for rate, usd in rates.items()}
+    return out
+
+
 def load_config(path: str | os.PathLike) -> Config:
     """Read a TOML configuration file into a validated :class:`Config`.
 
@@ -238,6 +263,9 @@ def load_config(path: str | os.PathLike) -> Config:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     config = Config()
     for key, value in data.items():
+        if key == "prices":
+            config.prices = _prices(str(path), value)
+            continue
         if key in _TABLES:
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: [{key}] must be a table")
@@ -275,7 +303,7 @@ def apply_overrides(config: Config, overrides: dict[str, Any]) -> Config:
     Keys are setting names; the table settings may be given flat (``max_sessions``) or
     dotted (``retention.max_sessions``). Setting ``store`` clears ``workspace`` and vice versa.
     """
-    new = dataclasses.replace(config, retention=dataclasses.replace(config.retention),
+    new = dataclasses.replace(config, retention=dataclasses.replace(config.retention), prices=dict(config.prices),
                               search=dataclasses.replace(config.search),
                               cluster=dataclasses.replace(config.cluster, servers=list(config.cluster.servers)))
     for key, value in overrides.items():

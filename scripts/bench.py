@@ -62,6 +62,8 @@ SECTIONS = (("bench_views.py", "Derived views"), ("bench_search.py", "Search (me
             ("bench_transcript.py", "transcript.md: the view after an append beside a whole Markdown render"),
             ("bench_sessions.py", "Many sessions: a store-wide mount of 10,000 and 100,000 sessions "
                                   "(descriptors and RSS of the daemon, `scripts/bench_sessions.py`)"),
+            ("bench_usage.py", "Usage and cost (SPEC §12): `memfs usage` and `usage/daily.json` after an append, "
+                               "10,000 sessions (`scripts/bench_usage.py`)"),
             ("bench_durability.py", "Durability: fsync mode beside native write+fdatasync"),
             ("bench_responsive.py", "Responsiveness: an idle session while others evict or rescan"),
             ("bench_cluster.py", CLUSTER_TITLE),
@@ -413,6 +415,7 @@ def main() -> int:
             "bench_ingest.py": ["--events", "10000", "--rounds", "1"] if q else [],
             "bench_transcript.py": ["--quick"] if q else [],
             "bench_sessions.py": ["--sessions", "2000", "--appends", "200"] if q else [],
+            "bench_usage.py": ["--quick"] if q else [],
             "bench_durability.py": ["--rounds", "3", "--events", "100"] if q else [],
             "bench_responsive.py": ["--samples", "500", "--big-mb", "20"] if q else [],
             "bench_cluster.py": ["--rounds", "2", "--events", "200", "--lag", "50", "--catchup", "5000"] if q else [],

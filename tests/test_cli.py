@@ -106,8 +106,9 @@ def test_sessions_human_and_json(capsys, store):
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == ["UPDATED", "AGENT", "PROJECT", "TITLE", "TURNS", "STATUS", "TOKENS", "COST", "SESSION"]
-    assert lines[1].split()[2:] == ["unknown", "-", "-", "1", "completed", "-", "-", "newer"]  # active, idle
-    assert lines[2].split()[2:] == ["vtcode", "-", "-", "1", "completed", "-", "-", "older"]
+    # tokens from derived/usage.json (SPEC §12); no cost: the log names no model
+    assert lines[1].split()[2:] == ["unknown", "-", "-", "1", "completed", "5", "-", "newer"]  # active, idle
+    assert lines[2].split()[2:] == ["vtcode", "-", "-", "1", "completed", "5", "-", "older"]
     code, out, _ = run(capsys, "sessions", "--json", "--store", store)
     listed = json.loads(out)
     assert [s["name"] for s in listed] == ["newer", "older"]

@@ -39,7 +39,7 @@ def lines(path):
 
 
 def test_tree_and_readme(m):
-    assert sorted(os.listdir(m.mnt)) == ["README.md", "search", "sessions"]
+    assert sorted(os.listdir(m.mnt)) == ["README.md", "search", "sessions", "usage"]
     assert "memfs" in (m.mnt / "README.md").read_text()
     assert os.listdir(m.mnt / "search") == []
 

@@ -145,7 +145,8 @@ def test_codex_rollout_keeps_each_fact_once():
     prompts = [e["context"]["prompt"] for e in ev if e["type"] == "turn.started"]  # the prompt is the turn's
     assert prompts == ["Add a retry loop to fetch()", "Now push it"]
     closes = [e for e in ev if e["type"] in ("turn.completed", "turn.failed")]
-    assert closes[0]["usage"] == {"input_tokens": 24763, "cached_input_tokens": 24448, "output_tokens": 122}
+    assert closes[0]["usage"] == {"input_tokens": 24763, "cached_input_tokens": 24448, "output_tokens": 122,
+                                   "reasoning_output_tokens": 64}  # (part of output: SPEC §12 reports it)
     assert closes[1]["type"] == "turn.failed" and closes[1]["message"] == "interrupted"
     assert [e["type"] for e in ev].count("turn.started") == 2
 

@@ -87,19 +87,20 @@ def test_the_table_shows_agent_project_title_status_and_fits_100_columns(store):
     assert list(rows) == ["claude-1", "old-claude", "gemini-1", "codex-exec", "left-open", "vt-native", "codex-1"]
     assert all(len(line) <= 100 for line in lines), "\n".join(lines)
     cells = {name: line.split()[2:] for name, line in rows.items()}  # past the date and time
-    assert cells["claude-1"][:2] == ["claude", "memfs"] and cells["claude-1"][-5:] == ["1", "completed", "-", "-",
-                                                                                        "claude-1"]
+    # tokens and cost: derived/usage.json's totals (SPEC §12): 3 input tokens of claude-sonnet-4-5 at $3/M
+    assert cells["claude-1"][:2] == ["claude", "memfs"] and cells["claude-1"][-5:] == ["1", "completed", "3",
+                                                                                        "<$0.0001", "claude-1"]
     title = rows["claude-1"][lines[0].index("TITLE"):lines[0].index("TURNS")].strip()
     assert title.endswith("…") and LONG_TITLE.startswith(title[:-1]) and len(title) > 16  # cut to fit, not dropped
     assert cells["codex-1"][:5] == ["codex", "api", "Fix", "the", "1"]  # no agent title: the prompt's first line
-    assert cells["codex-1"][-4:-1] == ["failed", "-", "-"]
+    assert cells["codex-1"][-4:-1] == ["failed", "0", "$0.00"]  # its failed turn reported no tokens
     assert cells["gemini-1"][:2] == ["gemini", "docs"]  # no project: its cwd
     assert "\x1b" not in rows["gemini-1"] and "Docs [31mpass [0m" in rows["gemini-1"]  # never an escape sequence
     # sessions without about.json: the agent from the log (claude-code read as claude), status from the manifest
-    assert cells["old-claude"] == ["claude", "-", "-", "0", "running", "-", "-", "old-claude"]  # a turn open
-    assert cells["codex-exec"] == ["codex", "-", "-", "2", "completed", "-", "-", "codex-exec"]  # active, idle
-    assert cells["left-open"] == ["vtcode", "-", "-", "0", "abandoned", "-", "-", "left-open"]
-    assert cells["vt-native"] == ["vtcode", "-", "-", "1", "completed", "-", "-", "vt-native"]
+    assert cells["old-claude"][:5] == ["claude", "-", "-", "0", "running"]  # a turn open
+    assert cells["codex-exec"][:5] == ["codex", "-", "-", "2", "completed"]  # active, idle
+    assert cells["left-open"][:5] == ["vtcode", "-", "-", "0", "abandoned"]
+    assert cells["vt-native"][:5] == ["vtcode", "-", "-", "1", "completed"]
 
 
 def test_json_carries_every_about_field_and_the_listing_fields(store):
@@ -108,7 +109,7 @@ def test_json_carries_every_about_field_and_the_listing_fields(store):
     assert {k: claude[k] for k in CLAUDE_ABOUT} == CLAUDE_ABOUT
     assert (claude["turn_count"], claude["event_count"], claude["manifest_status"]) == (1, 3, "active")
     assert claude["thread_id"] == CLAUDE_ABOUT["conversation_id"] and claude["live"] is False
-    assert (claude["tokens"], claude["cost_usd"]) == (None, None)
+    assert (claude["tokens"], claude["cost_usd"]) == (3, 0.000009)  # 3 input tokens at $3/M (SPEC §12)
     assert (s["codex-1"]["status"], s["codex-1"]["title"], s["codex-1"]["title_source"]) == (
         "failed", "Fix the", "prompt")
     assert s["gemini-1"]["title"] == GEMINI_ABOUT["title"]  # JSON keeps the value as recorded

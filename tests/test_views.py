@@ -242,7 +242,7 @@ def test_turn_files_are_the_exact_bytes_and_evicted_turns_are_absent(tmp_path):
 def test_list_names(session):
     assert views.list_names(session) == list(views.VIEW_NAMES)
     assert views.VIEW_NAMES == ("memory.json", "trajectory.jsonl", "summary.md", "progress.json", "progress.md",
-                                "goal.json", "context.md", "transcript.md")
+                                "goal.json", "context.md", "transcript.md", "usage.json")
 
 
 def test_summary_markdown(session):
@@ -310,7 +310,7 @@ def test_views_are_a_pure_function_of_the_log(tmp_path):
             mem = orjson.loads(out["memory.json"])
             del mem["generated_at"], mem["session_id"]
             out["memory.json"] = mem
-            for name in ("summary.md", "progress.json", "context.md"):
+            for name in ("summary.md", "progress.json", "context.md", "usage.json"):
                 out[name] = out[name].replace(f'Session {sid}'.encode(), b"").replace(f'"{sid}"'.encode(), b"")
                 out[name] = out[name].replace(f'session {sid}'.encode(), b"")
             out["transcript.md"] = out["transcript.md"].replace(sid.encode(), b"")  # (its title and header)

@@ -36,6 +36,7 @@ import memfs
 from memfs.cli import export as export_command
 from memfs.cli import fork as fork_command
 from memfs.cli import mount, ops, sessions, write
+from memfs.cli import usage as usage_command
 from memfs.cli.common import Commands, _reason, _Usage
 from memfs.errors import MemfsError
 
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     fork_command.register(commands)
     sessions.register_search(commands)
     ops.register(commands)
+    usage_command.register(commands)
     return parser
 
 

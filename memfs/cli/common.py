@@ -106,6 +106,10 @@ def _config(args: argparse.Namespace, **overrides: Any) -> Config:
     flags.update(overrides)
     config = apply_overrides(base, flags)
     set_max_rejected_bytes(config.max_rejected_bytes)  # process-wide: see memfs.store.rejected
+    if config.prices:  # [prices."<model>"] over the shipped table, process-wide (SPEC §12)
+        from memfs.usage import prices
+
+        prices.configure(config.prices)
     return config
 
 

@@ -62,7 +62,10 @@ This directory is an AI coding agent's session memory, served by memfs.
 
 SINGLE_README = README.replace(b"sessions/<session>/", b"").replace(
     b"(per session, and at the top for all sessions)", b"").replace(
-    b"- `mkdir sessions/<name>` creates a session; nothing", b"- Nothing")
+    b"- `mkdir sessions/<name>` creates a session; nothing", b"- Nothing").replace(
+    b"- `usage/daily.json`, `by-model`, `by-project`, `by-agent` (`.json` and `.md`): tokens and\n"
+    b"  cost over every session (UTC days); each session's own is `derived/usage.json`.\n",
+    b"- `derived/usage.json`: this session's tokens, tool calls and cost.\n")
 
 
 @dataclass(frozen=True, slots=True)

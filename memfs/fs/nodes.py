@@ -38,11 +38,13 @@ class K(enum.Enum):
     TURN = "turn"  # <s>/derived/turns/<n>.jsonl
     SEARCH = "search"  # search/ or <s>/search/
     QUERY = "query"  # search/<query>
+    USAGE = "usage"  # usage/ (a whole store's mount only)
+    USAGE_FILE = "usage_file"  # usage/<name>: daily.json, by-model.md, ...
 
 
-DIR_KINDS = frozenset({K.ROOT, K.SESSIONS, K.SESSION, K.INDEX, K.DERIVED, K.TURNS, K.SEARCH})
+DIR_KINDS = frozenset({K.ROOT, K.SESSIONS, K.SESSION, K.INDEX, K.DERIVED, K.TURNS, K.SEARCH, K.USAGE})
 # Files generated at open into a per-handle snapshot.
-DYNAMIC_KINDS = frozenset({K.README, K.MANIFEST, K.TURNS_JSON, K.VIEW, K.TURN, K.QUERY})
+DYNAMIC_KINDS = frozenset({K.README, K.MANIFEST, K.TURNS_JSON, K.VIEW, K.TURN, K.QUERY, K.USAGE_FILE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +77,8 @@ def child(parent: Node, name: str, single_session: bool) -> Node | None:
     sessions, views or turns: the caller asks the library)."""
     kind, s = parent.kind, parent.session
     if kind is K.ROOT:
-        return {"README.md": Node(K.README), "sessions": Node(K.SESSIONS), "search": Node(K.SEARCH)}.get(name)
+        return {"README.md": Node(K.README), "sessions": Node(K.SESSIONS), "search": Node(K.SEARCH),
+                "usage": Node(K.USAGE)}.get(name)
     if kind is K.SESSIONS:
         return Node(K.SESSION, name)
     if kind is K.SESSION:
@@ -94,6 +97,8 @@ def child(parent: Node, name: str, single_session: bool) -> Node | None:
         return None
     if kind is K.SEARCH:
         return Node(K.QUERY, s, name)
+    if kind is K.USAGE:
+        return Node(K.USAGE_FILE, None, name)
     return None
 
 

@@ -199,6 +199,8 @@ class Operations(pyfuse3.Operations):
 
     def _slow(self, node: Node) -> bool:
         """Whether the size or content of ``node`` is computed on a worker thread."""
+        if node.kind is K.USAGE_FILE:
+            return not self.tree.usage.current()
         return not self._inline(node) or (node.kind in SLOW_KINDS and not views.is_current(self.tree.session(node)))
 
     async def _attr(self, node: Node, inode: int | None = None) -> pyfuse3.EntryAttributes:
@@ -319,6 +321,7 @@ class Operations(pyfuse3.Operations):
     async def rmdir(self, parent_inode, name, ctx):
         session = self._session_entry(parent_inode, name)
         await self.off_loop(self.store.remove, session)
+        self.tree.usage.touch(session)
         self.ticks.untick(session)
         self.inodes.drop_session(session)
         views.forget(self.store.root / session)
@@ -394,7 +397,9 @@ class Operations(pyfuse3.Operations):
 
     @guarded
     def write(self, fh, off, buf):  # plain, not async: see guarded()
-        return self.writes.write(self.files[fh], off, buf)
+        handle = self.files[fh]
+        self.tree.usage.touch(handle.node.session)  # usage/ re-reads this session at its next read
+        return self.writes.write(handle, off, buf)
 
     @guarded
     async def flush(self, fh):

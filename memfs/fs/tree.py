@@ -19,6 +19,8 @@ from memfs.pace import as_worker
 from memfs.store.meta import parse_rfc3339
 from memfs.store.paths import refuse_symlink
 from memfs.store.session import SessionHandle
+from memfs.usage.aggregate import NAMES as USAGE_NAMES
+from memfs.usage.aggregate import Aggregator
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -36,6 +38,7 @@ class Tree:
         self.store = ops.store
         self.single = ops.opts.single_session
         self._mtimes: dict[Node, tuple[tuple[int, int], int]] = {}  # generated file → (content key, mtime)
+        self.usage = Aggregator(self.store)  # usage/ (SPEC §12), on a whole store's mount
 
     def session(self, node: Node) -> SessionHandle:
         return self.store.held(node.session) or self.store.open(node.session)
@@ -51,6 +54,8 @@ class Tree:
             return int(node.arg) in content.turn_numbers(self.session(node))
         if kind is K.QUERY:
             return content.parse_query(node.arg) is not None
+        if kind is K.USAGE_FILE:
+            return node.arg in USAGE_NAMES
         if kind is K.IMPORT_SOURCES:
             return refuse_symlink(self.backing(node)) is not None
         return True
@@ -72,7 +77,7 @@ class Tree:
         """A directory's entries now."""
         kind = node.kind
         if kind is K.ROOT:
-            names = ["README.md", "sessions", "search"]
+            names = ["README.md", "sessions", "search", "usage"]
         elif kind is K.SESSIONS:
             names = self.store.names()
         elif kind is K.SESSION:
@@ -83,6 +88,8 @@ class Tree:
             names = content.view_names(self.session(node)) + ["turns"]
         elif kind is K.TURNS:
             names = [f"{n}.jsonl" for n in content.turn_numbers(self.session(node))]
+        elif kind is K.USAGE:
+            names = list(USAGE_NAMES)
         else:  # search/: queries are not listed
             names = []
         single = self.single is not None
@@ -93,6 +100,8 @@ class Tree:
         kind = node.kind
         if kind is K.README:
             return content.SINGLE_README if self.single else content.README
+        if kind is K.USAGE_FILE:
+            return self.usage.content(node.arg)
         session = self.session(node)
         if kind is K.MANIFEST:
             return session.reads.manifest_json()
@@ -157,6 +166,8 @@ class Tree:
         """When a generated file's content last changed: the log's mtime when this server
         first saw it, or when it saw it change (so ``ls -lt`` sorts by recency and a second
         ``rsync -a`` finds nothing new)."""
+        if node.kind is K.USAGE_FILE:
+            return self.usage.mtime_ns
         key = (len(data), hash(data))
         seen = self._mtimes.get(node)
         if seen is not None and seen[0] == key:

@@ -26,13 +26,17 @@ USAGE_KEYS = ("input_tokens", "cached_input_tokens", "output_tokens")
 
 
 def usage_of(u: Any) -> dict:
-    """The token counters of a Codex ``TokenUsage`` this family has a place for."""
+    """The token counters of a Codex ``TokenUsage`` this family has a place for, and its
+    ``reasoning_output_tokens`` when there are any (part of output; memfs.usage reports them)."""
     out = {}
     if isinstance(u, dict):
         for key in USAGE_KEYS:
             v = u.get(key)
             if type(v) is int and v >= 0:
                 out[key] = v
+        reasoning = u.get("reasoning_output_tokens")
+        if type(reasoning) is int and reasoning > 0:
+            out["reasoning_output_tokens"] = reasoning
     return out
 
 

@@ -64,6 +64,7 @@ def usage_of(tokens: Any) -> dict:
     thoughts = tokens.get("thoughts")
     if type(thoughts) is int and thoughts > 0:
         out["output_tokens"] = out.get("output_tokens", 0) + thoughts
+        out["reasoning_output_tokens"] = thoughts  # (part of output: memfs.usage reports them)
     return out
 
 

@@ -19,8 +19,9 @@ Decisions recorded here:
   ``--project P`` matches a session whose project is ``P``, whose project's basename is ``P``,
   or whose cwd or project is ``P`` (made absolute) or under it.
 * **title** is ``about.json``'s ``title``, else one made from its ``first_prompt``.
-* **tokens** (input + output) and **cost** are ``None`` (``-``) until a per-session usage total
-  is kept where a listing can read it without the log (SPEC §12's ``derived/usage.json``).
+* **tokens** (every token: input, cache reads and writes, output) and **cost** (USD, ``-`` when a
+  model has no price) are the session's totals in ``derived/usage.json`` (SPEC §12), which the
+  command passes in (``usage``: ``{name: total}``, :mod:`memfs.usage`); ``-`` without one.
 * **--since** compares the last activity (``updated_at``, as the listing sorts): an RFC 3339
   date or time (UTC when it has no offset) or an age such as ``7d``, ``12h``, ``30m``, ``2w``.
 * The JSON entry is the listing's fields with every ``about.json`` field beside them; ``agent``
@@ -139,22 +140,31 @@ class Filter:
         return self.project is None or project_matches(info, self.project)
 
 
-def entry(info) -> dict:
+def _usd(value) -> str:
+    if value is None:
+        return "-"
+    return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.4f}" if value >= 0.0001 else "<$0.0001"
+
+
+def entry(info, total: dict | None = None) -> dict:
     """The ``--json`` entry of a session (see the module docstring)."""
     d = info.to_dict()
     d["status"], d["manifest_status"] = status(info), info.status
     for key, value in info.about.items():
         d.setdefault(key, value)  # agent and status: the ones shown (about.json's when it has them)
-    d["tokens"] = None  # input + output: not known without the log yet (SPEC §12)
-    d["cost_usd"] = None
+    d["tokens"] = total["tokens"]["total"] if total else None  # SPEC §12: derived/usage.json
+    d["cost_usd"] = total.get("cost_usd") if total else None
+    if total and total.get("cost_reason"):
+        d["cost_reason"] = total["cost_reason"]
     return d
 
 
-def rows(infos, columns: int) -> list[list[str]]:
+def rows(infos, columns: int, usage: dict | None = None) -> list[list[str]]:
     """The table: :data:`HEADER` and one row per session, the titles cut so that a row fits
     ``columns`` characters when it can (the session name is never cut: commands take it)."""
     table = [list(HEADER)]
     for s in infos:
+        total = (usage or {}).get(s.name)
         proj = project(s)
         name = s.name if s.session_id == s.name else f"{s.name} ({one_line(s.session_id)})"
         table.append([
@@ -162,7 +172,8 @@ def rows(infos, columns: int) -> list[list[str]]:
             cut(one_line(s.agent), WORD_CHARS),
             cut(one_line(os.path.basename(proj.rstrip("/")) or proj), PROJECT_CHARS) if proj else "-",
             one_line(title(s) or "") or "-",
-            str(s.turn_count), cut(one_line(status(s)), WORD_CHARS), "-", "-", name])
+            str(s.turn_count), cut(one_line(status(s)), WORD_CHARS),
+            f"{total['tokens']['total']:,}" if total else "-", _usd(total.get("cost_usd")) if total else "-", name])
     widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
     rest = sum(widths) - widths[TITLE_COLUMN] + 2 * (len(HEADER) - 1)
     room = max(MIN_TITLE, columns - rest)

@@ -51,10 +51,11 @@ from memfs.views.memory import indented, load_evicted_facts, real_derived_dir
 from memfs.views.trajectory import Trajectory
 
 VIEW_NAMES = ("memory.json", "trajectory.jsonl", "summary.md", "progress.json", "progress.md", "goal.json",
-              "context.md", "transcript.md")
+              "context.md", "transcript.md", "usage.json")
 TURNS_DIR = "turns"
 # they begin with index/about.json, or take the goal from it (a prompt a later capture knew)
-ABOUT_VIEWS = frozenset(("summary.md", "context.md", "progress.json", "progress.md", "transcript.md"))
+ABOUT_VIEWS = frozenset(("summary.md", "context.md", "progress.json", "progress.md", "transcript.md",
+                         "usage.json"))
 
 
 # Folding this many bytes or more pauses the cyclic garbage collector (see _gc_paused).
@@ -346,6 +347,13 @@ def _context(st: ViewState, handle) -> bytes:
     return st.context(handle, context.DEFAULT_BUDGET).encode()
 
 
+def _usage(st: ViewState, handle) -> bytes:
+    from memfs.usage import view as usage_view
+
+    source = {**st.source(), "about": usage_view.about_stamp(st.path)}
+    return usage_view.render(handle.session_id, st.fold, st.about, handle.reads.turn_times(), st.created_at, source)
+
+
 _RENDERERS = {
     "memory.json": _memory,
     "trajectory.jsonl": _trajectory,
@@ -355,6 +363,7 @@ _RENDERERS = {
     "goal.json": _goal,
     "context.md": _context,
     "transcript.md": transcript.render,  # (incremental per turn: memfs.views.transcript)
+    "usage.json": _usage,
 }
 assert tuple(_RENDERERS) == VIEW_NAMES
 

@@ -21,6 +21,7 @@ from memfs.events import Kind, decode_stored
 from memfs.facts import event_facts, failure_message, mcp_call, todo_entries
 from memfs.store.machine import TurnState, apply
 from memfs.store.meta import ABANDONED, COMPLETED, FAILED, TurnIndex
+from memfs.usage import calls
 from memfs.views.goal import GoalTracker
 from memfs.views.memory import FactList
 from memfs.views.progress import Ledger
@@ -48,6 +49,19 @@ def command_notes(about: dict) -> dict:
                 status = note.get("status")
                 out[iid] = {"exit_code": note["exit_code"], **({"status": status} if type(status) is str else {})}
     return out
+
+
+def _tokens(usage) -> list[int]:
+    """A Usage object's counters plus reasoning (see :meth:`Fold._turn_usage`)."""
+    acc = [0, 0, 0, 0, 0]
+    add_usage(acc, usage)
+    if type(usage) is dict:
+        write, reasoning = usage.get("cache_write_input_tokens"), usage.get("reasoning_output_tokens")
+        if not acc[2] and type(write) is int and write > 0:
+            acc[2] = write
+        if type(reasoning) is int and reasoning > 0:
+            acc[4] = reasoning
+    return acc
 
 
 def prompt_text(item: dict) -> str | None:
@@ -86,6 +100,9 @@ class Fold:
         self.prompt: str | None = None  # first user prompt of the latest turn that has one
         self.thread: str | None = None  # the latest thread.started's thread id
         self.thread_totals: dict = {}  # thread id -> its running token total (Codex), see _turn_usage
+        self.item_started: dict[str, str] = {}  # tool call id -> its item.started's timestamp (durations)
+        self.agent_cost: float | None = None  # the agent's own cost (thread.completed total_cost_usd)
+        self._cost_run = 0.0  # the last total_cost_usd seen
         self._prompt_turn: int | None = 0  # the turn it came from (None: outside turns)
         self.lines = 0
         self.skipped = 0
@@ -136,8 +153,11 @@ class Fold:
                     self._completed_item(item, rec)
             elif etype in _ITEM_EVENTS:
                 item = event.get("item")
-                if type(item) is dict and item.get("type") in _PROGRESS_ITEMS:
-                    self._plan(item, rec)
+                if type(item) is dict:
+                    if item.get("type") in _PROGRESS_ITEMS:
+                        self._plan(item, rec)
+                    if etype == "item.started" and type(item.get("context")) is dict:
+                        self._call_started(item)
             elif etype in _ERROR_EVENTS or etype == "turn.completed":
                 if etype != "turn.completed":
                     turn = rec.ordinal if rec is not None else None
@@ -151,6 +171,8 @@ class Fold:
                 self.goal.apply(event, offset, self._stamp(event, rec))
             elif etype == "thread.started" and type(event.get("thread_id")) is str:
                 self.thread = event["thread_id"]
+            elif etype == "thread.completed":
+                self._reported_cost(event, rec if rec is not None else (records[-1] if records else None))
         self.lines += n
         self.skipped += skipped
         return end
@@ -200,10 +222,13 @@ class Fold:
         if usage is not None:
             tokens = self._turn_usage(event, usage)
             if rec is not None:
-                for i, n in enumerate(tokens):
-                    rec.usage[i] += n
-                    self.usage[i] += n
+                for i in range(4):
+                    rec.usage[i] += tokens[i]
+                    self.usage[i] += tokens[i]
+                rec.reasoning += tokens[4]
             self.goal.add_tokens(tokens[0] + tokens[3])
+        if rec is not None and type(event.get("model")) is str and event["model"]:
+            rec.model = event["model"]
         if etype != "turn.completed":
             self._error(rec, etype, failure_message(event))
         if etype == "turn.blocked" and rec is not None and not rec.stalled:
@@ -220,13 +245,13 @@ class Fold:
         a translated rollout's close carries it as ``thread_usage`` beside the usage it saw
         grow (which, on a later page of a paginated rollout, is the whole total again). Either
         way the turn's own is the total's growth since the thread's previous close, when that
-        is known and no counter went down (else: the close's own ``usage``)."""
-        tokens = [0, 0, 0, 0]
-        add_usage(tokens, usage)
+        is known and no counter went down (else: the close's own ``usage``). Five counters: the
+        Usage fields, then reasoning tokens (Codex ``reasoning_output_tokens``, part of output);
+        Codex's ``cache_write_input_tokens`` stands for ``cache_creation_tokens``."""
+        tokens = _tokens(usage)
         total = event.get("thread_usage")
         if type(total) is dict:
-            current = [0, 0, 0, 0]
-            add_usage(current, total)
+            current = _tokens(total)
         elif self.origin.agent == CODEX:
             current = tokens[:]
         else:
@@ -236,6 +261,26 @@ class Fold:
         if before is not None and all(n >= b for n, b in zip(current, before)):
             return [n - b for n, b in zip(current, before)]
         return tokens
+
+    def _call_started(self, item: dict) -> None:
+        at = calls.item_time(item)
+        iid = item.get("id")
+        if at is not None and type(iid) is str and item.get("type") in calls.TOOL_ITEMS:
+            if len(self.item_started) > 1024:  # started and never completed: forget the oldest
+                del self.item_started[next(iter(self.item_started))]
+            self.item_started.setdefault(iid, at)
+
+    def _reported_cost(self, event: dict, rec: TurnRecord | None) -> None:
+        """Claude's ``total_cost_usd`` is the conversation's running cost (a resumed run carries
+        it on): the turn's is its growth; a smaller one starts a new count (a run that did not)."""
+        usd = event.get("total_cost_usd")
+        if type(usd) in (int, float) and usd >= 0:
+            before = self._cost_run
+            own = usd - before if usd >= before else usd
+            self._cost_run = usd
+            self.agent_cost = (self.agent_cost or 0.0) + own
+            if rec is not None:
+                rec.agent_cost = (rec.agent_cost or 0.0) + own
 
     def _plan(self, item: dict, rec: TurnRecord | None) -> None:
         """A ``plan`` or ``todo_list`` item: the milestones, whichever came last."""
@@ -285,6 +330,9 @@ class Fold:
             return
         if rec is not None:
             rec.item_types[itype] = rec.item_types.get(itype, 0) + 1
+            if itype in calls.TOOL_ITEMS:
+                iid = item.get("id")
+                calls.note(rec.tools, item, self.item_started.pop(iid, None) if type(iid) is str else None)
         if itype == "agent_message":
             text = item.get("text")
             if type(text) is str:

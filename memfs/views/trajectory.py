@@ -61,7 +61,8 @@ class TurnRecord:
     """What the views accumulate about one turn beyond the state machine's index entry."""
 
     __slots__ = ("ordinal", "usage", "item_types", "commands", "files", "errors", "last_message",
-                 "started_at", "completed_at", "stalled", "done_at_start")
+                 "started_at", "completed_at", "stalled", "done_at_start", "reasoning", "model", "tools",
+                 "agent_cost")
 
     def __init__(self, ordinal: int, started_at: str | None, done_at_start: frozenset):
         self.ordinal = ordinal
@@ -75,6 +76,10 @@ class TurnRecord:
         self.completed_at: str | None = None
         self.stalled = False  # progress: this turn already counted as a stall
         self.done_at_start = done_at_start  # progress: milestones done when it opened
+        self.reasoning = 0  # usage (memfs.usage): reasoning tokens, part of output
+        self.model: str | None = None  # the model its events name, if any
+        self.tools: dict[str, list] = {}  # tool calls by tool (memfs.usage.calls)
+        self.agent_cost: float | None = None  # the agent's own cost (Claude total_cost_usd)
 
 
 def turn_line(state: TurnState, i: int, rec: TurnRecord, times: tuple | None = None) -> bytes:

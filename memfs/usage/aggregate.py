@@ -1,0 +1,179 @@
+"""The mount's root ``usage/`` (SPEC §12): ``daily``, ``by-model``, ``by-project``, ``by-agent``,
+each as ``.json`` (what ``memfs usage --by … --json`` prints) and ``.md``.
+
+:class:`Aggregator` holds every session's contribution (:class:`memfs.usage.reporting.Contribution`)
+and the sums of each grouping (:class:`memfs.usage.reporting.Groups`). It is built on the first
+read of a ``usage/`` file (:func:`memfs.usage.reporting.contributions`: the store-level index, each
+session's current ``derived/usage.json`` copy, or its log where both are stale). After that a changed session is re-read alone and its old
+contribution swapped for its new one in every grouping — a cost of that session's new bytes
+(the views' fold is incremental) and of its few day-and-model rows, never a rescan of the store:
+
+* the filesystem calls :meth:`Aggregator.touch` for a session written through this mount (or
+  created or removed); the next read of a ``usage/`` file refreshes the sessions touched since;
+* sessions changed by another process (``memfs record``, ``import --follow``, another mount) are
+  found by a sweep of two ``lstat`` per session (the log's length, ``index/about.json``'s
+  identity against what the contribution was computed from), run on a background thread at
+  most every :data:`SWEEP` seconds while ``usage/`` is being read, in small batches with pauses
+  between them (its work at most :data:`SWEEP_DUTY` of its time, and of the time between two
+  sweeps: a large store is swept less often), so that the requests the mount serves meanwhile
+  do not wait behind it; a read shows what the last sweep found.
+
+Safe from any thread; one lock guards the sums (held while a touched session is refreshed).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+import orjson
+
+from memfs.errors import MemfsError
+from memfs.store.catalog import is_session_dir, is_session_entry, root_entries
+from memfs.usage.reporting import Contribution, Groups, contribution, contributions, markdown, stamp_now
+
+log = logging.getLogger("memfs.usage")
+
+FILES = {"daily": "day", "by-model": "model", "by-project": "project", "by-agent": "agent"}
+TITLES = {"daily": "Usage by day (UTC)", "by-model": "Usage by model", "by-project": "Usage by project",
+          "by-agent": "Usage by agent"}
+NAMES = tuple(f"{stem}.{ext}" for stem in FILES for ext in ("json", "md"))
+SWEEP = 2.0  # seconds between two sweeps for other processes' changes
+SWEEP_BATCH = 32  # sessions stat'ed between two pauses of a sweep (it never holds the GIL long)
+SWEEP_DUTY = 0.1  # a sweep works at most this share of its time, and of the time between two sweeps
+
+
+class Aggregator:
+    """The ``usage/`` files of a mount over ``store`` (a :class:`memfs.store.root.Store`)."""
+
+    def __init__(self, store):
+        self.store = store
+        self._lock = threading.Lock()
+        self._contrib: dict[str, Contribution] = {}
+        self._groups = {stem: Groups(by) for stem, by in FILES.items()}
+        self._loaded = False
+        self._dirty: set[str] = set()
+        self._generation = 0
+        self._rendered: dict[str, tuple[int, bytes]] = {}
+        self._swept = 0.0
+        self._interval = SWEEP  # grows with the work a sweep takes (SWEEP_DUTY)
+        self._sweeper: threading.Thread | None = None
+        self.mtime_ns = time.time_ns()  # when the sums last changed
+        self.refreshed = 0  # sessions re-read since the first load (tests, benchmarks)
+
+    # --- what the filesystem calls -------------------------------------------------------------
+
+    def touch(self, session: str) -> None:
+        """``session`` changed through this mount (an append, a mkdir, an rmdir)."""
+        self._dirty.add(session)
+
+    def current(self) -> bool:
+        """Whether reading a file now needs no refresh (no I/O): serve it inline."""
+        return self._loaded and not self._dirty and time.monotonic() - self._swept < self._interval
+
+    def content(self, name: str) -> bytes:
+        """The bytes of ``usage/<name>`` (one of :data:`NAMES`) now."""
+        stem, _, ext = name.rpartition(".")
+        if stem not in FILES or ext not in ("json", "md"):
+            raise FileNotFoundError(f"no usage file {name!r}")
+        with self._lock:
+            if not self._loaded:
+                self._load_all()
+            if self._dirty:
+                self._refresh(self._take_dirty())
+            self._sweep_later()
+            cached = self._rendered.get(name)
+            if cached is not None and cached[0] == self._generation:
+                return cached[1]
+            doc = self._groups[stem].to_dict()
+            data = (orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n" if ext == "json"
+                    else markdown(doc, TITLES[stem]).encode())
+            self._rendered[name] = (self._generation, data)
+            return data
+
+    # --- keeping the sums ---------------------------------------------------------------------
+
+    def _take_dirty(self) -> list[str]:
+        names = list(self._dirty)
+        self._dirty.difference_update(names)
+        return names
+
+    def _session(self, name: str) -> Contribution | None:
+        """The session's contribution now (None: it is gone or cannot be read)."""
+        from memfs.usage import session_usage
+
+        if not self.store.exists(name):
+            return None
+        try:
+            return contribution(name, session_usage(self.store.held(name) or self.store.open(name)))
+        except (MemfsError, OSError) as exc:
+            log.warning("%s: usage not counted: %s", name, exc)
+            return None
+
+    def _replace(self, name: str, new: Contribution | None) -> None:
+        old = self._contrib.pop(name, None)
+        if new is not None:
+            self._contrib[name] = new
+        if old is not None and new is not None and (old.agent, old.project, old.rows) == (new.agent, new.project,
+                                                                                          new.rows):
+            return  # same sums (a turn opened, a message came): nothing to redo
+        for groups in self._groups.values():
+            if old is not None:
+                groups.add(old, -1)
+            if new is not None:
+                groups.add(new, 1)
+        self._generation += 1
+        self.mtime_ns = max(time.time_ns(), self.mtime_ns + 1)
+
+    def _refresh(self, names) -> None:
+        for name in names:
+            self._replace(name, self._session(name))
+            self.refreshed += 1
+
+    def _load_all(self) -> None:
+        for name, c in contributions(self.store.root, write=not self.store.settings.read_only).items():
+            self._replace(name, c)
+        self._loaded = True
+        self._swept = time.monotonic()
+
+    # --- other processes' changes ---------------------------------------------------------------
+
+    def _sweep_later(self) -> None:
+        if time.monotonic() - self._swept < self._interval or (self._sweeper is not None and self._sweeper.is_alive()):
+            return
+        self._swept = time.monotonic()
+        self._sweeper = threading.Thread(target=self._sweep, name="memfs-usage-sweep", daemon=True)
+        self._sweeper.start()
+
+    def _sweep(self) -> None:
+        try:
+            root = self.store.root
+            top = os.fspath(root)
+            known = dict(self._contrib)
+            names, changed = set(), []
+            work, t = 0.0, time.perf_counter()
+            for i, entry in enumerate(root_entries(root)):
+                name = entry.name
+                if is_session_entry(entry) and is_session_dir(root / name):
+                    names.add(name)
+                    c = known.get(name)
+                    if c is None or c.stamp != stamp_now(os.path.join(top, name)):
+                        changed.append(name)
+                if i % SWEEP_BATCH == SWEEP_BATCH - 1:
+                    spent = time.perf_counter() - t
+                    work += spent
+                    time.sleep(spent * (1 / SWEEP_DUTY - 1))
+                    t = time.perf_counter()
+            work += time.perf_counter() - t
+            self._interval = max(SWEEP, work / SWEEP_DUTY)
+            changed += [n for n in known if n not in names]
+            if changed:
+                self._dirty.update(changed)
+                with self._lock:
+                    self._refresh(self._take_dirty())
+        except Exception:  # a sweep must never take the mount down; the next one tries again
+            log.exception("usage sweep failed")
+        finally:
+            self._swept = time.monotonic()

@@ -1,0 +1,335 @@
+"""Store-wide usage (SPEC §12): each session's contribution, grouped by day, model, project,
+agent or session, with totals — what ``memfs usage`` prints and the mount's ``usage/`` files hold.
+
+A session's **contribution** is the ``days`` rows of its ``derived/usage.json`` (one per UTC day
+and model: turns, tokens, cost) with its agent and project. It is read from the copy in the
+backing store when that copy is current — its ``source`` names the log length and the
+``index/about.json`` it was computed from, and its ``prices`` the table and overrides in force
+— else computed from the log (a read-only opening, the views' fold) and the copy replaced, so
+the next report reads one small file per session. To keep ``memfs usage`` over many sessions
+quick, every contribution is also kept in one store-level index, ``<store>/.usage-index.json``
+(hidden: never a session name; a cache, checked entry by entry against the two ``lstat`` of
+:func:`stamp_now`, thrown away whole when the price table or this format changes, rewritten
+atomically when a report found entries to redo).
+
+:class:`Groups` keeps sums per group that a contribution can be added to and taken out of
+again, which is how the mount updates its aggregates by one session's change
+(:mod:`memfs.usage.aggregate`). A group's cost is unknown (``null``, with the reason and how many
+rows had no price) as soon as one of its rows has no price: a partial sum would be a wrong number.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from memfs.errors import MemfsError
+from memfs.store.about import ABOUT
+from memfs.store.catalog import session_names
+from memfs.store.paths import DERIVED_DIR, EVENTS, atomic_write, open_nofollow, read_fd
+from memfs.usage import prices
+from memfs.usage.prices import TOKEN_KEYS
+from memfs.usage.view import VERSION
+
+BY = ("day", "model", "project", "agent", "session")
+VIEW = "usage.json"
+INDEX = ".usage-index.json"
+_KEYS = (*TOKEN_KEYS, "total")
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One day-and-model row of one session."""
+
+    day: str | None
+    model: str | None
+    turns: int
+    tokens: tuple[int, ...]  # in the order of _KEYS
+    cost: float | None
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Contribution:
+    """What one session adds to the aggregates."""
+
+    session: str
+    agent: str | None
+    project: str | None
+    rows: tuple[Row, ...]
+    stamp: tuple  # (events length, about.json identity) it was computed from
+
+
+def contribution(name: str, data: dict) -> Contribution:
+    """A session's contribution from its ``usage.json`` content."""
+    rows = []
+    for r in data.get("days") or ():
+        tokens = r.get("tokens") or {}
+        rows.append(Row(r.get("day"), r.get("model"), int(r.get("turns") or 0),
+                        tuple(int(tokens.get(k) or 0) for k in _KEYS), r.get("cost_usd"), r.get("cost_reason")))
+    source = data.get("source") or {}
+    about = source.get("about")
+    return Contribution(name, data.get("agent"), data.get("project"), tuple(rows),
+                        (source.get("events_len"), tuple(about) if about else None))
+
+
+def stamp_now(session_dir: str | Path) -> tuple:
+    """``(events length, about.json identity)`` of a session now (cheap: two ``lstat``)."""
+    d = os.fspath(session_dir)
+    try:
+        size = os.lstat(os.path.join(d, EVENTS)).st_size
+    except OSError:
+        size = None
+    try:
+        st = os.lstat(os.path.join(d, ABOUT))
+        about = (st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        about = None
+    return size, about
+
+
+def stored(session_dir: Path) -> dict | None:
+    """The backing store's ``derived/usage.json`` when it is current (else None)."""
+    try:
+        fd = open_nofollow(session_dir / DERIVED_DIR / VIEW, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            data = orjson.loads(read_fd(fd))
+        finally:
+            os.close(fd)
+    except (OSError, MemfsError, orjson.JSONDecodeError):
+        return None
+    if type(data) is not dict or data.get("version") != VERSION or data.get("prices") != prices.table().describe():
+        return None
+    source = data.get("source") or {}
+    about = source.get("about")
+    if (source.get("events_len"), tuple(about) if about else None) != stamp_now(session_dir):
+        return None
+    return data
+
+
+def compute(root: Path, name: str, write: bool = True) -> dict:
+    """A session's ``usage.json`` from its log (a read-only opening); the backing store's copy is
+    replaced when ``write`` and the store is writable."""
+    from memfs.store.session import open_session
+    from memfs.views import persist, render_view
+
+    with open_session(root, name, read_only=True) as handle:
+        data = render_view(handle, VIEW)
+    if write and os.access(root / name, os.W_OK):
+        persist.submit(root / name, VIEW, data)
+    return orjson.loads(data)
+
+
+def usage_of(root: Path, name: str) -> dict:
+    """A session's ``usage.json`` content: the current stored copy, else computed."""
+    data = stored(root / name)
+    return data if data is not None else compute(root, name)
+
+
+def load(root: Path, name: str, write: bool = True) -> Contribution:
+    data = stored(root / name)
+    if data is None:
+        data = compute(root, name, write)
+    return contribution(name, data)
+
+
+class _Acc:
+    __slots__ = ("sessions", "turns", "tokens", "usd", "unpriced", "reasons")
+
+    def __init__(self) -> None:
+        self.sessions: Counter = Counter()
+        self.turns = 0
+        self.tokens = [0] * len(_KEYS)
+        self.usd = 0.0
+        self.unpriced = 0
+        self.reasons: Counter = Counter()
+
+    def add(self, session: str, row: Row, sign: int) -> None:
+        self.sessions[session] += sign
+        if self.sessions[session] <= 0:
+            del self.sessions[session]
+        self.turns += sign * row.turns
+        for i, n in enumerate(row.tokens):
+            self.tokens[i] += sign * n
+        if row.cost is None:
+            self.unpriced += sign
+            self.reasons[row.reason or "no price"] += sign
+            if self.reasons[row.reason or "no price"] <= 0:
+                del self.reasons[row.reason or "no price"]
+        else:
+            self.usd += sign * row.cost
+
+    def empty(self) -> bool:
+        return not self.sessions
+
+    def to_dict(self) -> dict:
+        out = {"sessions": len(self.sessions), "turns": self.turns, "tokens": dict(zip(_KEYS, self.tokens))}
+        if self.unpriced:
+            reason = self.reasons.most_common(1)[0][0] if self.reasons else "no price"
+            out["cost_usd"] = None
+            out["cost_reason"] = f"{reason} ({self.unpriced} of the day-and-model rows)"
+        else:
+            out["cost_usd"] = round(self.usd, 6)
+        return out
+
+
+def _key(by: str, c: Contribution, row: Row):
+    if by == "day":
+        return row.day
+    if by == "model":
+        return row.model
+    if by == "project":
+        return c.project
+    if by == "agent":
+        return c.agent
+    return c.session
+
+
+class Groups:
+    """Sums of contributions per group of one grouping, updated by adding or taking out one
+    session's contribution (the cost of a change is that session's rows, not the store)."""
+
+    def __init__(self, by: str, since_day: str | None = None):
+        if by not in BY:
+            raise ValueError(f"--by must be one of {', '.join(BY)}, not {by!r}")
+        self.by = by
+        self.since_day = since_day
+        self.groups: dict = {}
+        self.total = _Acc()
+
+    def add(self, c: Contribution, sign: int = 1) -> None:
+        for row in c.rows:
+            if self.since_day is not None and (row.day is None or row.day < self.since_day):
+                continue
+            key = _key(self.by, c, row)
+            acc = self.groups.get(key)
+            if acc is None:
+                acc = self.groups[key] = _Acc()
+            acc.add(c.session, row, sign)
+            if acc.empty():
+                del self.groups[key]
+            self.total.add(c.session, row, sign)
+
+    def to_dict(self) -> dict:
+        """``{"by", "since", "rows", "totals", "prices"}``: rows by date for ``day``, else most
+        tokens first."""
+        items = list(self.groups.items())
+        if self.by == "day":
+            items.sort(key=lambda kv: kv[0] or "")
+        else:
+            items.sort(key=lambda kv: (-kv[1].tokens[-1], str(kv[0])))
+        rows = [{self.by: key, **acc.to_dict()} for key, acc in items]
+        return {"by": self.by, "since": self.since_day, "rows": rows, "totals": self.total.to_dict(),
+                "prices": prices.table().describe()}
+
+
+def since_day(since: float | None) -> str | None:
+    return time.strftime("%Y-%m-%d", time.gmtime(since)) if since is not None else None
+
+
+def _index_key() -> list:
+    return [VERSION, prices.table().describe()]
+
+
+def _read_index(root: Path) -> dict[str, Contribution]:
+    try:
+        fd = open_nofollow(root / INDEX, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            data = orjson.loads(read_fd(fd))
+        finally:
+            os.close(fd)
+        if type(data) is not dict or data.get("key") != _index_key():
+            return {}
+        out = {}
+        for name, (events_len, about, agent, project, rows) in data["sessions"].items():
+            out[name] = Contribution(name, agent, project, tuple(Row(r[0], r[1], r[2], tuple(r[3]), r[4], r[5])
+                                                                 for r in rows),
+                                     (events_len, tuple(about) if about else None))
+        return out
+    except (OSError, MemfsError, orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError):
+        return {}
+
+
+def _write_index(root: Path, contribs: dict[str, Contribution]) -> None:
+    if not os.access(root, os.W_OK):
+        return
+    sessions = {name: [c.stamp[0], c.stamp[1], c.agent, c.project,
+                       [[r.day, r.model, r.turns, r.tokens, r.cost, r.reason] for r in c.rows]]
+                for name, c in contribs.items()}
+    try:
+        atomic_write(root / INDEX, orjson.dumps({"key": _index_key(), "sessions": sessions}))
+    except (OSError, MemfsError):
+        pass  # a cache: the next report redoes what it would have saved
+
+
+def contributions(root: Path, write: bool = True) -> dict[str, Contribution]:
+    """Every session's contribution now: from the store-level index where its stamp still holds,
+    else from its ``derived/usage.json`` (or its log); the index and the copies are rewritten
+    where they were stale, unless ``write`` is false (a read-only mount writes nothing)."""
+    from memfs.views import persist
+
+    index = _read_index(root)
+    out: dict[str, Contribution] = {}
+    redone = False
+    top = os.fspath(root)
+    for name in session_names(root):
+        c = index.get(name)
+        if c is None or c.stamp != stamp_now(os.path.join(top, name)):
+            try:
+                c = load(root, name, write)
+            except (MemfsError, OSError):
+                continue  # a session that went away, or cannot be opened: the listing shows why
+            redone = True
+        out[name] = c
+    if write and (redone or len(out) != len(index)):
+        persist.flush()
+        _write_index(root, out)
+    return out
+
+
+def report(store, by: str = "day", since: float | None = None) -> dict:
+    """See :func:`memfs.usage.report` (the package's function)."""
+    groups = Groups(by, since_day(since))
+    for c in contributions(Path(store)).values():
+        groups.add(c)
+    return groups.to_dict()
+
+
+# --- text ---------------------------------------------------------------------------------------
+
+COLUMNS = ("input", "output", "cache_creation", "cached_input", "total")
+TITLES = ("INPUT", "OUTPUT", "CACHE WRITE", "CACHE READ", "TOTAL TOKENS")
+
+
+def usd(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.4f}" if value >= 0.0001 else "<$0.0001"
+
+
+def table_rows(doc: dict) -> list[list[str]]:
+    """The text table of a report: a header, one line per row, a TOTAL line."""
+    by = doc["by"]
+    out = [[by.upper(), "SESSIONS", "TURNS", *TITLES, "COST"]]
+    for r in [*doc["rows"], {by: "TOTAL", **doc["totals"]}]:
+        key = r[by]
+        out.append([str(key) if key is not None else "-", str(r["sessions"]), str(r["turns"]),
+                    *(f"{r['tokens'][k]:,}" for k in COLUMNS), usd(r["cost_usd"])])
+    return out
+
+
+def markdown(doc: dict, title: str) -> str:
+    """A report as Markdown (the mount's ``usage/*.md``)."""
+    rows = table_rows(doc)
+    lines = [f"# {title}", "", f"Prices: {doc['prices']['name']} ({doc['prices']['date']}); days are UTC.", "",
+             "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows[1:]]
+    unpriced = [r for r in [*doc["rows"], doc["totals"]] if r.get("cost_reason")]
+    if unpriced:
+        lines += ["", f"No cost where a model has no price: {unpriced[-1]['cost_reason']}."]
+    return "\n".join(lines) + "\n"

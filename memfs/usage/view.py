@@ -1,0 +1,242 @@
+"""``derived/usage.json`` (SPEC §12): a session's tokens, tools, time and cost, per turn and in total.
+
+Rendered from the views' fold (:class:`memfs.views.fold.Fold`: per-turn usage with Claude's
+split messages counted once by the ingest and Codex's cumulative counts differenced, tool calls,
+models, the agent's reported cost) and the session's ``index/about.json`` (agent, project,
+model, and ``turn_notes`` usage a later capture knew for a turn that lacks it).
+
+Tokens are in one normal form whatever the agent (``tokens``: :data:`memfs.usage.prices.TOKEN_KEYS`
+plus ``total``): ``input`` is the input *not* read from or written to the cache (Claude reports
+it so; Codex, Gemini and native VT Code-family logs count cached and cache-written tokens inside
+``input_tokens``, and memfs subtracts them), ``cached_input`` cache reads, ``cache_creation``
+cache writes, ``output`` includes ``reasoning`` (reported apart where the agent does), ``total``
+= input + cached_input + cache_creation + output.
+
+Each turn is dated by its own record: its closing event's ``completed_at``, else its
+``turn.started`` timestamp; ``day`` is that instant's UTC date, ``wall_seconds`` start to end
+when both are there. When memfs received a turn (``index/turn-times.jsonl``) stands in only for
+a session no agent capture made (``index/about.json`` names no ``conversation_id``): a capture
+may be an import, whose arrival times say when the file was read, not when the turn ran. A turn
+with no time at all counts on the conversation's ``started_at`` (``index/about.json``), else on
+the session's creation day. The ``days`` list (one row per day and model) is what the store-wide
+aggregates (:mod:`memfs.usage.reporting`) add up; ``source`` says what the file was computed from,
+so a reader can tell a stale copy in the backing store.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import weakref
+from pathlib import Path
+
+import orjson
+
+from memfs.store.about import ABOUT
+from memfs.store.meta import OUTCOME_NAMES, parse_rfc3339
+from memfs.usage import calls, prices
+from memfs.usage.prices import TOKEN_KEYS
+from memfs.views.memory import indented
+
+VERSION = 1
+CLAUDE = "claude"
+
+
+def about_stamp(session_dir: Path) -> list[int] | None:
+    """The identity of ``index/about.json`` now (None: absent)."""
+    try:
+        st = os.lstat(session_dir / ABOUT)
+    except OSError:
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def normal_tokens(raw: list[int], agent: str | None) -> dict:
+    """The fold's five counters (input, cached, creation, output, reasoning as recorded) in the
+    normal form of the module docstring."""
+    inp, cached, creation, output, reasoning = raw
+    if agent != CLAUDE:
+        inp = max(inp - cached - creation, 0)
+    tokens = {"input": inp, "cached_input": cached, "cache_creation": creation, "output": output,
+              "reasoning": reasoning}
+    tokens["total"] = inp + cached + creation + output
+    return tokens
+
+
+def _add(into: dict, tokens: dict) -> None:
+    for key in (*TOKEN_KEYS, "total"):
+        into[key] = into.get(key, 0) + tokens.get(key, 0)
+
+
+def _day(at: float | None) -> str | None:
+    return time.strftime("%Y-%m-%d", time.gmtime(at)) if at is not None else None
+
+
+def _note_usage(about: dict, ordinal: int) -> list[int] | None:
+    notes = about.get("turn_notes")
+    note = notes.get(str(ordinal)) if type(notes) is dict else None
+    usage = note.get("usage") if type(note) is dict else None
+    if type(usage) is not dict:
+        return None
+    from memfs.views.fold import _tokens
+
+    return _tokens(usage)
+
+
+class _Cost:
+    """A sum of costs that becomes unknown (None, with the first reason) once one part is."""
+
+    __slots__ = ("usd", "reason", "unpriced")
+
+    def __init__(self) -> None:
+        self.usd: float | None = 0.0
+        self.reason: str | None = None
+        self.unpriced = 0
+
+    def copy(self) -> _Cost:
+        out = _Cost()
+        out.usd, out.reason, out.unpriced = self.usd, self.reason, self.unpriced
+        return out
+
+    def add(self, usd: float | None, reason: str | None) -> None:
+        if usd is None:
+            self.unpriced += 1
+            self.reason = self.reason or reason
+            self.usd = None
+        elif self.usd is not None:
+            self.usd += usd
+
+    def fields(self, count: bool = True) -> dict:
+        if self.usd is None:
+            reason = f"{self.reason} ({self.unpriced} turns without a price)" if count else self.reason
+            return {"cost_usd": None, "cost_reason": reason}
+        return {"cost_usd": round(self.usd, 8)}
+
+
+class _Sums:
+    """What the turns add up to: totals, tools, cost, wall time, the day-and-model rows."""
+
+    __slots__ = ("turns", "tokens", "tools", "cost", "wall", "rows")
+
+    def __init__(self) -> None:
+        self.turns = 0
+        self.tokens: dict[str, int] = {}
+        self.tools: dict[str, list] = {}
+        self.cost = _Cost()
+        self.wall = 0.0
+        self.rows: dict[tuple, list] = {}  # (day, model) -> [turns, tokens, _Cost]
+
+    def add(self, turn: dict, tools: dict) -> None:
+        tokens, usd, reason = turn["tokens"], turn["cost_usd"], turn.get("cost_reason")
+        self.turns += 1
+        _add(self.tokens, tokens)
+        calls.merge(self.tools, tools)
+        self.cost.add(usd, reason)
+        self.wall += turn["wall_seconds"] or 0.0
+        row = self.rows.get((turn["day"], turn["model"]))
+        if row is None:
+            row = self.rows[(turn["day"], turn["model"])] = [0, {}, _Cost()]
+        row[0] += 1
+        _add(row[1], tokens)
+        row[2].add(usd, reason)
+
+    def copy(self) -> _Sums:
+        out = _Sums()
+        out.turns, out.tokens, out.wall = self.turns, dict(self.tokens), self.wall
+        out.tools = {name: [c, f, list(ms)] for name, (c, f, ms) in self.tools.items()}
+        out.cost = self.cost.copy()
+        out.rows = {key: [n, dict(tokens), cost.copy()] for key, (n, tokens, cost) in self.rows.items()}
+        return out
+
+
+class _Turns:
+    """The rendered turns of one fold but its last (which may still change: its close, the
+    agent's cost reported after it), with their sums: a render adds only the turns closed since."""
+
+    __slots__ = ("about", "used", "chunks", "sums", "__weakref__")
+
+    def __init__(self, about: dict):
+        self.about = about
+        self.used: dict[int, tuple] = {}  # recorded arrival times the rendered turns took
+        self.chunks: list[bytes] = []
+        self.sums = _Sums()
+
+    def valid(self, about: dict, times: dict) -> bool:
+        return about is self.about and all(times.get(n) == t for n, t in self.used.items())
+
+
+_TURNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Fold -> _Turns
+
+
+def _turn(rec, i: int, ctx: dict) -> dict:
+    raw = [*rec.usage, rec.reasoning]
+    if not any(raw):
+        raw = _note_usage(ctx["about"], rec.ordinal) or raw
+    tokens = normal_tokens(raw, ctx["agent"])
+    model = rec.model or ctx["model"]
+    started, completed = rec.started_at, rec.completed_at
+    if ctx["native"] and started is None and completed is None:
+        recorded = ctx["times"].get(rec.ordinal)
+        if recorded is not None:
+            ctx["used"][rec.ordinal] = recorded
+            started, completed = recorded
+    t0 = parse_rfc3339(started) if started else None
+    t1 = parse_rfc3339(completed) if completed else None
+    seconds = round(t1 - t0, 3) if t0 is not None and t1 is not None and t1 >= t0 else None
+    usd, reason = prices.cost(tokens, model)
+    outcome = ctx["index"].outcome
+    turn = {"turn": rec.ordinal, "outcome": OUTCOME_NAMES[outcome[i]] if i < len(outcome) else "open",
+            "model": model, "day": _day(t1 if t1 is not None else t0 if t0 is not None else ctx["created"]),
+            "started_at": started, "completed_at": completed, "wall_seconds": seconds, "tokens": tokens,
+            "tools": calls.render(rec.tools), "cost_usd": usd}
+    if reason is not None:
+        turn["cost_reason"] = reason
+    turn["agent_cost_usd"] = None if rec.agent_cost is None else round(rec.agent_cost, 8)
+    return turn
+
+
+def render(session_id: str, fold, about: dict, times: dict, created_at: str, source: dict) -> bytes:
+    """The bytes of ``usage.json`` (pretty JSON, see the module docstring). Incremental: the
+    turns before the last are rendered once per fold and ``index/about.json`` version (and, for a
+    session no capture made, per version of the recorded arrival times)."""
+    agent = about.get("agent") if type(about.get("agent")) is str else fold.origin.agent
+    project = about.get("project") or about.get("cwd")
+    session_model = about.get("model") if type(about.get("model")) is str else None
+    started_at = about.get("started_at")
+    native = type(about.get("conversation_id")) is not str
+    ctx = {"about": about, "agent": agent, "model": session_model, "native": native, "times": times,
+           "index": fold.turns.index,
+           "created": (parse_rfc3339(started_at) if type(started_at) is str else None) or (
+               parse_rfc3339(created_at) if created_at else None)}
+    cache = _TURNS.get(fold)
+    if cache is None or not cache.valid(about, times):
+        cache = _TURNS[fold] = _Turns(about)
+    ctx["used"] = cache.used
+    records = fold.records
+    for i in range(len(cache.chunks), len(records) - 1):
+        turn = _turn(records[i], i, ctx)
+        cache.chunks.append(indented(turn, 2))
+        cache.sums.add(turn, records[i].tools)
+    chunks, sums = cache.chunks, cache.sums
+    if records:
+        ctx["used"] = {}  # the last turn is rendered afresh each time
+        last = _turn(records[-1], len(records) - 1, ctx)
+        chunks = [*chunks, indented(last, 2)]
+        sums = sums.copy()
+        sums.add(last, records[-1].tools)
+    days = [{"day": day, "model": model, "turns": n, "tokens": tokens, **cost.fields(count=False)}
+            for (day, model), (n, tokens, cost) in sorted(sums.rows.items(), key=lambda kv: (kv[0][0] or "",
+                                                                                            kv[0][1] or ""))]
+    total = {"turns": sums.turns, "tokens": sums.tokens or normal_tokens([0] * 5, agent),
+             "wall_seconds": round(sums.wall, 3), "tools": calls.render(sums.tools), **sums.cost.fields(),
+             "agent_cost_usd": None if fold.agent_cost is None else round(fold.agent_cost, 8)}
+    doc = {"session_id": session_id, "version": VERSION, "agent": agent,
+           "project": project if type(project) is str else None, "model": session_model,
+           "prices": prices.table().describe(), "total": total, "days": days, "source": source, "turns": _SLOT}
+    head = indented(doc, 0)
+    body = b"[\n    " + b",\n    ".join(chunks) + b"\n  ]" if chunks else b"[]"
+    return head.replace(_SLOT_JSON, body, 1) + b"\n"
+
+
+_SLOT = "\x00turns\x00"
+_SLOT_JSON = orjson.dumps(_SLOT)
