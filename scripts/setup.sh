@@ -2,7 +2,7 @@
 # setup.sh — idempotent set-up of a Debian machine for memfs:
 #   1. FUSE userland + build deps via apt (fuse3, libfuse3-dev, pkg-config, bubblewrap, and attr
 #      for getfattr), only if something is missing;
-#   2. a virtualenv at .venv (system python3 >= 3.11, or $PYTHON) with `pip install -e '.[test,cluster,lint]'`
+#   2. a virtualenv at .venv (system python3 >= 3.11, or $PYTHON) with `pip install -e '.[test,cluster,lint,mcp]'`
 #      (pyfuse3 is built from source against the libfuse3 headers; memfs itself is pure Python,
 #      docs/design.md says why).
 # Re-runs are fast: pip runs only when pyproject.toml changed since the last successful install.
@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-extras=(test cluster lint)  # cluster: nats-py + nats-server for the cluster tests (SPEC §9); lint: ruff, mypy
+extras=(test cluster lint mcp)  # cluster: nats-py + nats-server for the cluster tests (SPEC §9); lint: ruff, mypy; mcp: memfs mcp
 for arg in "$@"; do
   case "$arg" in
     --bench) extras+=(bench) ;;

@@ -35,6 +35,7 @@ import sys
 import memfs
 from memfs.cli import export as export_command
 from memfs.cli import fork as fork_command
+from memfs.cli import mcp as mcp_command
 from memfs.cli import mount, ops, sessions, write
 from memfs.cli import usage as usage_command
 from memfs.cli.common import Commands, _reason, _Usage
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     fork_command.register(commands)
     sessions.register_search(commands)
     ops.register(commands)
+    mcp_command.register(commands)
     usage_command.register(commands)
     return parser
 
