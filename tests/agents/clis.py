@@ -170,7 +170,10 @@ class Codex(Agent):
         if self.options.get("mcp"):
             cmd = mcp_server_command()
             lines += ["[mcp_servers.notes]", f"command = {json.dumps(cmd[0])}", f"args = {json.dumps(cmd[1:])}",
-                      f"env = {{ NOTES_MCP_LOG = {json.dumps(str(self.mcp_log))} }}", ""]
+                      f"env = {{ NOTES_MCP_LOG = {json.dumps(str(self.mcp_log))} }}",
+                      # Codex waits for a required server before its first request; else a server slow to
+                      # start on a loaded machine is left out of the tools the model is offered
+                      "required = true", "startup_timeout_sec = 60", ""]
         (codex_home / "config.toml").write_text("\n".join(lines))
 
     def env(self):
