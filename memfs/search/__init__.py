@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from memfs._lazy import lazy_exports
 from memfs.search.bm25 import recency_factor
 from memfs.search.index import DEFAULT_MAX_RESULTS, DEFAULT_MIN_SCORE, MAX_RESULTS, SearchIndex
@@ -33,5 +35,13 @@ _EXPORTS = {
 __all__ = [*_EXPORTS, "DEFAULT_MAX_RESULTS", "DEFAULT_MIN_SCORE", "MAX_QUERY_TOKENS", "MAX_RESULTS",
            "SearchIndex", "query_tokens", "recency_factor", "tokenize"]
 
+
+if TYPE_CHECKING:  # (what the lazy names are, for the type checker)
+    from memfs.search.options import SearchOptions as SearchOptions
+    from memfs.search.options import parse_options as parse_options
+    from memfs.search.searcher import created_at_of as created_at_of
+    from memfs.search.searcher import search_store as search_store
+    from memfs.search.searcher import store_searcher as store_searcher
+    from memfs.search.searcher import sync_from_handle as sync_from_handle
 
 __getattr__ = lazy_exports(globals(), _EXPORTS)  # the store-backed names, imported on first use

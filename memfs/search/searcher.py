@@ -41,6 +41,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+from typing import Any, Protocol, cast
 
 from memfs.errors import BadQuery, MemfsError, NotFound
 from memfs.search.analysis import analyzer
@@ -55,6 +56,17 @@ from memfs.store.root import Store, StoreSettings
 from memfs.store.session import SessionHandle
 
 Searcher = Callable[..., list]  # (query, session, k, min_score, options=None) -> results
+
+
+class StoreSearcher(Protocol):
+    """What :func:`store_searcher` returns: the search, and what the mount and tests look at."""
+
+    index: SearchIndex  # the default index (SPEC §5's analysis, facts only)
+    warm: Callable[[list[str]], None]  # index these sessions ahead of the first whole-store query
+    stats: Callable[[], dict]  # per index made so far: its sizes
+
+    def __call__(self, query: str, session: str | None = None, k: int | None = None,
+                 min_score: float | None = None, options: Any = None) -> list[dict]: ...
 
 log = logging.getLogger("memfs.search")
 
@@ -89,7 +101,7 @@ def sync_from_handle(index: SearchIndex, handle: SessionHandle) -> None:
 
 def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
                    min_score: float = DEFAULT_MIN_SCORE,
-                   defaults: SearchOptions | Mapping[str, str] | None = None) -> Searcher:
+                   defaults: SearchOptions | Mapping[str, str] | None = None) -> StoreSearcher:
     """A thread-safe ``searcher(query, session, k, min_score, options=None) -> [result]`` over
     ``store``.
 
@@ -248,10 +260,11 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
         return {"/".join((c.key[0], c.key[1], "facts+output" if c.key[2] else "facts")): c.index.stats()
                 for c in made}
 
-    searcher.index = default.index  # for introspection (stats, tests)
-    searcher.warm = warm
-    searcher.stats = stats
-    return searcher
+    made = cast(StoreSearcher, searcher)
+    made.index = default.index  # for introspection (stats, tests)
+    made.warm = warm
+    made.stats = stats
+    return made
 
 
 def search_store(root: str | os.PathLike, query: str, *, session: str | None = None,

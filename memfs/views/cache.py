@@ -120,7 +120,7 @@ class ViewState:
         self.created_at = ""
         self.folded_bytes = 0
         self.rebuilds = 0
-        self._rendered: dict[str, tuple[int, bytes]] = {}
+        self._rendered: dict[str, tuple[tuple[int, int], bytes]] = {}  # name -> (its epochs, its bytes)
         self._written: dict[str, bytes] = {}
         self._written_turns: dict[int, tuple] = {}
         self._touched: tuple[int, bytes] = (-1, b"[]")

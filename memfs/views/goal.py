@@ -66,7 +66,7 @@ class GoalTracker:
         self.status: str | None = None
         self.token_budget: int | None = None
         self.tokens_used = 0
-        self.created = None  # a progress.Stamp
+        self.created: str | int | None = None  # a progress.Stamp
         self.history: list[dict] = []
 
     def _note(self, etype: str, detail: str, offset: int) -> None:

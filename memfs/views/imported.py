@@ -131,7 +131,7 @@ def load_imported(session_dir: Path, facts: FactList) -> Imported:
         return NOTHING
     memory = _read(session_dir, found.get(MEMORY))
     trajectory = _read(session_dir, found.get(TRAJECTORY))
-    summary, touched = "", frozenset()
+    summary, touched = "", frozenset[str]()
     if memory is not None:
         try:
             obj = orjson.loads(memory)
