@@ -66,6 +66,12 @@ def session_files(i: int) -> tuple[bytes, bytes, bytes]:
              wrap({"type": "item.completed", "item": {"id": "m1", "type": "agent_message",
                                                       "text": f"Fixed the {word} handling in module {i % 997} ({name})."}}),
              wrap({"type": "turn.completed", "usage": {"input_tokens": 100 + i % 50, "output_tokens": 20}})]
+    return one_turn_session(name, lines)
+
+
+def one_turn_session(name: str, lines: list[bytes]) -> tuple[bytes, bytes, bytes]:
+    """The files of a session whose log is ``lines``: a thread start, then one completed turn
+    of three events."""
     log = b"".join(lines)
     start = len(lines[0])
     turns = orjson.dumps({"entries": [{"turn_number": 1, "start_offset": start, "end_offset": len(log),
@@ -76,8 +82,8 @@ def session_files(i: int) -> tuple[bytes, bytes, bytes]:
     return log, manifest, turns
 
 
-def build_store(store: Path, n: int) -> float:
-    """Write ``n`` sessions directly; seconds taken."""
+def build_store(store: Path, n: int, files=session_files) -> float:
+    """Write ``n`` sessions directly (``files(i)``: session ``i``'s files); seconds taken."""
     t = time.perf_counter()
     store.mkdir(mode=0o700, parents=True)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
@@ -85,7 +91,7 @@ def build_store(store: Path, n: int) -> float:
         d = store / f"s{i:06d}"
         os.mkdir(d, 0o700)
         os.mkdir(d / "index", 0o700)
-        for rel, data in zip(("events.jsonl", "manifest.json", "index/turns.json"), session_files(i)):
+        for rel, data in zip(("events.jsonl", "manifest.json", "index/turns.json"), files(i)):
             fd = os.open(d / rel, flags, 0o600)
             os.write(fd, data)
             os.close(fd)

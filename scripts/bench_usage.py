@@ -38,10 +38,9 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-import memfs  # noqa: E402
 
 from bench_fs import start_server, stop_server  # noqa: E402
-from bench_sessions import TS, wrap  # noqa: E402
+from bench_sessions import build_store, one_turn_session, wrap  # noqa: E402
 
 MODELS = ("gpt-5", "gpt-5-mini", "claude-sonnet-4-5", "gemini-2.5-pro")
 
@@ -56,32 +55,7 @@ def session_files(i: int) -> tuple[bytes, bytes, bytes]:
              wrap({"type": "turn.completed", "model": MODELS[i % len(MODELS)],
                    "completed_at": f"2026-11-{day:02d}T10:00:05Z",
                    "usage": {"input_tokens": 1000 + i % 500, "cached_input_tokens": 200, "output_tokens": 50}})]
-    log = b"".join(lines)
-    start = len(lines[0])
-    turns = orjson.dumps({"entries": [{"turn_number": 1, "start_offset": start, "end_offset": len(log),
-                                       "event_count": 3, "ts": TS, "outcome": "completed"}]})
-    manifest = orjson.dumps({"session_id": name, "schema_version": 1, "created_at": TS, "updated_at": TS,
-                             "turn_count": 1, "event_count": 4, "status": "active", "in_turn": False,
-                             "persisted_file_len": len(log), "retained_turn_base": 1})
-    return log, manifest, turns
-
-
-def build_store(store: Path, n: int) -> float:
-    t = time.perf_counter()
-    store.mkdir(mode=0o700, parents=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-    for i in range(n):
-        d = store / f"s{i:06d}"
-        os.mkdir(d, 0o700)
-        os.mkdir(d / "index", 0o700)
-        for rel, data in zip(("events.jsonl", "manifest.json", "index/turns.json"), session_files(i)):
-            fd = os.open(d / rel, flags, 0o600)
-            os.write(fd, data)
-            os.close(fd)
-    with memfs.open_session(store, "s000000", read_only=True) as h:
-        if not h.open_report.fast_path:
-            raise RuntimeError(f"generated session not trusted: {h.open_report}")
-    return time.perf_counter() - t
+    return one_turn_session(name, lines)
 
 
 def timed_usage(store: Path, *args: str) -> tuple[float, str]:
@@ -109,7 +83,7 @@ def pct(values: list[float], q: float) -> float:
 
 def run(n: int, reads: int, work: Path) -> dict:
     store, mnt = work / "store", work / "mnt"
-    r: dict = {"sessions": n, "build_s": build_store(store, n)}
+    r: dict = {"sessions": n, "build_s": build_store(store, n, session_files)}
     print(f"  {n:,} sessions written in {r['build_s']:.1f} s", flush=True)
     r["usage_first_s"], _ = timed_usage(store)
     runs = [timed_usage(store)[0] for _ in range(3)]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_min.sh — run the store, filesystem and search-mount tests against the *declared minimum*
+# test_min.sh — run the store, filesystem, search and usage tests against the *declared minimum*
 # versions of memfs's dependencies (pyproject.toml's ">=" floors, installed exactly), in a second
 # virtualenv, .venv-min. A floor that the suite does not pass on is a bug in pyproject.toml.
 # Re-runs are fast: the venv is rebuilt only when pyproject.toml changed. Arguments go to pytest.
@@ -29,7 +29,7 @@ if [[ "$(cat .venv-min/.stamp 2>/dev/null)" != "$stamp" ]] || ! .venv-min/bin/py
   echo "$stamp" > .venv-min/.stamp
 fi
 rc=0
-.venv-min/bin/python -m pytest -p no:cacheprovider "$@" tests/test_store*.py tests/test_fs*.py tests/test_search_mount.py \
+.venv-min/bin/python -m pytest -p no:cacheprovider "$@" tests/test_store*.py tests/test_fs*.py tests/test_search_mount.py tests/test_search_options.py tests/test_usage.py \
   || rc=$?
 if ((rc == 5)); then
   echo "test_min.sh: no tests were collected" >&2
