@@ -52,9 +52,12 @@ This directory is an AI coding agent's session memory, served by memfs.
 - `search/<query>` (per session, and at the top for all sessions) returns BM25 results as
   JSON lines; add `?k=3`, `?min_score=1.5` or `?format=text` to the name.
   More options, joined with `&`: `stem=english` (`failing` finds `failed`),
-  `stopwords=english`, `in=output|all` (search commands' outputs too), `agent=`,
-  `project=`, `status=failed|completed|open`, `since=7d`, `until=2026-01-31`, `session=`,
-  `distinct=session` (one result per session). Write `/` in a value as `%2F`.
+  `stopwords=english`, `in=output|all` (commands' outputs too; `all` also the prompts),
+  `agent=`, `project=`, `status=failed|completed|open`, `since=7d`, `until=2026-01-31`,
+  `session=`, `distinct=session` (one result per session). Write `/` in a value as `%2F`.
+  Which when: `search/test fail?stem=english&status=failed` (what failed, however it was
+  worded); `search/connection refused?in=output&since=7d` (words only in a command's output);
+  `search/retry loop?stem=english&in=all&distinct=session` (find the run: its best match each).
 - `usage/daily.json`, `by-model`, `by-project`, `by-agent` (`.json` and `.md`): tokens and
   cost over every session (UTC days); each session's own is `derived/usage.json`.
 - `mkdir sessions/<name>` creates a session; nothing can be truncated, renamed or deleted.
