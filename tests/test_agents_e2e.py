@@ -11,18 +11,16 @@ a failure instead when MEMFS_REQUIRE_AGENTS=1 (tests/test_agents_cli.py's rule).
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "agents"))
-from clis import AGENTS, Run  # noqa: E402
+from clis import AGENTS  # noqa: E402
+from clis import run_in_group as run  # noqa: E402
 from model_server import ModelServer  # noqa: E402
 
 from mounting import mounted, needs_fuse  # noqa: E402
@@ -32,24 +30,6 @@ MEMFS = [sys.executable, "-m", "memfs"]
 FIRST, SECOND = "Show me the changelog", "What is the project about?"
 ANSWERS = ["There is no CHANGELOG.md.", "It is a tiny demo project."]
 FAILED_FACT = re.compile(r"ran .*cat CHANGELOG\.md'? \(exit 1\)")  # Codex's stream: /bin/bash -lc '…'
-
-
-def run(argv: list[str], cwd: Path, env: dict, timeout: float = 90) -> Run:
-    """Run ``argv`` in its own process group; whatever happens, nothing of it is left running
-    (the group is killed by its id)."""
-    t = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the agent and anything it left behind
-        except ProcessLookupError:
-            pass
-        if proc.poll() is None:
-            proc.wait(5)
-    return Run(argv, str(cwd), env, proc.returncode, out, err, time.monotonic() - t)
 
 
 def memfs(*args: str) -> subprocess.CompletedProcess:

@@ -12,16 +12,13 @@ failure instead when MEMFS_REQUIRE_AGENTS=1 (tests/test_agents_cli.py's rule).""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "agents"))
-from clis import AGENTS  # noqa: E402
+from clis import AGENTS, run_in_group  # noqa: E402
 from model_server import ModelServer  # noqa: E402
 
 from export_helpers import FIXTURES, NATIVE, conversation, import_files, run, sessions  # noqa: E402
@@ -65,22 +62,6 @@ def _expected(store: Path, name: str) -> dict[str, list[str]]:
     return want
 
 
-def _resume(argv: list[str], cwd: Path, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run the CLI in its own process group; whatever happens, the group is killed by its id."""
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        if proc.poll() is None:
-            proc.wait(5)
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
-
-
 def _pairs_claude(messages: list[dict]) -> tuple[dict[str, int], dict[str, str]]:
     uses, results = {}, {}
     for i, message in enumerate(messages):
@@ -121,8 +102,8 @@ def test_the_real_cli_resumes_an_exported_session(source, target, tmp_path):
         if target == "codex":  # the provider this Codex is configured with, never another
             meta = json.loads(Path(exported["path"]).read_text().splitlines()[0])
             assert meta["payload"]["model_provider"] == "scripted"
-        resumed = _resume(cli.argv("next", resume=exported["conversation_id"]), cli.proj, cli.env())
-        assert resumed.returncode == 0, resumed.stderr.decode(errors="replace")[-3000:]
+        resumed = run_in_group(cli.argv("next", resume=exported["conversation_id"]), cli.proj, cli.env(), 120)
+        assert resumed.exit_code == 0, resumed.stderr.decode(errors="replace")[-3000:]
         assert ANSWER.encode() in resumed.stdout
         posts = [r for r in server.requests() if r["method"] == "POST"]
     assert posts, "the CLI sent no request"

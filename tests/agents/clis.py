@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -70,6 +71,24 @@ class Run:
     stdout: bytes
     stderr: bytes
     seconds: float
+
+
+def run_in_group(argv: list[str], cwd: Path, env: dict, timeout: float = 90) -> Run:
+    """Run ``argv`` in its own process group; whatever happens, nothing of it is left running
+    (the group is killed by its id)."""
+    t = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the agent and anything it left behind
+        except ProcessLookupError:
+            pass
+        if proc.poll() is None:
+            proc.wait(5)
+    return Run(argv, str(cwd), env, proc.returncode, out, err, time.monotonic() - t)
 
 
 @dataclass
