@@ -295,30 +295,42 @@ def capture(agent_name: str, scenario: str, spec: dict, root: Path, out: Path) -
     return ok
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run_scenarios(prog: str, description: str, scenarios: dict, root: Path, out: Path,
+                  wipe_root: bool = False) -> int:
+    """The command line of a capture script: ``--agent``, ``--scenario``, ``--root``, ``--out``;
+    each chosen scenario (a function of the agent giving its spec, or None where that agent
+    cannot play it) captured with :func:`capture`; exit status 1 if any failed. ``wipe_root``:
+    remove the sandbox directory afterwards."""
+    ap = argparse.ArgumentParser(prog=prog, description=description)
     ap.add_argument("--agent", action="append", choices=sorted(AGENTS))
-    ap.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
-    ap.add_argument("--root", type=Path, default=Path("/tmp/memfs-agent-capture"),
+    ap.add_argument("--scenario", action="append", choices=sorted(scenarios))
+    ap.add_argument("--root", type=Path, default=root,
                     help="sandbox directory (wiped per scenario); default %(default)s")
-    ap.add_argument("--out", type=Path, default=FIXTURES)
+    ap.add_argument("--out", type=Path, default=out)
     args = ap.parse_args()
     why = installed()
     if why:
-        print(f"capture_fixtures: {why}", file=sys.stderr)
+        print(f"{prog}: {why}", file=sys.stderr)
         return 1
     failed = []
     for agent in args.agent or sorted(AGENTS):
-        for name in args.scenario or SCENARIOS:
-            spec = SCENARIOS[name](agent)
+        for name in args.scenario or scenarios:
+            spec = scenarios[name](agent)
             if spec is None:
                 continue
             print(f"{agent}/{name}: {spec['about']}")
             if not capture(agent, name, spec, args.root / agent / name, args.out / agent / name):
                 failed.append(f"{agent}/{name}")
+    if wipe_root:
+        shutil.rmtree(args.root, ignore_errors=True)
     if failed:
-        print(f"capture_fixtures: failed: {', '.join(failed)}", file=sys.stderr)
+        print(f"{prog}: failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def main() -> int:
+    return run_scenarios("capture_fixtures", __doc__.split("\n\n")[0], SCENARIOS,
+                         Path("/tmp/memfs-agent-capture"), FIXTURES)
 
 
 if __name__ == "__main__":

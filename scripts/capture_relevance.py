@@ -13,13 +13,11 @@ Usage: .venv/bin/python scripts/capture_relevance.py [--agent claude|codex|gemin
 
 from __future__ import annotations
 
-import argparse
-import shutil
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from capture_fixtures import AGENTS, call, capture, installed, shell, text  # noqa: E402
+from capture_fixtures import call, run_scenarios, shell, text  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "bench" / "relevance" / "captures"
 
@@ -164,28 +162,8 @@ SCENARIOS = {f.__name__: f for f in (unit_tests, retry_loop, build_rule, bad_con
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--agent", action="append", choices=sorted(AGENTS))
-    ap.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
-    ap.add_argument("--root", type=Path, default=Path("/tmp/memfs-relevance-capture"),
-                    help="sandbox directory (wiped per scenario); default %(default)s")
-    ap.add_argument("--out", type=Path, default=OUT)
-    args = ap.parse_args()
-    why = installed()
-    if why:
-        print(f"capture_relevance: {why}", file=sys.stderr)
-        return 1
-    failed = []
-    for agent in args.agent or sorted(AGENTS):
-        for name in args.scenario or SCENARIOS:
-            spec = SCENARIOS[name](agent)
-            print(f"{agent}/{name}: {spec['about']}")
-            if not capture(agent, name, spec, args.root / agent / name, args.out / agent / name):
-                failed.append(f"{agent}/{name}")
-    shutil.rmtree(args.root, ignore_errors=True)
-    if failed:
-        print(f"capture_relevance: failed: {', '.join(failed)}", file=sys.stderr)
-    return 1 if failed else 0
+    return run_scenarios("capture_relevance", __doc__.split("\n\n")[0], SCENARIOS,
+                         Path("/tmp/memfs-relevance-capture"), OUT, wipe_root=True)
 
 
 if __name__ == "__main__":
