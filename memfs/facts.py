@@ -23,6 +23,20 @@ MAX_FACT_BYTES = 512
 _CUT_BYTES = MAX_FACT_BYTES - len("…".encode())
 
 
+OUTPUT_HEAD = OUTPUT_TAIL = 2048  # bytes of a long tool output kept from its start and its end
+
+
+def bounded_output(text: str) -> str:
+    """A tool's output as stored in an item (``aggregated_output``, an output): whole when it
+    is at most :data:`OUTPUT_HEAD` + :data:`OUTPUT_TAIL` UTF-8 bytes, else its first and last
+    2 KiB (cut on character boundaries) joined by ``"\n…\n"``."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= OUTPUT_HEAD + OUTPUT_TAIL:
+        return text
+    return (data[:OUTPUT_HEAD].decode("utf-8", "ignore") + "\n…\n"
+            + data[-OUTPUT_TAIL:].decode("utf-8", "ignore"))
+
+
 def normalize_fact(text: str) -> str:
     """Collapse whitespace runs to one space, trim, and cut to ≤ 512 UTF-8 bytes with ``…``."""
     text = " ".join(text.split())

@@ -17,8 +17,8 @@ import pytest
 import Stemmer
 from memfs import open_session
 from memfs.errors import BadQuery
+from memfs.facts import OUTPUT_HEAD, OUTPUT_TAIL
 from memfs.search import SearchOptions, parse_options, search_store, store_searcher
-from memfs.search.outputs import EDGE_BYTES
 from memfs.store.root import Store
 
 from mounting import HAVE_FUSE, event, mounted, sh
@@ -236,7 +236,7 @@ def test_a_long_output_keeps_its_first_and_last_2_kib(tmp_path):
         results = search_store(root, word, options=SearchOptions(corpus="output"))
         assert bool(results) is found, word
     (r,) = search_store(root, "headword", options=SearchOptions(corpus="output"))
-    assert len(r["snippet"].encode()) <= 2 * EDGE_BYTES + len("\n…\n".encode())
+    assert len(r["snippet"].encode()) <= OUTPUT_HEAD + OUTPUT_TAIL + len("\n…\n".encode())
 
 
 # --- filters ----------------------------------------------------------------------------------------------

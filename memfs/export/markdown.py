@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from memfs.events import decode_stored
-from memfs.ingest import OUTPUT_HEAD, OUTPUT_TAIL
+from memfs.facts import OUTPUT_HEAD, OUTPUT_TAIL
 from memfs.store import about as about_file
 
 _FENCE = re.compile(r"`{3,}")

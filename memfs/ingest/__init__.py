@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from memfs.facts import OUTPUT_HEAD, OUTPUT_TAIL, bounded_output  # noqa: F401  (the ingest's names for them)
 from memfs.formats import (
     CLAUDE_METADATA_TYPES,
     CLAUDE_STREAM_TYPES,
@@ -67,20 +68,6 @@ def text_of(value: Any) -> str:
                 parts.append(block["text"])
         return "\n".join(parts)
     return ""
-
-
-OUTPUT_HEAD = OUTPUT_TAIL = 2048  # bytes of a long tool output kept from its start and its end
-
-
-def bounded_output(text: str) -> str:
-    """A tool's output as stored in an item (``aggregated_output``, an output): whole when it
-    is at most :data:`OUTPUT_HEAD` + :data:`OUTPUT_TAIL` UTF-8 bytes, else its first and last
-    2 KiB (cut on character boundaries) joined by ``"\n…\n"``."""
-    data = text.encode("utf-8", "surrogatepass")
-    if len(data) <= OUTPUT_HEAD + OUTPUT_TAIL:
-        return text
-    return (data[:OUTPUT_HEAD].decode("utf-8", "ignore") + "\n…\n"
-            + data[-OUTPUT_TAIL:].decode("utf-8", "ignore"))
 
 
 def child_session_name(parent: str | None, child: str) -> str | None:

@@ -5,7 +5,7 @@ and the ``in=all`` prompt documents: the user's prompts.
 ``aggregated_output``, an item's ``output`` (``tool_output``, the tools an import translated),
 an MCP call's result text and error message, an ``error`` item's message, and the reason of a
 ``turn.failed`` / ``turn.blocked`` / ``error`` event. Each is one document, cut to its first
-and last :data:`EDGE_BYTES` bytes (:func:`cut`). Empty (whitespace-only) texts are none.
+and last 2 KiB (:func:`memfs.facts.bounded_output`, as the ingest stores a long output). Empty (whitespace-only) texts are none.
 
 :class:`OutputLog` keeps one session's documents and follows its log: each call reads only
 the lines appended since the last one; a cap rewrite or another opening of the session starts
@@ -32,22 +32,10 @@ import itertools
 import threading
 
 from memfs.events import decode_stored
-from memfs.facts import failure_message
+from memfs.facts import bounded_output, failure_message
 
-EDGE_BYTES = 2048
 _FAILURES = ("turn.failed", "turn.blocked", "error")
 _generations = itertools.count(1)
-
-
-def cut(text: str) -> str:
-    """``text`` when it has at most 2 × :data:`EDGE_BYTES` UTF-8 bytes, else its first and last
-    :data:`EDGE_BYTES` bytes (whole characters) around ``"\\n…\\n"``."""
-    data = text.encode()
-    if len(data) <= 2 * EDGE_BYTES:
-        return text
-    head = data[:EDGE_BYTES].decode("utf-8", "ignore")
-    tail = data[-EDGE_BYTES:].decode("utf-8", "ignore")
-    return f"{head}\n…\n{tail}"
 
 
 def _mcp_texts(item: dict) -> list:
@@ -82,7 +70,7 @@ def event_outputs(event: dict) -> list[str]:
         texts = [failure_message(event)]
     else:
         return []
-    return [cut(t) for t in texts if type(t) is str and t.strip()]
+    return [bounded_output(t) for t in texts if type(t) is str and t.strip()]
 
 
 def event_prompt(event: dict) -> str | None:
@@ -99,7 +87,7 @@ def event_prompt(event: dict) -> str | None:
         item = event.get("item")
         if type(item) is dict and item.get("type") == "user_message":
             text = prompt_text(item)
-    return cut(text) if type(text) is str and text.strip() else None
+    return bounded_output(text) if type(text) is str and text.strip() else None
 
 
 class OutputLog:
@@ -167,10 +155,10 @@ class OutputLog:
             for key, note in sorted((notes if type(notes) is dict else {}).items()):
                 text = note.get("prompt") if type(note) is dict else None
                 if (key.isdigit() and int(key) not in self._prompted and type(text) is str and text.strip()):
-                    extra.append({"fact": cut(text), "turn": int(key), "offset": None})
+                    extra.append({"fact": bounded_output(text), "turn": int(key), "offset": None})
             first = meta.get("first_prompt")
             if not self.prompts and not extra and type(first) is str and first.strip():
-                extra.append({"fact": cut(first), "turn": None, "offset": None})
+                extra.append({"fact": bounded_output(first), "turn": None, "offset": None})
             extra.sort(key=lambda d: -1 if d["turn"] is None else int(d["turn"]))
             return self.prompts + extra, (self.generation, tuple(d["turn"] for d in extra))
 
