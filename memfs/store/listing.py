@@ -140,7 +140,8 @@ class Filter:
         return self.project is None or project_matches(info, self.project)
 
 
-def _usd(value) -> str:
+def usd(value: float | None) -> str:
+    """A cost in USD as a listing or a usage table shows it (``-`` for none)."""
     if value is None:
         return "-"
     return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.4f}" if value >= 0.0001 else "<$0.0001"
@@ -173,7 +174,7 @@ def rows(infos, columns: int, usage: dict | None = None) -> list[list[str]]:
             cut(one_line(os.path.basename(proj.rstrip("/")) or proj), PROJECT_CHARS) if proj else "-",
             one_line(title(s) or "") or "-",
             str(s.turn_count), cut(one_line(status(s)), WORD_CHARS),
-            f"{total['tokens']['total']:,}" if total else "-", _usd(total.get("cost_usd")) if total else "-", name])
+            f"{total['tokens']['total']:,}" if total else "-", usd(total.get("cost_usd")) if total else "-", name])
     widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
     rest = sum(widths) - widths[TITLE_COLUMN] + 2 * (len(HEADER) - 1)
     room = max(MIN_TITLE, columns - rest)

@@ -31,6 +31,7 @@ import orjson
 from memfs.errors import MemfsError
 from memfs.store.about import ABOUT
 from memfs.store.catalog import session_names
+from memfs.store.listing import usd
 from memfs.store.paths import DERIVED_DIR, EVENTS, atomic_write, open_nofollow, read_fd
 from memfs.usage import prices
 from memfs.usage.prices import TOKEN_KEYS
@@ -304,12 +305,6 @@ def report(store, by: str = "day", since: float | None = None) -> dict:
 
 COLUMNS = ("input", "output", "cache_creation", "cached_input", "total")
 TITLES = ("INPUT", "OUTPUT", "CACHE WRITE", "CACHE READ", "TOTAL TOKENS")
-
-
-def usd(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.4f}" if value >= 0.0001 else "<$0.0001"
 
 
 def table_rows(doc: dict) -> list[list[str]]:
