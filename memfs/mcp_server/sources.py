@@ -84,7 +84,8 @@ def turn_events(data: bytes) -> list[dict]:
     return [orjson.loads(line) for line in data.splitlines() if line.strip()]
 
 
-def usage_since(args: GetUsageArgs) -> float | None:
+def since_of(args: GetUsageArgs | ListSessionsArgs) -> float | None:
+    """A call's ``since`` in seconds since the epoch (None without one), else :class:`ToolFailure`."""
     if args.since is None:
         return None
     try:
@@ -94,13 +95,7 @@ def usage_since(args: GetUsageArgs) -> float | None:
 
 
 def listing_filter(args: ListSessionsArgs) -> listing.Filter:
-    since = None
-    if args.since is not None:
-        try:
-            since = listing.parse_since(args.since)
-        except ValueError as exc:
-            raise ToolFailure(f"since: {exc}") from None
-    return listing.Filter(args.agent, args.project, args.status, since)
+    return listing.Filter(args.agent, args.project, args.status, since_of(args))
 
 
 def search_options(args: SearchArgs):
@@ -161,7 +156,7 @@ class StoreSource:
 
         if args.session is not None:
             return session_usage(self.handle(args.session))
-        return report(self.root, by=args.by, since=usage_since(args))
+        return report(self.root, by=args.by, since=since_of(args))
 
     def append(self, name: str, line: bytes) -> int:
         from memfs.store.batch import append_batch
