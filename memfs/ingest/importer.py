@@ -43,7 +43,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -168,6 +168,18 @@ def open_input(path: Path, limit: int = MAX_DECOMPRESSED):
     """The source's bytes: the file, or its decompressed content for ``*.zst`` (at most
     ``limit`` bytes: :class:`InputTooLarge` past it)."""
     return _Limited(path, limit) if compressed(path) else open(path, "rb")
+
+
+def _line_batches(f) -> Iterator[tuple[list[bytes], memoryview]]:
+    """``(lines, spanned)`` per chunk read from ``f`` to its end: the chunk's complete lines
+    (``\n`` excluded, :func:`memfs.store.lines.split_lines`) and the bytes they span; an
+    unterminated tail is carried into the next chunk (and left out at the end)."""
+    carry = b""
+    while data := f.read(CHUNK):
+        data = carry + data
+        lines, cut = split_lines(data)
+        carry = data[cut:]
+        yield lines, memoryview(data)[:cut]
 
 
 def _skip(f, n: int, hasher=None) -> int:
@@ -338,21 +350,14 @@ class Source:
         try:
             with open_input(self.path, self.limit) as f:
                 _skip(f, offset)
-                carry = b""
-                while True:
-                    data = f.read(CHUNK)
-                    if not data:
-                        break
-                    data = carry + data
-                    lines, cut = split_lines(data)
-                    carry = data[cut:]
-                    if cut:
+                for lines, spanned in _line_batches(f):
+                    if spanned:
                         self._batch(root, lines, item, dry_run)
-                        offset += cut
+                        offset += len(spanned)
                         if not dry_run:
-                            self.hasher.update(data[:cut])
+                            self.hasher.update(spanned)
                     if progress:
-                        progress(len(data) - len(carry))
+                        progress(len(spanned))
             if final:
                 self._emit(root, self.translator.finish(), item, dry_run)
             self._emit(root, self.capture.finish(), item, dry_run, filtered=True)
@@ -538,13 +543,9 @@ def remember_as_imported(root: Path, path: Path, session: str, *, fmt: str = "au
     hasher = hashlib.sha256()
     offset = lines = 0
     with open_input(path) as f:
-        carry = b""
-        while data := f.read(CHUNK):
-            data = carry + data
-            batch, cut = split_lines(data)
-            carry = data[cut:]
-            hasher.update(data[:cut])
-            offset += cut
+        for batch, spanned in _line_batches(f):
+            hasher.update(spanned)
+            offset += len(spanned)
             for raw in batch:
                 lines += 1
                 raw = raw[:-1] if raw.endswith(b"\r") else raw
