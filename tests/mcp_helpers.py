@@ -133,11 +133,13 @@ class Served:
     def stderr(self) -> str:
         return self.log.read_text(errors="replace")
 
-    def http(self, token: str | None = None, **kw) -> httpx2.AsyncClient:
-        """An httpx2 client for this server (over its socket for --unix), with ``token``."""
-        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    def http(self, token: str | None = None, headers: dict[str, str] | None = None) -> httpx2.AsyncClient:
+        """An httpx2 client for this server (over its socket for --unix), with ``token`` (or
+        the ``headers`` given)."""
+        if headers is None:
+            headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
         transport = httpx2.AsyncHTTPTransport(uds=str(self.unix)) if self.unix is not None else None
-        return httpx2.AsyncClient(headers=headers, transport=transport, timeout=httpx2.Timeout(30, read=60), **kw)
+        return httpx2.AsyncClient(headers=headers, transport=transport, timeout=httpx2.Timeout(30, read=60))
 
     def client(self, token: str | None = None) -> Client:
         """The official SDK client on this server."""

@@ -13,15 +13,7 @@ from memfs.mcp_server import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS
 INSTALL = "pip install 'memfs[mcp]'"
 
 
-
 def cmd_mcp(args: argparse.Namespace) -> int:
-    try:
-        import mcp.server.lowlevel  # noqa: F401  (the SDK: the memfs[mcp] extra)
-    except ImportError:
-        raise _Usage(f"mcp: the MCP SDK is not installed: {INSTALL}") from None
-    from memfs.mcp_server.server import serve, stderr_logging
-    from memfs.mcp_server.sources import MountSource, StoreSource
-
     if args.mount and (args.store or args.workspace):
         raise _Usage("mcp: --mount and --store/--workspace do not go together")
     if args.http is not None and args.unix is not None:
@@ -29,16 +21,27 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     if args.token_file is not None and args.http is None:
         raise _Usage("mcp: --token-file goes with --http (a --unix socket is guarded by its mode, stdio by its pipe)")
     config = _config(args)
+    if args.token_file is not None:  # refused before anything starts
+        from memfs.mcp_server.http import load_token
+
+        load_token(args.token_file)
+    try:
+        import mcp.server.lowlevel  # noqa: F401  (the SDK: the memfs[mcp] extra)
+    except ImportError:
+        raise _Usage(f"mcp: the MCP SDK is not installed: {INSTALL}") from None
+    from memfs.mcp_server.server import serve, stderr_logging
+    from memfs.mcp_server.sources import MountSource, StoreSource
+
     stderr_logging(config.log_level)
+    source = MountSource(args.mount, config) if args.mount else StoreSource(config)
     token, setup = None, None
-    if args.http is not None:
+    if args.http is not None:  # made once the store is known to be there, so its setup is shown
         from memfs.mcp_server.http import client_setup, ensure_token
 
         token, token_file, made = ensure_token(args.token_file)
         if made:
             served = ["--mount", os.path.abspath(args.mount)] if args.mount else ["--store", str(config.sessions_root())]
             setup = client_setup(f"http://127.0.0.1:{args.http}/mcp", token, token_file, served)
-    source = MountSource(args.mount, config) if args.mount else StoreSource(config)
     where = (f"http://127.0.0.1:{args.http}/mcp (bearer token required)" if args.http is not None
              else f"unix socket {args.unix} (mode 0600)" if args.unix is not None else "stdio")
     print(f"memfs mcp: serving {source.describe} over {where} "

@@ -25,6 +25,7 @@ import os
 import secrets
 import shlex
 import shutil
+import signal
 import socket
 import stat
 import sys
@@ -33,7 +34,6 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
-import anyio
 import orjson
 
 from memfs.errors import MemfsError
@@ -220,6 +220,8 @@ class Guard:
         self.token = token.encode() if token is not None else None
         self.sessions: dict[str, _Session] = {}
         self.opening = 0  # sessions being opened (their initialize is being answered)
+        import anyio  # (with the SDK: this module's token functions work without it)
+
         self.lock = anyio.Lock()
 
     def authorized(self, scope: Scope) -> bool:
@@ -262,21 +264,22 @@ class Guard:
         made: list[str] = []
 
         async def watch(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] < 400:
+            if message["type"] == "http.response.start" and message["status"] < 400 and not made:
                 sid = next((v.decode("latin-1") for k, v in message.get("headers", ()) if k.lower() == SESSION_HEADER),
                            None)
-                if sid is not None:
+                if sid is not None:  # opened: counted in the table from now on
                     self.sessions[sid] = _Session()
+                    self.opening -= 1
                     made.append(sid)
             await send(message)
 
         try:
             await self.app(scope, receive, watch)
         finally:
-            self.opening -= 1
-            for sid in made:
-                if sid in self.sessions:
-                    self.sessions[sid].last = time.monotonic()
+            if not made:
+                self.opening -= 1
+            elif made[0] in self.sessions:
+                self.sessions[made[0]].last = time.monotonic()
 
     async def in_session(self, sid: str, scope: Scope, receive: Receive, send: Send) -> None:
         session = self.sessions.get(sid)
@@ -333,13 +336,23 @@ def serve_http(server, *, port: int | None = None, unix: str | None = None, toke
     app = server.streamable_http_app(host=host, session_idle_timeout=idle_timeout, max_sessions=max_sessions,
                                      transport_security=security)
     guard = Guard(app, token if unix is None else None, max_sessions)
-    if unix is None:
-        uvicorn.Server(uvicorn.Config(guard, host=host, port=port or 0, log_level="warning")).run()
-        return
-    sock = bind_unix(unix)
-    made = os.lstat(unix)
+    # uvicorn stops gracefully on SIGTERM, then raises it again: this handler turns that into an
+    # exit through the callers' cleanup (the socket removed, the store closed) instead of a kill
+    previous = signal.signal(signal.SIGTERM, _exit_0)
     try:
-        uvicorn.Server(uvicorn.Config(guard, log_level="warning")).run(sockets=[sock])
+        if unix is None:
+            uvicorn.Server(uvicorn.Config(guard, host=host, port=port or 0, log_level="warning")).run()
+            return
+        sock = bind_unix(unix)
+        made = os.lstat(unix)
+        try:
+            uvicorn.Server(uvicorn.Config(guard, log_level="warning")).run(sockets=[sock])
+        finally:
+            unlink_socket(unix, made)
+            sock.close()
     finally:
-        unlink_socket(unix, made)
-        sock.close()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_0(signum, frame) -> None:
+    raise SystemExit(0)
