@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import anyio
@@ -174,3 +175,13 @@ def http_server(tmp_path: Path, *args: str, unix: Path | None = None, env: dict[
 def token_of(tmp_path: Path) -> str:
     """The token a server with :func:`state_env` made."""
     return (tmp_path / "state" / "memfs" / "mcp-token").read_text().strip()
+
+
+def the_setup(stderr: str) -> tuple[str, dict, str]:
+    """The Claude Code command, the Codex table and the stdio alternative a server printed."""
+    lines = stderr.splitlines()
+    claude = next(line.strip() for line in lines if "claude mcp add --transport http" in line)
+    start = next(i for i, line in enumerate(lines) if line.strip() == "[mcp_servers.memfs]")
+    codex = tomllib.loads("\n".join(line.strip() for line in lines[start:start + 3]))["mcp_servers"]["memfs"]
+    stdio = next(line for line in lines if "over stdio" in line).split(" -- ", 1)[1]
+    return claude.split(": ", 1)[1], codex, stdio

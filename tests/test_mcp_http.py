@@ -15,7 +15,6 @@ import socket
 import stat
 import subprocess
 import tempfile
-import tomllib
 from pathlib import Path
 
 import anyio
@@ -23,7 +22,7 @@ import httpx2
 import pytest
 
 from agent_helpers import cli
-from mcp_helpers import http_server, make_store, ok, run, state_env, token_of
+from mcp_helpers import http_server, make_store, ok, run, state_env, the_setup, token_of
 from store_helpers import wait_until
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -50,16 +49,6 @@ async def served_by(client) -> None:
     """The client's server answers tools: list_sessions and a search."""
     assert "search" in {t.name for t in (await client.list_tools()).tools}
     assert ok(await client.call_tool("search", {"query": "retry loop"}))["results"][0]["session_id"] == "retry"
-
-
-def the_setup(stderr: str) -> tuple[str, dict, str]:
-    """The Claude Code command, the Codex table and the stdio alternative a server printed."""
-    lines = stderr.splitlines()
-    claude = next(line.strip() for line in lines if "claude mcp add --transport http" in line)
-    start = next(i for i, line in enumerate(lines) if line.strip() == "[mcp_servers.memfs]")
-    codex = tomllib.loads("\n".join(line.strip() for line in lines[start:start + 3]))["mcp_servers"]["memfs"]
-    stdio = next(line for line in lines if "over stdio" in line).split(" -- ", 1)[1]
-    return claude.split(": ", 1)[1], codex, stdio
 
 
 def test_every_request_needs_the_bearer_token_made_on_first_use(store, tmp_path):
