@@ -269,10 +269,10 @@ def test_a_flood_of_initializes_leaves_room_for_a_new_client(store, tmp_path):
         assert rss_kib(server.proc.pid) < 400 * 1024
 
 
-def test_many_concurrent_clients_within_the_bound(store, tmp_path):
+def test_concurrent_clients_within_the_bound_and_the_idle_timeout(store, tmp_path):
     """Clients at once up to the bound are all served (none ends another one's session while it
-    is in use)."""
-    with http_server(tmp_path, "--store", str(store), "--max-sessions", "4") as server:
+    is in use); a session nobody uses for --idle-timeout seconds is ended."""
+    with http_server(tmp_path, "--store", str(store), "--max-sessions", "4", "--idle-timeout", "3") as server:
         token = token_of(tmp_path)
 
         async def one(results: list) -> None:
@@ -289,6 +289,15 @@ def test_many_concurrent_clients_within_the_bound(store, tmp_path):
             assert results == [True] * 4
 
         run(main)
-        with httpx2.Client() as raw:
-            assert raw.post(server.url, json=INIT, headers=MCP_HEADERS).status_code == 401
-        wait_until(lambda: server.proc.poll() is None, "the server still runs")
+        headers = {**MCP_HEADERS, "Authorization": f"Bearer {token}"}
+        with httpx2.Client(headers=headers, timeout=30) as raw:
+            sid = raw.post(server.url, json=INIT).headers["mcp-session-id"]
+
+            def ping() -> int:
+                return raw.post(server.url, json={"jsonrpc": "2.0", "id": 2, "method": "ping"},
+                                headers={"mcp-session-id": sid, "mcp-protocol-version": "2025-06-18"}).status_code
+
+            assert ping() == 200
+            # (a ping is a use: the server's log says when the session's idle time ran out)
+            wait_until(lambda: f"Session {sid} idle timeout" in server.stderr(), "the idle session is ended", 60)
+            assert ping() == 404

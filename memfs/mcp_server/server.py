@@ -17,6 +17,9 @@ Decisions recorded here:
   is the brief's Markdown as text. ``append_note`` is listed only with ``--allow-write``.
 * The library's calls run on worker threads: a slow search or a large session's first fold
   never stalls the transport.
+* Over stdio a line that is not a JSON-RPC message is answered with JSON-RPC's parse error
+  (``-32700``, id null) and serving goes on (:func:`serve_stdio`); HTTP is guarded by
+  :mod:`memfs.mcp_server.http` (the bearer token, the Unix socket, the session bound).
 """
 
 from __future__ import annotations
