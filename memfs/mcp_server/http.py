@@ -102,17 +102,26 @@ def ensure_token(path: str | os.PathLike | None) -> tuple[str, Path, bool]:
         return load_token(target), target, False
     target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     token = secrets.token_urlsafe(32)
+    # written whole under a private name, then linked into place: the file is never seen
+    # partly written, and of two servers starting at once the first link wins
+    draft = target.with_name(f".{TOKEN_NAME}.{os.getpid()}")
     try:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except FileExistsError:  # another server made it first
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, token.encode() + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.link(draft, target)
+    except FileExistsError:
         return load_token(target), target, False
     except OSError as exc:
         raise TokenError(f"cannot create the token file {target}: {exc.strerror}") from None
-    try:
-        os.write(fd, token.encode() + b"\n")
-        os.fsync(fd)
     finally:
-        os.close(fd)
+        try:
+            os.unlink(draft)
+        except OSError:
+            pass
     return token, target, True
 
 
