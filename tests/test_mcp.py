@@ -6,146 +6,24 @@ shares its store with the CLI and a running mount (SPEC §3.5)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
+import select
 import subprocess
 import sys
 from pathlib import Path
 
-import anyio
 import pytest
-from mcp import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
 from agent_helpers import MEMFS, cli
+from mcp_helpers import config_file, http_server, kill, make_store, ok, over_stdio, refused, run, text, token_of
 from mounting import event, mounted, needs_fuse
 from store_helpers import wait_until
-
-FIXTURES = Path(__file__).parent / "fixtures" / "agents"
-LINES = [
-    {"type": "thread.started", "thread_id": "t-retry"},
-    {"type": "turn.started"},
-    {"type": "item.completed", "item": {"id": "c1", "type": "command_execution", "command": "pytest tests/test_net.py",
-                                        "status": "failed", "exit_code": 1, "aggregated_output": "1 failed"}},
-    {"type": "item.completed", "item": {"id": "m1", "type": "agent_message", "text": "Added the retry loop to fetch()."}},
-    {"type": "turn.completed", "usage": {"input_tokens": 1200, "output_tokens": 95}},
-]
 
 
 @pytest.fixture
 def store(tmp_path) -> Path:
     """A store with a native session ``retry`` and two imported ones (codex, claude)."""
-    root = tmp_path / "store"
-    data = "".join(json.dumps(line) + "\n" for line in LINES)
-    proc = subprocess.run([*MEMFS, "append", "--store", str(root), "retry"], input=data, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    proc = cli("import", "--store", str(root), str(FIXTURES / "codex" / "ok_failing_command" / "stream.jsonl"),
-               str(FIXTURES / "claude" / "ok_failing_command" / "stream.jsonl"))
-    assert proc.returncode == 0, proc.stderr
-    return root
-
-
-def config_file(tmp_path: Path, **settings) -> Path:
-    path = tmp_path / "memfs.toml"
-    path.write_text("".join(f"{key} = {value}\n" for key, value in settings.items()))
-    return path
-
-
-def text(result) -> str:
-    assert len(result.content) == 1
-    return result.content[0].text
-
-
-def ok(result):
-    assert not result.is_error, text(result)
-    return json.loads(text(result))
-
-
-def refused(result, *words: str) -> str:
-    """The tool error's one-line reason, which says each of ``words``."""
-    assert result.is_error, text(result)
-    reason = text(result)
-    assert "\n" not in reason and reason
-    for word in words:
-        assert word in reason, reason
-    return reason
-
-
-def kill(pid: int | None) -> None:
-    if pid is None:
-        return
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def server_pid(errlog: Path) -> int | None:
-    """The pid ``memfs mcp`` names on its first line of stderr."""
-    for line in errlog.read_text(errors="replace").splitlines():
-        if line.startswith("memfs mcp: serving") and "pid " in line:
-            return int(line.rsplit("pid ", 1)[1].rstrip(")"))
-    return None
-
-
-def run(main):
-    """``anyio.run(main)``, a failure inside the SDK's task groups raised as itself."""
-    try:
-        return anyio.run(main)
-    except BaseExceptionGroup as group:
-        while isinstance(group, BaseExceptionGroup) and len(group.exceptions) == 1:
-            group = group.exceptions[0]
-        raise group from None
-
-
-def over_stdio(tmp_path: Path, body, *args: str):
-    """Run ``body(client)`` against ``memfs mcp ARGS`` over stdio; the server is killed by pid
-    afterwards, whatever happened."""
-    errlog = tmp_path / "mcp-stdio.log"
-    params = StdioServerParameters(command=sys.executable, args=["-m", "memfs", "mcp", *args])
-
-    async def main():
-        with open(errlog, "w") as err:
-            async with Client(stdio_client(params, errlog=err), read_timeout_seconds=60) as client:
-                return await body(client)
-
-    try:
-        return run(main)
-    finally:
-        kill(server_pid(errlog) if errlog.exists() else None)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def over_http(tmp_path: Path, body, *args: str):
-    """Run ``body(client)`` against ``memfs mcp --http PORT ARGS`` (a subprocess, killed by pid)."""
-    port = free_port()
-    log = open(tmp_path / "mcp-http.log", "wb")
-    proc = subprocess.Popen([*MEMFS, "mcp", "--http", str(port), *args], stdin=subprocess.DEVNULL,
-                            stdout=log, stderr=log)
-    try:
-        def listening():
-            assert proc.poll() is None, (tmp_path / "mcp-http.log").read_text()
-            with socket.socket() as s:
-                return s.connect_ex(("127.0.0.1", port)) == 0
-
-        wait_until(listening, "memfs mcp --http listens", timeout=30)
-
-        async def main():
-            async with Client(f"http://127.0.0.1:{port}/mcp", read_timeout_seconds=60) as client:
-                return await body(client)
-
-        return run(main)
-    finally:
-        kill(proc.pid)
-        proc.wait(10)
-        log.close()
+    return make_store(tmp_path / "store")
 
 
 async def every_tool(client, store: Path) -> None:
@@ -266,8 +144,12 @@ def test_every_tool_over_stdio(store, tmp_path):
 
 def test_every_tool_over_streamable_http(store, tmp_path):
     conf = config_file(tmp_path, max_line_bytes=2048, idle_release=0.1)
-    over_http(tmp_path, lambda c: every_tool(c, store), "--store", str(store), "--config", str(conf),
-              "--allow-write")
+    with http_server(tmp_path, "--store", str(store), "--config", str(conf), "--allow-write") as server:
+        async def main():
+            async with server.client(token_of(tmp_path)) as client:
+                await every_tool(client, store)
+
+        run(main)
 
 
 def test_append_note_is_offered_only_with_allow_write(store, tmp_path):
@@ -373,3 +255,35 @@ def test_bad_command_lines_are_refused(store, tmp_path):
     assert proc.returncode == 1 and "no store" in proc.stderr
     proc = cli("mcp", "--store", str(store), "--http", "99999")
     assert proc.returncode == 2 and "port" in proc.stderr
+
+
+def test_a_malformed_stdio_line_is_answered_with_a_parse_error_and_serving_goes_on(store, tmp_path):
+    """SPEC §13: over stdio, a line that is not JSON, or JSON that is not a JSON-RPC message, is
+    answered with JSON-RPC's parse error (-32700, id null); the next request is served."""
+    proc = subprocess.Popen([*MEMFS, "mcp", "--store", str(store)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=open(tmp_path / "stdio.log", "wb"))
+    try:
+        def answer(line: bytes) -> dict:
+            proc.stdin.write(line + b"\n")
+            proc.stdin.flush()
+            ready = wait_until(lambda: select.select([proc.stdout], [], [], 0.1)[0], "an answer on stdout", timeout=60)
+            assert ready
+            return json.loads(proc.stdout.readline())
+
+        for bad, what in ((b"hello?", "not JSON"), (b'{"jsonrpc": "2.0", "method": 7}', "not a JSON-RPC message"),
+                          (b"[1, 2", "not JSON"), (b'"\\u0000"', "not a JSON-RPC message")):
+            error = answer(bad)
+            assert error["id"] is None and error["error"]["code"] == -32700, error
+            assert what in error["error"]["message"]
+        init = answer(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}).encode())
+        assert init["id"] == 1 and init["result"]["serverInfo"]["name"] == "memfs"
+        proc.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        assert answer(b"\x00\xff garbage")["error"]["code"] == -32700
+        called = answer(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                    "params": {"name": "list_sessions", "arguments": {"agent": "codex"}}}).encode())
+        assert called["id"] == 2 and not called["result"].get("isError")
+        assert [s["agent"] for s in json.loads(called["result"]["content"][0]["text"])["sessions"]] == ["codex"]
+    finally:
+        kill(proc.pid)
+        proc.wait(10)

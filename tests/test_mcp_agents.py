@@ -9,6 +9,7 @@ which makes a missing CLI a failure (tests/test_agents_cli.py's rule)."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from agent_helpers import MEMFS
+from mcp_helpers import http_server, the_setup
 
 sys.path.insert(0, str(Path(__file__).parent / "agents"))
-from clis import Claude, Codex  # noqa: E402
+from clis import BIN, Claude, Codex  # noqa: E402
 from model_server import ModelServer  # noqa: E402
 
 from test_agents_cli import need_clis  # noqa: E402
@@ -137,3 +139,59 @@ def test_codex_calls_memfs_search_and_get_context(store, tmp_path):
     ]
     requests = run_agent(CodexWithMemfs, store, tmp_path, steps)
     check(requests, codex_results, "mcp__memfs.search", "mcp__memfs.get_context")
+
+
+class ClaudeOverHttp(Claude):
+    """Claude Code configured by running the ``claude mcp add --transport http …`` line that
+    ``memfs mcp --http`` printed (its own config, no ``--mcp-config``)."""
+
+    added: str
+
+    def setup(self):
+        super().setup()
+        argv = shlex.split(self.added)
+        assert argv[:2] == ["claude", "mcp"]
+        proc = subprocess.run([str(BIN / "claude"), *argv[1:]], cwd=self.proj, env=self.env(), capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+
+
+class CodexOverHttp(Codex):
+    """Codex with the ``[mcp_servers.memfs]`` table ``memfs mcp --http`` printed."""
+
+    table: dict
+
+    def setup(self):
+        super().setup()
+        with open(self.home / ".codex" / "config.toml", "a") as f:
+            f.write(f"\n[mcp_servers.memfs]\nurl = {json.dumps(self.table['url'])}\n"
+                    f"http_headers = {{ Authorization = {json.dumps(self.table['http_headers']['Authorization'])} }}\n"
+                    "startup_timeout_sec = 60\nrequired = true\n")
+
+
+def test_claude_code_and_codex_over_http_with_the_printed_setup(store, tmp_path):
+    """What the first ``memfs mcp --http`` prints configures both CLIs: they reach the server
+    with the bearer token and call its tools."""
+    need_clis()
+    (tmp_path / "claude").mkdir()
+    (tmp_path / "codex").mkdir()
+    with http_server(tmp_path, "--store", str(store)) as server:
+        claude, codex, _ = the_setup(server.stderr())
+        ClaudeOverHttp.added = claude
+        steps = [
+            {"tool": {"name": "ToolSearch", "arguments": {"query": "select:mcp__memfs__search,mcp__memfs__get_context",
+                                                          "max_results": 2}}},
+            {"tool": {"name": "mcp__memfs__search", "arguments": SEARCH}},
+            {"tool": {"name": "mcp__memfs__get_context", "arguments": CONTEXT}},
+        ]
+        requests = run_agent(ClaudeOverHttp, store, tmp_path / "claude", steps)
+        check(requests, claude_results, "mcp__memfs__search", "mcp__memfs__get_context")
+        CodexOverHttp.table = codex
+        steps = [
+            {"tool": {"item": {"type": "tool_search_call", "execution": "client",
+                               "arguments": {"query": "memfs search get_context", "limit": 6}}}},
+            {"tool": {"name": "search", "namespace": "mcp__memfs", "arguments": SEARCH}},
+            {"tool": {"name": "get_context", "namespace": "mcp__memfs", "arguments": CONTEXT}},
+        ]
+        requests = run_agent(CodexOverHttp, store, tmp_path / "codex", steps)
+        check(requests, codex_results, "mcp__memfs.search", "mcp__memfs.get_context")

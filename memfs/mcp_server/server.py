@@ -17,6 +17,9 @@ Decisions recorded here:
   is the brief's Markdown as text. ``append_note`` is listed only with ``--allow-write``.
 * The library's calls run on worker threads: a slow search or a large session's first fold
   never stalls the transport.
+* Over stdio a line that is not a JSON-RPC message is answered with JSON-RPC's parse error
+  (``-32700``, id null) and serving goes on (:func:`serve_stdio`); HTTP is guarded by
+  :mod:`memfs.mcp_server.http` (the bearer token, the Unix socket, the session bound).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import mcp_types as types
 import orjson
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 from pydantic import BaseModel, ValidationError
 
 from memfs.errors import MemfsError
@@ -208,24 +212,50 @@ def build_server(source, allow_write: bool = False) -> Server:
                   on_list_resource_templates=list_templates, on_read_resource=read_resource)
 
 
-def serve(source, *, allow_write: bool = False, http_port: int | None = None, host: str = "127.0.0.1") -> None:
-    """Serve ``source`` over stdio (the default) or streamable HTTP at
-    ``http://<host>:<port>/mcp``, until the client goes away or a signal stops it."""
+def serve(source, *, allow_write: bool = False, http_port: int | None = None, unix: str | None = None,
+          **http) -> None:
+    """Serve ``source`` over stdio (the default), streamable HTTP at
+    ``http://127.0.0.1:<port>/mcp`` or on the Unix socket ``unix``
+    (:func:`memfs.mcp_server.http.serve_http` takes ``http``: the token and the session bound),
+    until the client goes away or a signal stops it."""
     server = build_server(source, allow_write)
-    if http_port is None:
-        from mcp.server.stdio import stdio_server
-
-        async def stdio() -> None:
-            async with stdio_server() as (read_stream, write_stream):
-                await server.run(read_stream, write_stream, server.create_initialization_options())
-
-        anyio.run(stdio)
+    if http_port is None and unix is None:
+        anyio.run(serve_stdio, server)
         return
-    import uvicorn
+    from memfs.mcp_server.http import serve_http
 
-    app = server.streamable_http_app(host=host)
-    config = uvicorn.Config(app, host=host, port=http_port, log_level="warning")
-    uvicorn.Server(config).run()
+    serve_http(server, port=http_port, unix=unix, **http)
+
+
+def _parse_error(exc: Exception) -> SessionMessage:
+    """The answer to a line that is not a JSON-RPC message (JSON-RPC's parse error, id null)."""
+    errors = exc.errors() if isinstance(exc, ValidationError) else []
+    what = "not JSON" if any(e["type"] == "json_invalid" for e in errors) else "not a JSON-RPC message"
+    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(
+        code=types.PARSE_ERROR, message=f"Parse error: the line is {what}")))
+
+
+async def serve_stdio(server: Server) -> None:
+    """The SDK's stdio transport, with a malformed line answered by a parse error (the SDK
+    passes it on as an exception, which its server only logs) instead of silence."""
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read_stream, write_stream):
+        to_server, from_relay = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+
+        async def relay() -> None:
+            async with to_server:
+                async for item in read_stream:
+                    if isinstance(item, Exception):
+                        log.info("a malformed line on stdin: answered with a parse error")
+                        await write_stream.send(_parse_error(item))
+                    else:
+                        await to_server.send(item)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(relay)
+            await server.run(from_relay, write_stream, server.create_initialization_options())
+            tg.cancel_scope.cancel()
 
 
 def stderr_logging(level: str = "INFO") -> None:
