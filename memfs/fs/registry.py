@@ -24,7 +24,8 @@ FSTYPE = "fuse.memfs"
 SOURCE_PREFIX = "memfs:"
 
 
-def _state_home() -> Path:
+def state_home() -> Path:
+    """memfs's state directory's parent: ``$XDG_STATE_HOME``, else ``~/.local/state``."""
     return Path(os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state"))
 
 
@@ -38,12 +39,12 @@ def mount_key(mountpoint: str | os.PathLike) -> str:
 
 def log_path(mountpoint: str | os.PathLike) -> Path:
     """Where the daemon serving ``mountpoint`` logs."""
-    return _state_home() / "memfs" / "logs" / f"{mount_key(mountpoint)}.log"
+    return state_home() / "memfs" / "logs" / f"{mount_key(mountpoint)}.log"
 
 
 def registry_dir() -> Path:
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    return (Path(runtime) if runtime else _state_home()) / "memfs" / "mounts"
+    return (Path(runtime) if runtime else state_home()) / "memfs" / "mounts"
 
 
 def _unescape(field: str) -> str:

@@ -37,7 +37,7 @@ from typing import Any
 import orjson
 
 from memfs.errors import MemfsError
-from memfs.fs.registry import _state_home as state_home
+from memfs.fs.registry import state_home
 from memfs.mcp_server import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS
 
 Scope = MutableMapping[str, Any]
