@@ -293,7 +293,7 @@ class Source:
                 while f.read(CHUNK):
                     pass
         self.opening = {"durability": durability, "max_events": max_events, "evict_to": evict_to,
-                        "max_line_bytes": max(self.max_line, DEFAULT_MAX_LINE_BYTES)}
+                        "max_line_bytes": self.max_line}
         self.capture = identity.Capture(root, agent=AGENT_OF_KIND.get(self.kind), conversation_id=self.conversation,
                                         extra=self.extra, parent=self.parent, state=self.entry.get("identity"))
         self.pending, self.handle = [], None
