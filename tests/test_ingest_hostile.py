@@ -246,3 +246,41 @@ def test_record_refuses_a_long_line_of_the_agent_and_keeps_the_rest(tmp_path):
     assert record["errno"] == "EFBIG" and record["bytes"] == 40 * MIB + 29 and record["truncated"] is True
     got = events_of(store, "run")
     assert got[0]["type"] == "thread.started" and got[-1] == orjson.loads(lines[-1])
+
+
+# --- the mount's write path ------------------------------------------------------------------
+
+
+def test_a_mount_refuses_a_long_line_written_in_pieces_unheld_and_takes_the_next(tmp_path):
+    """Pieces of one line past the limit: the write that crosses it fails with ``EFBIG`` (the
+    record keeps the first 4 KiB, the length and hash of what came), the fragment is dropped,
+    and the writer's next line is appended."""
+    import errno
+
+    from mounting import mounted
+
+    good = b'{"type":"thread.started","thread_id":"t"}\n'
+    line = long_line(3 * MIB) + b"\n"
+    with mounted(tmp_path / "store", tmp_path / "mnt", "--max-line-bytes", str(MIB)) as m:
+        session = m.mnt / "sessions" / "big"
+        os.mkdir(session)
+        fd = os.open(session / "events.jsonl", os.O_WRONLY | os.O_APPEND)
+        errors, pos = [], 0
+        try:
+            while pos < len(line):
+                try:
+                    pos += os.write(fd, line[pos:pos + 64 * 1024])
+                except OSError as exc:  # the writer's line was refused: it goes on with its next one
+                    errors.append(exc.errno)
+                    break
+            assert os.write(fd, good) == len(good)
+        finally:
+            os.close(fd)
+        assert errors == [errno.EFBIG]
+        stored = (session / "events.jsonl").read_bytes().splitlines()
+        assert [orjson.loads(x)["event"] for x in stored] == [orjson.loads(good)]
+    (record,) = rejected_of(tmp_path / "store", "big")
+    assert record["errno"] == "EFBIG" and record["truncated"] is True
+    assert MIB < record["bytes"] <= MIB + 64 * 1024
+    assert record["line"] == line[:4096].decode()
+    assert record["sha256"] == hashlib.sha256(line[:record["bytes"]]).hexdigest()
