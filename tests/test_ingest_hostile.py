@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 from agent_helpers import MEMFS
+from store_helpers import wait_until
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXEC = FIXTURES / "codex_exec.jsonl"
@@ -143,6 +144,26 @@ def test_a_source_replaced_by_a_link_is_not_read_by_resume_paths(tmp_path):
     for action in (lambda: import_into(store, link, EXEC_SID), lambda: remember_as_imported(store, link, EXEC_SID)):
         with pytest.raises(NotRegular, match="symbolic link"):
             action()
+
+
+def test_follow_skips_links_and_fifos_as_they_appear(tmp_path, follower):
+    import signal
+
+    secret = tmp_path / "outside.jsonl"
+    secret.write_bytes(ROLLOUT.read_bytes())
+    src, store = tmp_path / "src", tmp_path / "store"
+    src.mkdir()
+    proc = follower(store, src)
+    (src / "link.jsonl").symlink_to(secret)
+    os.mkfifo(src / "pipe.jsonl")
+    (src / "good.jsonl").write_bytes(EXEC.read_bytes())
+    wait_until(lambda: sessions(store) == [EXEC_SID], "the regular file imported")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 3, err
+    assert out.decode().count(f"skip {src / 'link.jsonl'}: skipped: a symbolic link; not followed") == 1
+    assert out.decode().count(f"skip {src / 'pipe.jsonl'}: skipped: a FIFO") == 1
+    assert sessions(store) == [EXEC_SID]
 
 
 # --- a line over the limit: refused while streaming, the next lines imported ----------------
