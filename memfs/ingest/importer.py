@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -74,6 +75,7 @@ from memfs.ingest.inputs import (
     source_roots,
     stat_source,
 )
+from memfs.ingest.seen import SeenSources
 from memfs.ingest.sidefiles import SideReader
 from memfs.store.batch import append_tolerant
 from memfs.store.catalog import is_session_dir
@@ -185,12 +187,14 @@ class Source:
     """One source file being imported (kept between batches by :func:`memfs.ingest.follow.follow`)."""
 
     def __init__(self, path: Path, fmt: str, max_decompressed: int = MAX_DECOMPRESSED, dry_run: bool = False,
-                 into: str | None = None, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES):
+                 into: str | None = None, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, key: str | None = None):
         self.path = path
+        self.read_stat: os.stat_result | None = None  # the source's, when the last run read it
+        self.read_at = 0  # when that was (time.time_ns())
         self.max_line = max_line_bytes  # a longer source line is refused, streamed past (never held)
         self.dry_run = dry_run
         self.into = into  # the session to import into, whatever the file names (import_into)
-        self.key = str(path.resolve())
+        self.key = key or str(path.resolve())  # (key: that, known already: inputs.discover)
         self.fmt = fmt
         self.limit = max_decompressed
         self.compressed = compressed(path)
@@ -284,7 +288,8 @@ class Source:
             item.status, item.reason = "changed", "the source's imported part changed since the last import; left alone"
             return
         offset = self.entry["offset"]
-        st = stat_source(self.path)
+        self.read_at = time.time_ns()
+        st = self.read_stat = stat_source(self.path)
         if (st.st_size <= offset and not self.compressed) or self.hasher is None:
             item.status = "up-to-date"
             return
@@ -407,13 +412,22 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
     """Import each source file once (see the module docstring); one item per file, and one
     ``skipped`` item (with its reason) per file or directory not read (:mod:`memfs.ingest.inputs`)."""
     skipped: list[tuple[Path, str]] = []
-    files = discover(paths, skipped)
+    keys: dict[Path, str] = {}
+    files = discover(paths, skipped, keys)
     items = [ImportItem(str(path), status="skipped", reason=reason) for path, reason in skipped]
-    total = sum(os.lstat(f).st_size for f in files)
+    stats = [os.lstat(f) for f in files]
+    total = sum(st.st_size for st in stats)
     done = 0
-    for path in files:
+    seen = SeenSources(root)
+    for path, st in zip(files, stats):
         item = ImportItem(str(path))
         items.append(item)
+        known = seen.unchanged(keys[path], st)
+        if known is not None:  # taken whole before, unchanged since: not even opened (memfs.ingest.seen)
+            item.session, item.format = known
+            item.status = "up-to-date"
+            done += st.st_size
+            continue
 
         def step(n: int) -> None:
             nonlocal done
@@ -421,16 +435,24 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
             if progress:
                 progress(done, total)
         try:
-            source = Source(path, fmt, max_decompressed, dry_run, max_line_bytes=max_line_bytes)
+            source = Source(path, fmt, max_decompressed, dry_run, max_line_bytes=max_line_bytes, key=keys[path])
             if not source.prepare(root):
                 item.status = "empty"
                 continue
             source.run(root, item, dry_run=dry_run, durability="buffered", max_events=max_events, evict_to=evict_to,
                        progress=step, final=True)
+            if not dry_run and item.status in ("imported", "up-to-date") and source.read_stat and source.session \
+                    and source.entry is not None:
+                seen.note(keys[path], source.read_stat, source.read_at, source.session, item.format)
         except NotRegular as exc:  # replaced since it was listed
             item.status, item.reason = "skipped", str(exc)
         except (MemfsError, OSError) as exc:
             item.status, item.reason = "error", str(exc)
+    if not dry_run:
+        try:
+            seen.save()
+        except OSError:  # (a cache: the next import takes the full path)
+            pass
     if progress:
         progress(total, total)
     return items

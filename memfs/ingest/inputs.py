@@ -194,56 +194,62 @@ def source_roots(top: Path) -> list[Path]:
     return [top]
 
 
-def _walk(top: Path, files: list[Path], skipped: list[tuple[Path, str]]) -> None:
-    """The source files under ``top`` (into ``files``) and what is not read there (into
+def _walk(top: Path, files: list[tuple[Path, str]], skipped: list[tuple[Path, str]]) -> None:
+    """The source files under ``top`` (into ``files``, with their resolved paths: ``top``'s,
+    resolved once, and the names below, none of them a link) and what is not read there (into
     ``skipped``), never through a link."""
-    stack = [top]
+    stack = [(str(top), str(top.resolve()))]
     while stack:
-        d = stack.pop()
+        d, resolved = stack.pop()
         try:
             with os.scandir(d) as it:
                 entries = list(it)
         except OSError as exc:
-            skipped.append((d, f"cannot list: {exc.strerror}"))
+            skipped.append((Path(d), f"cannot list: {exc.strerror}"))
             continue
         for e in entries:
-            path = Path(e.path)
             try:
                 if e.is_dir(follow_symlinks=False):
-                    stack.append(path)
+                    stack.append((e.path, f"{resolved}/{e.name}"))
                 elif e.is_symlink():
-                    if is_source_name(e.name) or os.path.isdir(path):
-                        skipped.append((path, LINK))
+                    if is_source_name(e.name) or os.path.isdir(e.path):
+                        skipped.append((Path(e.path), LINK))
                 elif is_source_name(e.name):
                     if e.is_file(follow_symlinks=False):
-                        files.append(path)
+                        files.append((Path(e.path), f"{resolved}/{e.name}"))
                     else:
-                        skipped.append((path, kind(e.stat(follow_symlinks=False).st_mode)))
+                        skipped.append((Path(e.path), kind(e.stat(follow_symlinks=False).st_mode)))
             except OSError as exc:  # gone meanwhile
-                skipped.append((path, exc.strerror or str(exc)))
+                skipped.append((Path(e.path), exc.strerror or str(exc)))
 
 
-def discover(paths: Iterable[str | os.PathLike], skipped: list[tuple[Path, str]] | None = None) -> list[Path]:
+def discover(paths: Iterable[str | os.PathLike], skipped: list[tuple[Path, str]] | None = None,
+             keys: dict[Path, str] | None = None) -> list[Path]:
     """The files to import: each FILE as given, and every ``*.jsonl`` / ``*.jsonl.zst`` under
     each DIR (see :func:`source_roots`), each once; a sub-agent's file after its parent's.
-    What is not read (see the module) goes to ``skipped`` as ``(path, reason)``."""
+    What is not read (see the module) goes to ``skipped`` as ``(path, reason)``; each file's
+    resolved path (what identifies a source) to ``keys``. (A file found under a directory was
+    reached through no link: its resolved path is the directory's, resolved once, joined with
+    the rest.)"""
     found: list[Path] = []
     seen: set[str] = set()
     skipped = [] if skipped is None else skipped
+    keys = {} if keys is None else keys
     for p in map(Path, paths):
         mode = os.lstat(p).st_mode  # (FileNotFoundError for a path that is not there)
-        files: list[Path] = []
         if stat.S_ISDIR(mode):
+            named: list[tuple[Path, str]] = []
             for root in source_roots(p):
-                _walk(root, files, skipped)
-            files.sort(key=lambda q: (q.parent.name == "subagents", str(q)))
+                _walk(root, named, skipped)
+            named.sort(key=lambda f: (f[0].parent.name == "subagents", str(f[0])))
         elif stat.S_ISREG(mode):
-            files = [p]
+            named = [(p, str(p.resolve()))]
         else:
             skipped.append((p, kind(mode)))
-        for q in files:
-            key = str(q.resolve())
+            named = []
+        for q, key in named:
             if key not in seen:
                 seen.add(key)
+                keys[q] = key
                 found.append(q)
     return found
