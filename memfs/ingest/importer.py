@@ -35,7 +35,11 @@ source's position kept in the same sidecar.
 
 Refused lines (untranslatable, or refused by the event contract) go to the session's
 ``rejected.jsonl`` with their reason and the import goes on: one hostile line costs that
-session that line only.
+session that line only. A line over ``max_line_bytes`` is refused as it streams past, never
+held. Only regular files reached without following a link are read; anything else is reported
+``skipped`` with its reason (:mod:`memfs.ingest.inputs`). A re-import takes a source whose
+``(inode, size, mtime)`` did not change since it was taken whole as ``up-to-date`` without
+opening it (:mod:`memfs.ingest.seen`).
 """
 
 from __future__ import annotations
@@ -414,7 +418,7 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
     skipped: list[tuple[Path, str]] = []
     keys: dict[Path, str] = {}
     files = discover(paths, skipped, keys)
-    items = [ImportItem(str(path), status="skipped", reason=reason) for path, reason in skipped]
+    items = [ImportItem(str(path), status="skipped", reason=reason) for path, reason in sorted(skipped)]
     stats = [os.lstat(f) for f in files]
     total = sum(st.st_size for st in stats)
     done = 0
