@@ -80,7 +80,9 @@ def max_rss_kib(argv: list[str], **kw) -> tuple[subprocess.CompletedProcess, int
     ``RUSAGE_CHILDREN`` — no other child of this test run is counted."""
     code = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:]); "
             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(p.returncode)")
-    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, timeout=120, **kw)
+    if "stdout" not in kw:
+        kw["capture_output"] = True
+    proc = subprocess.run([sys.executable, "-c", code, *argv], timeout=120, **kw)
     return proc, int(proc.stderr.decode().strip().splitlines()[-1])
 
 
@@ -255,16 +257,17 @@ def test_record_refuses_a_long_line_of_the_agent_and_keeps_the_rest(tmp_path):
         "w = sys.stdout.buffer.write\n"
         "w(b''.join(x + b'\\n' for x in lines[:3]))\n"
         "w(b'{\"type\":\"error\",\"message\":\"')\n"
-        "for _ in range(40):\n    w(b'x' * (1 << 20))\n"
+        "for _ in range(200):\n    w(b'x' * (1 << 20))\n"
         "w(b'\"}\\n')\n"
         "w(b''.join(x + b'\\n' for x in lines[3:]))\n")
     store = tmp_path / "store"
-    proc = cli("record", "--store", str(store), "--max-line-bytes", str(MIB), "run", "--format", "codex", "--",
-               sys.executable, str(agent), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc, rss = max_rss_kib([*MEMFS, "record", "--store", str(store), "run", "--format", "codex", "--",
+                             sys.executable, str(agent)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.returncode == 0, proc.stderr
     assert b"1 line of the agent's output refused" in proc.stderr
+    assert rss < RSS_LIMIT_KIB, f"record peaked at {rss // 1024} MiB"  # (the agent's own memory included)
     (record,) = rejected_of(store, "run")
-    assert record["errno"] == "EFBIG" and record["bytes"] == 40 * MIB + 29 and record["truncated"] is True
+    assert record["errno"] == "EFBIG" and record["bytes"] == 200 * MIB + 29 and record["truncated"] is True
     got = events_of(store, "run")
     assert got[0]["type"] == "thread.started" and got[-1] == orjson.loads(lines[-1])
 

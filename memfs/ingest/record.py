@@ -30,7 +30,9 @@ Decisions recorded here:
 * A last line without a newline is recorded when the agent exits.
 * A line over ``max_line_bytes`` is refused as it streams past, never held
   (:class:`memfs.store.lines.LineSplitter`): its first 4 KiB, length and hash go to
-  ``rejected.jsonl``, and the next line is recorded as usual.
+  ``rejected.jsonl``, and the next line is recorded as usual. The copying thread cuts the
+  lines (hashing a long line as it passes costs far less than the pipe), so what waits for the
+  store is complete lines, never the pieces of a long one.
 * **Identity** (SPEC §10, :mod:`memfs.ingest.identity`): what the session already holds of the
   conversation (a resumed run's replay, another capture's turns) is not appended again; the
   record's metadata goes to ``index/about.json`` as it arrives — ``conversation_id`` as soon as
@@ -142,14 +144,14 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
         raise
     lines: queue.SimpleQueue = queue.SimpleQueue()
 
+    splitter = LineSplitter(max_line_bytes)  # (fed by the copying: a long line never queues up)
+
     def store_lines() -> None:
-        splitter = LineSplitter(max_line_bytes)
         while True:
-            chunk = lines.get()
-            final = chunk is None
-            parts = splitter.feed(chunk) if chunk else []
-            if final and (tail := splitter.finish()) is not None:
-                parts.append(tail)
+            parts = lines.get()
+            final = parts is None
+            if final:
+                parts = [tail] if (tail := splitter.finish()) is not None else []
             batch: list[bytes] = []
             for raw in parts:
                 if isinstance(raw, LongLine):  # refused unread
@@ -233,10 +235,10 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
                     _write_all(out_fd, chunk)
                 except BrokenPipeError:
                     passing = False
-                    lines.put(chunk)
+                    lines.put(splitter.feed(chunk))
                     proc.stdout.close()  # the agent now meets the broken pipe it would have met
                     break
-            lines.put(chunk)
+            lines.put(splitter.feed(chunk))
         status = proc.wait()
     finally:
         lines.put(None)
