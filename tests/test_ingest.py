@@ -254,7 +254,7 @@ def test_record_a_busy_session_does_not_run_the_agent(tmp_path):
 def test_import_each_format_once_and_again_adds_nothing(tmp_path):
     store = tmp_path / "store"
     proc = cli("import", "--store", str(store), str(FIXTURES))
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 3 and b"0 files skipped" in proc.stderr, proc.stderr  # 3: lines were refused
     expected = {CLAUDE_SID: translate("claude_stream.jsonl"), TRANSCRIPT_SID: translate("claude_transcript.jsonl"),
                 ROLLOUT_SID: translate("codex_rollout.jsonl")}
     for sid, events in expected.items():
@@ -306,7 +306,7 @@ def test_import_hostile_lines_cost_their_session_only(tmp_path):
     bad.write_bytes(lines[0] + b"\xff\xfe not json\n" + b"[1,2]\n" + b"".join(lines[1:]))
     good.write_bytes((FIXTURES / "claude_transcript.jsonl").read_bytes())
     proc = cli("import", "--store", str(store), str(bad), str(good))
-    assert proc.returncode == 0
+    assert proc.returncode == 3 and b"2 lines refused" in proc.stderr  # (the import's status for refused lines)
     assert events_of(store, CLAUDE_SID) == translate("claude_stream.jsonl")
     reasons = [r["reason"] for r in rejected_of(store, CLAUDE_SID)]
     assert len(reasons) == 2 and reasons[0].startswith("claude: line is not valid JSON")

@@ -42,7 +42,8 @@ def cmd_append(args: argparse.Namespace) -> int:
                           evict_to=config.evict_to, max_line_bytes=config.max_line_bytes) as handle:
             name = handle.name
             new_store()
-            result = append_stream(handle, source, keep_going=args.keep_going)
+            result = append_stream(handle, source, keep_going=args.keep_going,
+                                   max_line_bytes=config.max_line_bytes)
     finally:
         if source is not sys.stdin.buffer:
             source.close()
@@ -75,13 +76,13 @@ def cmd_record(args: argparse.Namespace) -> int:
     cmd = list(args.cmd)
     if not cmd:
         raise _Usage("record needs the agent's command after --")
-    config = _config(args, max_events=args.max_events, evict_to=args.evict_to)
+    config = _config(args, max_events=args.max_events, evict_to=args.evict_to, max_line_bytes=args.max_line_bytes)
     sys.stdout.flush()
     root = config.sessions_root()
     new_store = _NewStore("record", root)
     try:
         status, report = record(root, args.session, cmd, fmt=args.format, max_events=config.max_events,
-                                evict_to=config.evict_to)
+                                evict_to=config.evict_to, max_line_bytes=config.max_line_bytes)
     except NotRunnable as exc:  # as a shell says it, with its status
         print(f"memfs: record: {exc}", file=sys.stderr)
         return exc.status
@@ -94,10 +95,28 @@ def cmd_record(args: argparse.Namespace) -> int:
     return status
 
 
+IMPORT_REFUSED = 3  # memfs import: something was skipped or refused, nothing failed
+
+
+def _import_status(items) -> int:
+    """``memfs import``'s exit status: 1 when a file failed or changed since its last import,
+    else :data:`IMPORT_REFUSED` when a file was skipped or a line refused (the counts are said
+    on stderr), else 0."""
+    if any(i.status in ("error", "changed") for i in items):
+        return 1
+    skipped = sum(i.status == "skipped" for i in items)
+    refused = sum(i.refused for i in items)
+    if not skipped and not refused:
+        return 0
+    print(f"memfs: import: {skipped} file{'s' if skipped != 1 else ''} skipped, {_lines(refused)} refused "
+          f"(see each session's rejected.jsonl)", file=sys.stderr)
+    return IMPORT_REFUSED
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from memfs.ingest import importer
 
-    config = _config(args, max_events=args.max_events, evict_to=args.evict_to)
+    config = _config(args, max_events=args.max_events, evict_to=args.evict_to, max_line_bytes=args.max_line_bytes)
     root = config.sessions_root()
     would = "would " if args.dry_run else ""
     new_store = _NewStore("import", root, dry_run=args.dry_run)
@@ -124,12 +143,19 @@ def cmd_import(args: argparse.Namespace) -> int:
             raise _Usage("--follow and --dry-run do not go together")
         from memfs.ingest.follow import follow
 
+        seen = []
+
+        def keep(item) -> None:
+            seen.append(importer.ImportItem(item.source, status=item.status, refused=item.refused))
+            show(item)
+
         follow(root, args.paths, fmt=args.format, max_events=config.max_events, evict_to=config.evict_to,
-               report=show)
-        return 0
+               max_line_bytes=config.max_line_bytes, report=keep)
+        return _import_status([i for i in seen if i.status not in ("error", "changed")])  # (errors: retried)
     with ProgressBar("import") as bar:
         items = importer.import_paths(root, args.paths, fmt=args.format, dry_run=args.dry_run,
-                                      max_events=config.max_events, evict_to=config.evict_to, progress=bar)
+                                      max_events=config.max_events, evict_to=config.evict_to, progress=bar,
+                                      max_line_bytes=config.max_line_bytes)
     new_store()
     if args.json:
         _json([i.to_dict() for i in items])
@@ -138,7 +164,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             show(item)
         if not items:
             _out("no files to import")
-    return 1 if any(i.status in ("error", "changed") for i in items) else 0
+    return _import_status(items)
 
 
 def register(c: Commands) -> None:
@@ -167,6 +193,8 @@ def register(c: Commands) -> None:
     p.add_argument("--format", choices=FORMATS, default="auto", help="the agent's output format (default: auto)")
     p.add_argument("--max-events", type=_nonneg_int, metavar="N", help="event cap (default 10000; 0 = unlimited)")
     p.add_argument("--evict-to", type=_evict_to, metavar="FRACTION", help=EVICT_TO_HELP)
+    p.add_argument("--max-line-bytes", type=_nonneg_int, metavar="N",
+                   help="longest accepted line of the agent's output (default 16 MiB)")
     p.set_defaults(cmd=[])  # main() gives it everything after "--"
 
     p = c.add("import", cmd_import, "bring Codex, Claude Code and Gemini CLI transcripts in as sessions "
@@ -176,7 +204,11 @@ def register(c: Commands) -> None:
                      "(~/.gemini/tmp). A DIR yields its *.jsonl files, recursively. "
                      "Each file becomes a session named by its thread/session id; what was imported is "
                      "remembered in the session's index/import-sources.json, so importing again adds only "
-                     "new lines. Exit status 1 when a file failed or changed since its last import.")
+                     "new lines. Only regular files are read, never through a symbolic link: links, FIFOs, "
+                     "sockets and devices are skipped with their reason; a line over --max-line-bytes is refused "
+                     "(to the session's rejected.jsonl) without being read into memory. Exit status: 0 all read; "
+                     "1 a file failed or changed since its last import; 3 a file was skipped or a line refused "
+                     "(the counts are said on stderr).")
     p.add_argument("paths", nargs="+", metavar="FILE|DIR")
     p.add_argument("--format", choices=FORMATS, default="auto", help="the files' format (default: auto, per file)")
     p.add_argument("--dry-run", action="store_true", help="change nothing; say what would be imported")
@@ -186,3 +218,5 @@ def register(c: Commands) -> None:
     p.add_argument("--max-events", type=_nonneg_int, metavar="N",
                    help="event cap per session (default 10000; 0 = unlimited)")
     p.add_argument("--evict-to", type=_evict_to, metavar="FRACTION", help=EVICT_TO_HELP)
+    p.add_argument("--max-line-bytes", type=_nonneg_int, metavar="N",
+                   help="longest accepted source line (default 16 MiB)")

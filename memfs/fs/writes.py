@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 from memfs.errors import MemfsError, ValidationError
 from memfs.fs.errors import fail, log
 from memfs.store.appender import LineAppender
+from memfs.store.lines import LongLine
 from memfs.store.session import SessionHandle
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ class PublishedTarget:
     def validate(self, line: bytes) -> Any:
         return self.inner.validate(line)
 
-    def reject(self, line: bytes, error: ValidationError, *, pid: int | None = None) -> None:
+    def reject(self, line: bytes | LongLine, error: ValidationError, *, pid: int | None = None) -> None:
         self.inner.reject(line, error, pid=pid)
 
     def append(self, line: bytes, pid: int | None = None, *, sync: bool = True) -> None:

@@ -4,7 +4,9 @@
 including directories created later (Codex's ``YYYY/MM/DD``), and appends the lines tools add
 as they add them through :class:`memfs.ingest.importer.Source`, each source's position kept in
 the same sidecar as ``memfs import``'s, so a restart neither loses nor repeats a line and never
-rewrites a session.
+rewrites a session. As ``memfs import``, it reads only regular files reached without following
+a link and never watches or enters a linked directory (:mod:`memfs.ingest.inputs`); what it
+skips is reported once, with its reason.
 """
 
 from __future__ import annotations
@@ -20,13 +22,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from memfs.errors import MemfsError
-from memfs.ingest.importer import ImportItem, Source, discover, is_source_name, source_roots
-from memfs.store.config import DEFAULT_EVICT_TO
+from memfs.ingest.importer import ImportItem, Source
+from memfs.ingest.inputs import LINK, NotRegular, discover, is_source_name, real_dir, source_roots
+from memfs.store.config import DEFAULT_EVICT_TO, DEFAULT_MAX_LINE_BYTES
 
 # --- inotify through ctypes --------------------------------------------------------------------
 
 IN_MODIFY, IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE = 0x2, 0x8, 0x80, 0x100
 IN_DELETE_SELF, IN_Q_OVERFLOW, IN_IGNORED, IN_ISDIR = 0x400, 0x4000, 0x8000, 0x40000000
+IN_ONLYDIR, IN_DONT_FOLLOW = 0x01000000, 0x02000000
 IN_NONBLOCK, IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
 _EVENT = struct.Struct("iIII")
 
@@ -34,7 +38,7 @@ _EVENT = struct.Struct("iIII")
 class Inotify:
     """The few inotify calls :func:`follow` needs."""
 
-    MASK = IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE_SELF
+    MASK = IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW
 
     def __init__(self) -> None:
         self._libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -76,7 +80,7 @@ class Inotify:
 
 
 def follow(root: Path, dirs: Iterable[str | os.PathLike], *, fmt: str = "auto", max_events: int = 0,
-           evict_to: float = DEFAULT_EVICT_TO,
+           evict_to: float = DEFAULT_EVICT_TO, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
            report: Callable[[ImportItem], None] | None = None, should_stop: Callable[[], bool] | None = None,
            poll_interval: float = 0.5) -> None:
     """Import what ``dirs`` hold, then keep appending what tools add, until SIGINT/SIGTERM
@@ -91,22 +95,44 @@ def follow(root: Path, dirs: Iterable[str | os.PathLike], *, fmt: str = "auto", 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     ino = Inotify()
     sources: dict[str, Source] = {}
+    said: set[str] = set()  # what was reported as skipped
     try:
         def watch_tree(top: Path) -> None:
+            if not real_dir(top):
+                return
             ino.watch(top)
-            for sub in sorted(p for p in top.rglob("*") if p.is_dir()):
-                ino.watch(sub)
+            for parent, subdirs, _files in os.walk(top):  # (os.walk never enters a linked directory)
+                subdirs.sort()
+                for sub in subdirs:
+                    if real_dir(Path(parent) / sub):
+                        ino.watch(Path(parent) / sub)
+
+        def skip(path: Path, reason: str) -> None:
+            if report and str(path) not in said:
+                said.add(str(path))
+                report(ImportItem(str(path), status="skipped", reason=reason))
+
+        def found(paths: list[Path]) -> list[Path]:
+            skipped: list[tuple[Path, str]] = []
+            files = discover(paths, skipped)
+            for path, reason in skipped:
+                skip(path, reason)
+            return files
 
         def process(path: Path) -> None:
             key = str(path.resolve())
             source = sources.get(key)
             if source is None or source.compressed:  # (a compressed file is read whole again when it changes)
-                source = sources[key] = Source(path, fmt)
+                source = sources[key] = Source(path, fmt, max_line_bytes=max_line_bytes)
             item = ImportItem(str(path))
             try:
                 if not source.prepare(root):
                     return
                 source.run(root, item, dry_run=False, durability="write", max_events=max_events, evict_to=evict_to)
+            except NotRegular as exc:
+                sources.pop(key, None)
+                skip(path, str(exc))
+                return
             except (MemfsError, OSError) as exc:
                 item.status, item.reason = "error", str(exc)
                 source.entry = None  # start over from the sidecar next time
@@ -118,16 +144,16 @@ def follow(root: Path, dirs: Iterable[str | os.PathLike], *, fmt: str = "auto", 
 
         tops = [Path(d) for d in dirs]
         for top in tops:
-            if not top.is_dir():
-                raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(top))
+            if not real_dir(top):
+                raise NotADirectoryError(errno.ENOTDIR, LINK if top.is_symlink() else "Not a directory", str(top))
         for top in dict.fromkeys([*tops, *(r for t in tops for r in source_roots(t))]):
             watch_tree(top)
-        for path in discover(tops):
+        for path in found(tops):
             process(path)
         while not stop and not (should_stop and should_stop()):
             for directory, mask, name in ino.read(poll_interval):
                 if mask & IN_Q_OVERFLOW:
-                    for path in discover(tops):
+                    for path in found(tops):
                         process(path)
                     continue
                 if directory is None or not name:
@@ -136,10 +162,10 @@ def follow(root: Path, dirs: Iterable[str | os.PathLike], *, fmt: str = "auto", 
                 if mask & IN_ISDIR:
                     if mask & (IN_CREATE | IN_MOVED_TO):
                         watch_tree(path)
-                        for p in discover([path]):
+                        for p in found([path]):
                             if wanted(p):
                                 process(p)
-                elif wanted(path) and path.is_file():
+                elif wanted(path) and os.path.lexists(path):
                     process(path)
     finally:
         ino.close()

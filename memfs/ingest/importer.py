@@ -35,15 +35,19 @@ source's position kept in the same sidecar.
 
 Refused lines (untranslatable, or refused by the event contract) go to the session's
 ``rejected.jsonl`` with their reason and the import goes on: one hostile line costs that
-session that line only.
+session that line only. A line over ``max_line_bytes`` is refused as it streams past, never
+held. Only regular files reached without following a link are read; anything else is reported
+``skipped`` with its reason (:mod:`memfs.ingest.inputs`). A re-import takes a source whose
+``(inode, size, mtime)`` did not change since it was taken whole as ``up-to-date`` without
+opening it (:mod:`memfs.ingest.seen`).
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,11 +66,25 @@ from memfs.ingest import (
     parse_object,
     session_id_of,
 )
+from memfs.ingest.inputs import (
+    CHUNK,
+    MAX_DECOMPRESSED,
+    InputTooLarge,
+    NotRegular,
+    SourceLines,
+    compressed,
+    discover,
+    is_source_name,
+    open_input,
+    source_roots,
+    stat_source,
+)
+from memfs.ingest.seen import SeenSources
 from memfs.ingest.sidefiles import SideReader
 from memfs.store.batch import append_tolerant
 from memfs.store.catalog import is_session_dir
-from memfs.store.config import DEFAULT_EVICT_TO
-from memfs.store.lines import split_lines
+from memfs.store.config import DEFAULT_EVICT_TO, DEFAULT_MAX_LINE_BYTES, line_too_long
+from memfs.store.lines import LongLine, split_lines
 from memfs.store.meta import now_rfc3339
 from memfs.store.paths import IMPORT_SOURCES, atomic_write
 from memfs.store.session import SessionHandle, open_session
@@ -75,16 +93,15 @@ if TYPE_CHECKING:
     from hashlib import _Hash
 
 SOURCES = IMPORT_SOURCES
-CHUNK = 1 << 20
 HEAD_LINES = 64
-MAX_DECOMPRESSED = 1 << 30  # bytes a compressed source may decompress to
+__all__ = ["InputTooLarge", "discover", "is_source_name", "source_roots"]  # (inputs, re-exported)
 
 
 # --- appending a batch, refusals included -----------------------------------------------------
 
 
-def reject(handle, raw: bytes, reason: str) -> None:
-    handle.writes.reject(raw, ValidationError(reason))
+def reject(handle, raw: bytes | LongLine, reason: str | ValidationError) -> None:
+    handle.writes.reject(raw, reason if isinstance(reason, ValidationError) else ValidationError(reason))
 
 
 # --- the sidecar -------------------------------------------------------------------------------
@@ -111,7 +128,7 @@ class ImportItem:
     source: str
     session: str | None = None
     format: str | None = None
-    status: str = "imported"  # imported | up-to-date | changed | empty | error
+    status: str = "imported"  # imported | up-to-date | changed | empty | skipped | error
     lines: int = 0  # source lines consumed now
     appended: int = 0  # events appended now
     refused: int = 0  # lines refused now (in rejected.jsonl)
@@ -120,66 +137,6 @@ class ImportItem:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-# --- compressed sources ------------------------------------------------------------------------
-
-
-class InputTooLarge(MemfsError):
-    """A compressed source decompresses to more than the limit."""
-
-
-def compressed(path: Path) -> bool:
-    return path.name.endswith(".zst")
-
-
-class _Limited:
-    """A reader of a zstd stream that refuses to give more than ``limit`` bytes."""
-
-    def __init__(self, path: Path, limit: int):
-        import zstandard
-
-        self.zstd_error = zstandard.ZstdError
-        self.path, self.limit, self.total = path, limit, 0
-        self.inner = zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), read_across_frames=True,
-                                                                closefd=True)
-
-    def read(self, n: int) -> bytes:
-        try:
-            data = self.inner.read(n)
-        except self.zstd_error as exc:  # a corrupt or truncated stream
-            raise InputTooLarge(f"{self.path}: cannot decompress: {exc}") from None
-        self.total += len(data)
-        if self.total > self.limit:
-            raise InputTooLarge(f"{self.path}: decompresses to more than {self.limit} bytes, the limit; refused")
-        return data
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-def open_input(path: Path, limit: int = MAX_DECOMPRESSED):
-    """The source's bytes: the file, or its decompressed content for ``*.zst`` (at most
-    ``limit`` bytes: :class:`InputTooLarge` past it)."""
-    return _Limited(path, limit) if compressed(path) else open(path, "rb")
-
-
-def _line_batches(f) -> Iterator[tuple[list[bytes], memoryview]]:
-    """``(lines, spanned)`` per chunk read from ``f`` to its end: the chunk's complete lines
-    (``\n`` excluded, :func:`memfs.store.lines.split_lines`) and the bytes they span; an
-    unterminated tail is carried into the next chunk (and left out at the end)."""
-    carry = b""
-    while data := f.read(CHUNK):
-        data = carry + data
-        lines, cut = split_lines(data)
-        carry = data[cut:]
-        yield lines, memoryview(data)[:cut]
 
 
 def _skip(f, n: int, hasher=None) -> int:
@@ -234,11 +191,14 @@ class Source:
     """One source file being imported (kept between batches by :func:`memfs.ingest.follow.follow`)."""
 
     def __init__(self, path: Path, fmt: str, max_decompressed: int = MAX_DECOMPRESSED, dry_run: bool = False,
-                 into: str | None = None):
+                 into: str | None = None, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, key: str | None = None):
         self.path = path
+        self.read_stat: os.stat_result | None = None  # the source's, when the last run read it
+        self.read_at = 0  # when that was (time.time_ns())
+        self.max_line = max_line_bytes  # a longer source line is refused, streamed past (never held)
         self.dry_run = dry_run
         self.into = into  # the session to import into, whatever the file names (import_into)
-        self.key = str(path.resolve())
+        self.key = key or str(path.resolve())  # (key: that, known already: inputs.discover)
         self.fmt = fmt
         self.limit = max_decompressed
         self.compressed = compressed(path)
@@ -291,7 +251,7 @@ class Source:
         yet say which session it is (or is empty)."""
         if self.entry is not None:
             return True
-        st = self.path.stat()
+        st = stat_source(self.path)
         if not st.st_size:
             return False
         kind, sid = identify(self.path, self.fmt, self.limit)
@@ -332,7 +292,8 @@ class Source:
             item.status, item.reason = "changed", "the source's imported part changed since the last import; left alone"
             return
         offset = self.entry["offset"]
-        st = self.path.stat()
+        self.read_at = time.time_ns()
+        st = self.read_stat = stat_source(self.path)
         if (st.st_size <= offset and not self.compressed) or self.hasher is None:
             item.status = "up-to-date"
             return
@@ -340,7 +301,8 @@ class Source:
             with open_input(self.path, self.limit) as f:
                 while f.read(CHUNK):
                     pass
-        self.opening = {"durability": durability, "max_events": max_events, "evict_to": evict_to}
+        self.opening = {"durability": durability, "max_events": max_events, "evict_to": evict_to,
+                        "max_line_bytes": self.max_line}
         self.capture = identity.Capture(root, agent=AGENT_OF_KIND.get(self.kind), conversation_id=self.conversation,
                                         extra=self.extra, parent=self.parent, state=self.entry.get("identity"))
         self.pending, self.handle = [], None
@@ -350,14 +312,15 @@ class Source:
         try:
             with open_input(self.path, self.limit) as f:
                 _skip(f, offset)
-                for lines, spanned in _line_batches(f):
-                    if spanned:
+                reader = SourceLines(f, self.max_line, offset, None if dry_run else self.hasher)
+                for lines, nread in reader:
+                    if lines:
                         self._batch(root, lines, item, dry_run)
-                        offset += len(spanned)
-                        if not dry_run:
-                            self.hasher.update(spanned)
                     if progress:
-                        progress(len(spanned))
+                        progress(nread)
+                offset = reader.offset
+                if reader.hasher is not None:
+                    self.hasher = reader.hasher
             if final:
                 self._emit(root, self.translator.finish(), item, dry_run)
             self._emit(root, self.capture.finish(), item, dry_run, filtered=True)
@@ -421,79 +384,54 @@ class Source:
             self.capture.appended(lines, a)
             self.capture.after(self.handle, self.translator.meta)
 
-    def _batch(self, root: Path, lines: list[bytes], item: ImportItem, dry_run: bool) -> None:
+    def _batch(self, root: Path, lines: list[bytes | LongLine], item: ImportItem, dry_run: bool) -> None:
         out: list[bytes] = []
         for raw in lines:
             item.lines += 1
-            if raw.endswith(b"\r"):
-                raw = raw[:-1]
-            if not raw.strip():
-                continue
-            try:
-                out.extend(self.translator.feed(raw))
-            except Untranslatable as exc:
-                self._emit(root, out, item, dry_run, force=True)
-                out = []
-                item.refused += 1
-                if not dry_run:
-                    reject(self.handle, raw, str(exc))
-                continue
+            if isinstance(raw, LongLine):  # refused unread (inputs.SourceLines)
+                error: ValidationError | str = line_too_long(raw.size, self.max_line)
+            else:
+                if raw.endswith(b"\r"):
+                    raw = raw[:-1]
+                if not raw.strip():
+                    continue
+                try:
+                    out.extend(self.translator.feed(raw))
+                    continue
+                except Untranslatable as exc:
+                    error = str(exc)
+            self._emit(root, out, item, dry_run, force=True)
+            out = []
+            item.refused += 1
+            if not dry_run:
+                reject(self.handle, raw, error)
         self._emit(root, out, item, dry_run)
-
-
-def source_roots(top: Path) -> list[Path]:
-    """Where the files of a directory given to import are: a Codex home (it holds
-    ``sessions/`` or ``archived_sessions/``) → those two; a Codex ``sessions`` folder → it and
-    its sibling ``archived_sessions``; a Claude Code home (``.claude`` holding ``projects/``)
-    → ``projects/``; anything else → itself."""
-    if top.name == ".claude" and (top / "projects").is_dir():
-        return [top / "projects"]
-    homes = [top / "sessions", top / "archived_sessions"]
-    if any(p.is_dir() for p in homes):
-        return [p for p in homes if p.is_dir()]
-    if top.name == "sessions" and (top.parent / "archived_sessions").is_dir():
-        return [top, top.parent / "archived_sessions"]
-    return [top]
-
-
-def is_source_name(name: str) -> bool:
-    return name.endswith(".jsonl") or name.endswith(".jsonl.zst")
-
-
-def discover(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """The files to import: each FILE as given, and every ``*.jsonl`` / ``*.jsonl.zst`` under
-    each DIR (see :func:`source_roots`), each once; a sub-agent's file after its parent's."""
-    found: list[Path] = []
-    seen: set[str] = set()
-    for p in map(Path, paths):
-        if p.is_dir():
-            files = sorted((q for root in source_roots(p) for q in root.rglob("*")
-                            if is_source_name(q.name) and q.is_file()),
-                           key=lambda q: (q.parent.name == "subagents", str(q)))
-        elif p.exists():
-            files = [p]
-        else:
-            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(p))
-        for q in files:
-            key = str(q.resolve())
-            if key not in seen:
-                seen.add(key)
-                found.append(q)
-    return found
 
 
 def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "auto", dry_run: bool = False,
                  max_events: int = 0, evict_to: float = DEFAULT_EVICT_TO,
                  progress: Callable[[int, int], None] | None = None,
-                 max_decompressed: int = MAX_DECOMPRESSED) -> list[ImportItem]:
-    """Import each source file once (see the module docstring); one item per file."""
-    files = discover(paths)
-    total = sum(f.stat().st_size for f in files)
+                 max_decompressed: int = MAX_DECOMPRESSED,
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[ImportItem]:
+    """Import each source file once (see the module docstring); one item per file, and one
+    ``skipped`` item (with its reason) per file or directory not read (:mod:`memfs.ingest.inputs`)."""
+    skipped: list[tuple[Path, str]] = []
+    keys: dict[Path, str] = {}
+    files = discover(paths, skipped, keys)
+    items = [ImportItem(str(path), status="skipped", reason=reason) for path, reason in sorted(skipped)]
+    stats = [os.lstat(f) for f in files]
+    total = sum(st.st_size for st in stats)
     done = 0
-    items = []
-    for path in files:
+    seen = SeenSources(root)
+    for path, st in zip(files, stats):
         item = ImportItem(str(path))
         items.append(item)
+        known = seen.unchanged(keys[path], st)
+        if known is not None:  # taken whole before, unchanged since: not even opened (memfs.ingest.seen)
+            item.session, item.format = known
+            item.status = "up-to-date"
+            done += st.st_size
+            continue
 
         def step(n: int) -> None:
             nonlocal done
@@ -501,14 +439,24 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
             if progress:
                 progress(done, total)
         try:
-            source = Source(path, fmt, max_decompressed, dry_run)
+            source = Source(path, fmt, max_decompressed, dry_run, max_line_bytes=max_line_bytes, key=keys[path])
             if not source.prepare(root):
                 item.status = "empty"
                 continue
             source.run(root, item, dry_run=dry_run, durability="buffered", max_events=max_events, evict_to=evict_to,
                        progress=step, final=True)
+            if not dry_run and item.status in ("imported", "up-to-date") and source.read_stat and source.session \
+                    and source.entry is not None:
+                seen.note(keys[path], source.read_stat, source.read_at, source.session, item.format)
+        except NotRegular as exc:  # replaced since it was listed
+            item.status, item.reason = "skipped", str(exc)
         except (MemfsError, OSError) as exc:
             item.status, item.reason = "error", str(exc)
+    if not dry_run:
+        try:
+            seen.save()
+        except OSError:  # (a cache: the next import takes the full path)
+            pass
     if progress:
         progress(total, total)
     return items
@@ -518,12 +466,13 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
 
 
 def import_into(root: Path, path: Path, session: str, *, fmt: str = "auto", max_events: int = 0,
-                evict_to: float = DEFAULT_EVICT_TO) -> ImportItem:
+                evict_to: float = DEFAULT_EVICT_TO, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> ImportItem:
     """Import one source file into ``session`` (an existing one, whatever conversation the file
     names), as :func:`import_paths` imports a file: from where the last import of it into that
-    session stopped, less what the session already holds. Errors raise."""
+    session stopped, less what the session already holds. Errors raise (:class:`NotRegular`
+    for anything but a regular file reached without following a link)."""
     item = ImportItem(str(path))
-    source = Source(Path(path), fmt, into=session)
+    source = Source(Path(path), fmt, into=session, max_line_bytes=max_line_bytes)
     if not source.prepare(root):
         item.status = "empty"
         return item
@@ -531,7 +480,8 @@ def import_into(root: Path, path: Path, session: str, *, fmt: str = "auto", max_
     return item
 
 
-def remember_as_imported(root: Path, path: Path, session: str, *, fmt: str = "auto") -> int:
+def remember_as_imported(root: Path, path: Path, session: str, *, fmt: str = "auto",
+                         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> int:
     """Note in ``session``'s ``index/import-sources.json`` that ``path``, as it is now, is
     already in the session (``memfs resume``: the file memfs itself exported there), so that
     :func:`import_into` takes only what is appended to it later. Its complete lines are read
@@ -540,24 +490,27 @@ def remember_as_imported(root: Path, path: Path, session: str, *, fmt: str = "au
     root, path = Path(root), Path(path)
     source = Source(path, fmt, into=session)
     translator = AutoTranslator(fmt, reader=SideReader.for_transcript(path))
-    hasher = hashlib.sha256()
-    offset = lines = 0
+    lines = 0
     with open_input(path) as f:
-        for batch, spanned in _line_batches(f):
-            hasher.update(spanned)
-            offset += len(spanned)
+        size = stat_source(path).st_size if source.compressed else os.fstat(f.fileno()).st_size
+        reader = SourceLines(f, max_line_bytes, 0, hashlib.sha256())
+        for batch, _ in reader:
             for raw in batch:
                 lines += 1
+                if isinstance(raw, LongLine):  # (the import refuses it: nothing to translate)
+                    continue
                 raw = raw[:-1] if raw.endswith(b"\r") else raw
                 if raw.strip():
                     try:
                         translator.feed(raw)
                     except Untranslatable:
                         pass
+    offset, hasher = reader.offset, reader.hasher
+    assert hasher is not None
     session_dir = root / session
     sources = read_sources(session_dir)
     sources[source.key] = {"path": source.key, "format": translator.kind, "offset": offset, "lines": lines,
-                           "size": path.stat().st_size, "sha256": hasher.hexdigest(), "state": translator.state(),
+                           "size": size, "sha256": hasher.hexdigest(), "state": translator.state(),
                            "identity": {}, "updated_at": now_rfc3339()}
     write_sources(session_dir, sources)
     return offset

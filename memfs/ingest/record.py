@@ -28,6 +28,11 @@ Decisions recorded here:
 * When memfs's own stdout goes away (the reader of a pipe exits), the copying stops and the
   agent's pipe is closed, so the agent sees the broken pipe it would see without memfs.
 * A last line without a newline is recorded when the agent exits.
+* A line over ``max_line_bytes`` is refused as it streams past, never held
+  (:class:`memfs.store.lines.LineSplitter`): its first 4 KiB, length and hash go to
+  ``rejected.jsonl``, and the next line is recorded as usual. The copying thread cuts the
+  lines (hashing a long line as it passes costs far less than the pipe), so what waits for the
+  store is complete lines, never the pieces of a long one.
 * **Identity** (SPEC §10, :mod:`memfs.ingest.identity`): what the session already holds of the
   conversation (a resumed run's replay, another capture's turns) is not appended again; the
   record's metadata goes to ``index/about.json`` as it arrives — ``conversation_id`` as soon as
@@ -49,12 +54,12 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from memfs.errors import MemfsError
+from memfs.errors import MemfsError, ValidationError
 from memfs.ingest import AutoTranslator, Untranslatable, dumps, identity
 from memfs.ingest.importer import reject
 from memfs.store.batch import append_tolerant
-from memfs.store.config import DEFAULT_EVICT_TO
-from memfs.store.lines import split_lines
+from memfs.store.config import DEFAULT_EVICT_TO, DEFAULT_MAX_LINE_BYTES, line_too_long
+from memfs.store.lines import LineSplitter, LongLine
 from memfs.store.paths import remove_tree, sanitize
 from memfs.store.session import open_session
 
@@ -113,7 +118,7 @@ def _exit_reason(status: int) -> str:
 
 
 def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", max_events: int = 0,
-           evict_to: float = DEFAULT_EVICT_TO,
+           evict_to: float = DEFAULT_EVICT_TO, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
            stdout_fd: int | None = None, warn=None) -> tuple[int, RecordReport]:
     """Run ``cmd``, copy its stdout to ``stdout_fd`` and record its events in ``session``.
 
@@ -127,7 +132,8 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
     check_runnable(cmd[0])
     root = Path(root)
     new_root, new_session = not os.path.lexists(root), not os.path.lexists(root / sanitize(session))
-    handle = open_session(root, session, durability="write", max_events=max_events, evict_to=evict_to)
+    handle = open_session(root, session, durability="write", max_events=max_events, evict_to=evict_to,
+                          max_line_bytes=max_line_bytes)
     program = os.path.basename(cmd[0])
     capture = identity.Capture(root, agent=program if program in AGENTS else None, live=True)
     try:  # the session's writer for the whole run: a busy session is said before the agent starts
@@ -138,31 +144,34 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
         raise
     lines: queue.SimpleQueue = queue.SimpleQueue()
 
+    splitter = LineSplitter(max_line_bytes)  # (fed by the copying: a long line never queues up)
+
     def store_lines() -> None:
-        carry = b""
         while True:
-            chunk = lines.get()
-            final = chunk is None
-            data = carry + (chunk or b"")
-            parts, cut = split_lines(data)
-            carry = data[cut:]
-            if final and carry:
-                parts.append(carry)
+            parts = lines.get()
+            final = parts is None
+            if final:
+                parts = [tail] if (tail := splitter.finish()) is not None else []
             batch: list[bytes] = []
             for raw in parts:
-                if raw.endswith(b"\r"):
-                    raw = raw[:-1]
-                if not raw.strip():
-                    continue
+                if isinstance(raw, LongLine):  # refused unread
+                    error: ValidationError | str = line_too_long(raw.size, max_line_bytes)
+                else:
+                    if raw.endswith(b"\r"):
+                        raw = raw[:-1]
+                    if not raw.strip():
+                        continue
+                    try:
+                        batch.extend(translator.feed(raw))
+                        report.lines += 1
+                        continue
+                    except Untranslatable as exc:
+                        error = str(exc)
                 report.lines += 1
-                try:
-                    batch.extend(translator.feed(raw))
-                except Untranslatable as exc:
-                    _append(batch)
-                    batch = []
-                    report.refused += 1
-                    reason = str(exc)  # (bound now: the name exc is unbound once the except block ends)
-                    _guard(lambda raw=raw, reason=reason: reject(handle, raw, reason))
+                _append(batch)
+                batch = []
+                report.refused += 1
+                _guard(lambda raw=raw, error=error: reject(handle, raw, error))
             _append(batch)
             if final:
                 _append(capture.finish(), filtered=True)
@@ -226,10 +235,10 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
                     _write_all(out_fd, chunk)
                 except BrokenPipeError:
                     passing = False
-                    lines.put(chunk)
+                    lines.put(splitter.feed(chunk))
                     proc.stdout.close()  # the agent now meets the broken pipe it would have met
                     break
-            lines.put(chunk)
+            lines.put(splitter.feed(chunk))
         status = proc.wait()
     finally:
         lines.put(None)

@@ -30,7 +30,7 @@ from typing import Protocol
 from memfs.errors import CapRewriteError, ValidationError
 from memfs.events import Record
 from memfs.store.config import check_line_size
-from memfs.store.lines import split_lines
+from memfs.store.lines import LongLine, split_lines
 
 log = logging.getLogger("memfs.store")
 
@@ -45,7 +45,7 @@ class AppendTarget(Protocol):
 
     def validate(self, line: bytes) -> Record: ...
 
-    def reject(self, line: bytes, error: ValidationError, *, pid: int | None = None) -> None: ...
+    def reject(self, line: bytes | LongLine, error: ValidationError, *, pid: int | None = None) -> None: ...
 
     def append(self, line: bytes, pid: int | None = None, *, sync: bool = True) -> None: ...
 
@@ -89,16 +89,20 @@ class LineAppender:
 
     def _write_lines(self, data: bytes) -> int:
         """:meth:`write` for any write but one whole line with no fragment held."""
+        if b"\n" not in data:  # a fragment: kept in place (linear), never past the limit
+            size = len(self.partial) + len(data)
+            if size > self.max_line_bytes:
+                long = LongLine(self.partial)  # (its first 4 KiB, length and hash: the refusal's record)
+                long.update(data)
+                try:
+                    check_line_size(size, self.max_line_bytes, self.limit_name)
+                except ValidationError as exc:
+                    self._refuse(long, exc)
+            self.partial += data
+            return len(data)
         buf = bytes(self.partial) + data if self.partial else data
         carried = len(self.partial)
         lines, cut = split_lines(buf)
-        if not cut:
-            try:
-                check_line_size(len(buf), self.max_line_bytes, self.limit_name)
-            except ValidationError as exc:
-                self._refuse(buf, exc)
-            self.partial = bytearray(buf)
-            return len(data)
 
         records: list[Record] = []
         ends: list[int] = []  # where each validated line ends in ``buf`` (its \n included)
@@ -144,7 +148,7 @@ class LineAppender:
             return ends[accepted - 1]
         return ends[-1]
 
-    def _refuse(self, line: bytes, error: ValidationError) -> None:
+    def _refuse(self, line: bytes | LongLine, error: ValidationError) -> None:
         """Record the refused line, drop the fragment it included, raise ``error``."""
         self.handle.reject(line, error, pid=self.pid)  # an OSError here keeps the fragment
         self.partial = bytearray()

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from memfs.errors import CapRewriteError, ValidationError
+from memfs.store.config import DEFAULT_MAX_LINE_BYTES, line_too_long
+from memfs.store.lines import LineSplitter, LongLine
 from memfs.store.session import SessionHandle
 
 
@@ -69,14 +71,36 @@ def append_tolerant(handle: SessionHandle, lines: list[bytes]) -> tuple[int, int
     return result.accepted, len(result.refused)
 
 
-def append_stream(handle: SessionHandle, source: IO[bytes], *, keep_going: bool = False) -> Appended:
+def append_stream(handle: SessionHandle, source: IO[bytes], *, keep_going: bool = False,
+                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Appended:
     """Append the lines of ``source`` as they can be read (:func:`line_batches`), numbering
     them from its first line; stop at the first refused one unless ``keep_going``, and at a
-    failed cap rewrite."""
+    failed cap rewrite. A line over ``max_line_bytes`` is refused as it streams past, never
+    held (:class:`memfs.store.lines.LineSplitter`)."""
     total = Appended()
     lineno = 0  # lines of the input before the batch
-    for batch in line_batches(source):
-        got = append_batch(handle, batch, keep_going=keep_going, stop_at_cap=True)
+    for batch in line_batches(source, max_line=max_line_bytes):
+        got = Appended()
+        done = 0
+        while done < len(batch):  # the plain lines up to the next long one, then that one
+            end = next((i for i in range(done, len(batch)) if type(batch[i]) is LongLine), len(batch))
+            part = append_batch(handle, batch[done:end], keep_going=keep_going,  # type: ignore[arg-type]
+                                stop_at_cap=True)
+            got.accepted += part.accepted
+            got.refused += [(done + n, reason) for n, reason in part.refused]
+            if part.stopped_at is not None:
+                got.stopped_at, got.cap_error = done + part.stopped_at, part.cap_error
+                break
+            if end < len(batch):
+                long = batch[end]
+                assert isinstance(long, LongLine)
+                error = line_too_long(long.size, max_line_bytes)
+                handle.writes.reject(long, error)
+                got.refused.append((end + 1, str(error)))
+                if not keep_going:
+                    got.stopped_at = end + 1
+                    break
+            done = end + 1
         total.accepted += got.accepted
         total.refused += [(lineno + n, reason) for n, reason in got.refused]
         if got.stopped_at is not None:
@@ -86,35 +110,32 @@ def append_stream(handle: SessionHandle, source: IO[bytes], *, keep_going: bool 
     return total
 
 
-def line_batches(source: IO[bytes], limit: int = 16 << 20) -> Iterator[list[bytes]]:
-    """The lines of ``source`` (without their newline), in batches of what can be read now,
-    up to about ``limit`` bytes: a file is taken in large batches (one ``append_many`` each: a
-    cap crossed several times in one batch rewrites the log once, see
-    :class:`memfs.store.evict.Eviction`), while a pipe's lines are appended as soon as they
-    arrive (a batch never waits for more input)."""
+def line_batches(source: IO[bytes], limit: int = 16 << 20,
+                 max_line: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[list[bytes | LongLine]]:
+    """The lines of ``source`` (without their newline; a line over ``max_line`` as a
+    :class:`LongLine`, not held), in batches of what can be read now, up to about ``limit``
+    bytes: a file is taken in large batches (one ``append_many`` each: a cap crossed several
+    times in one batch rewrites the log once, see :class:`memfs.store.evict.Eviction`), while a
+    pipe's lines are appended as soon as they arrive (a batch never waits for more input)."""
     try:
         fd = source.fileno()
     except (AttributeError, OSError, ValueError):  # not a file descriptor (a test's BytesIO)
-        while batch := source.readlines(limit):
-            yield [line[:-1] if line.endswith(b"\n") else line for line in batch]
-        return
-    tail = b""
+        fd = -1
+    splitter = LineSplitter(max_line)
     eof = False
     while not eof:
-        chunks = [tail]
-        size = len(tail)
+        lines: list[bytes | LongLine] = []
+        size = 0
         while True:
-            chunk = os.read(fd, limit - size)
+            chunk = os.read(fd, min(limit - size, 1 << 20)) if fd >= 0 else source.read(min(limit - size, 1 << 20))
             if not chunk:
                 eof = True
                 break
-            chunks.append(chunk)
+            lines += splitter.feed(chunk)
             size += len(chunk)
-            if size >= limit or not select.select([fd], [], [], 0)[0]:
+            if size >= limit or (fd >= 0 and not select.select([fd], [], [], 0)[0]):
                 break
-        lines = b"".join(chunks).split(b"\n")
-        tail = lines.pop()
-        if eof and tail:
+        if eof and (tail := splitter.finish()) is not None:
             lines.append(tail)  # a last line without its newline
         if lines:
             yield lines

@@ -50,6 +50,12 @@ def check_line_size(size: int, limit: int, what: str = "max_line_bytes") -> None
         raise LineTooLong(f"line is {size} bytes or more, over the limit of {limit} ({what})")
 
 
+def line_too_long(size: int, limit: int, what: str = "max_line_bytes") -> LineTooLong:
+    """The refusal of a whole line of ``size`` bytes, over ``limit``, that was streamed past
+    rather than held (:class:`memfs.store.lines.LineSplitter`)."""
+    return LineTooLong(f"line is {size} bytes, over the limit of {limit} ({what})")
+
+
 @dataclass(frozen=True, slots=True)
 class SessionConfig:
     """The settings one open session runs with.

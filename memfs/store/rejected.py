@@ -28,10 +28,11 @@ from pathlib import Path
 
 import orjson
 
+from memfs.store.lines import KEEP, LongLine
 from memfs.store.meta import now_rfc3339
 from memfs.store.paths import REJECTED, open_nofollow, write_all
 
-KEEP_BYTES = 4096  # of a refused line, kept in its record
+KEEP_BYTES = KEEP  # of a refused line, kept in its record
 DEFAULT_MAX_REJECTED_BYTES = 16 << 20
 ROTATED = "rejected.1.jsonl"
 
@@ -65,21 +66,25 @@ def _valid(data: bytes) -> bool:
         return False
 
 
-def rejected_record(raw: bytes, reason: str, errno_name: str, pid: int | None = None,
+def rejected_record(raw: bytes | LongLine, reason: str, errno_name: str, pid: int | None = None,
                     stream_seq: int | None = None) -> bytes:
-    """One ``rejected.jsonl`` line (with its ``\\n``) for the refused ``raw`` bytes."""
-    kept = raw[:KEEP_BYTES]
-    text, valid = _kept_text(kept, len(raw) > KEEP_BYTES)
+    """One ``rejected.jsonl`` line (with its ``\\n``) for the refused ``raw`` bytes (or a
+    line over the limit that was streamed, not held: :class:`memfs.store.lines.LongLine`)."""
+    if isinstance(raw, LongLine):
+        kept, size, digest = raw.head[:KEEP_BYTES], raw.size, raw.sha256
+    else:
+        kept, size, digest = raw[:KEEP_BYTES], len(raw), hashlib.sha256(raw).hexdigest()
+    text, valid = _kept_text(kept, size > KEEP_BYTES)
     record = {
         "at": now_rfc3339(),
         "reason": reason,
         "errno": errno_name,
-        "bytes": len(raw),
-        "sha256": hashlib.sha256(raw).hexdigest(),
+        "bytes": size,
+        "sha256": digest,
         "line": text,
         "pid": os.getpid() if pid is None else pid,
     }
-    if len(raw) > KEEP_BYTES:
+    if size > KEEP_BYTES:
         record["truncated"] = True
     if not valid:
         record["line_b64"] = base64.b64encode(kept).decode()
@@ -88,7 +93,7 @@ def rejected_record(raw: bytes, reason: str, errno_name: str, pid: int | None = 
     return orjson.dumps(record) + b"\n"
 
 
-def record_rejected(session_dir: Path, raw: bytes, reason: str, errno_name: str, pid: int | None = None,
+def record_rejected(session_dir: Path, raw: bytes | LongLine, reason: str, errno_name: str, pid: int | None = None,
                     stream_seq: int | None = None) -> None:
     """Append one record for the refused ``raw`` bytes to the session's ``rejected.jsonl``,
     rotating it first when the record would take it past the limit."""

@@ -23,6 +23,7 @@ import orjson
 from memfs.errors import ReadOnlySession, SessionClosed, ValidationError
 from memfs.events import Record, parse_line
 from memfs.store.config import BUFFER_LIMIT, check_line_size
+from memfs.store.lines import LongLine
 from memfs.store.reading import is_free
 from memfs.store.rejected import record_rejected
 from memfs.store.writer import commit_call
@@ -174,10 +175,10 @@ class SessionWrites:
 
     # --- refusals --------------------------------------------------------------------------
 
-    def reject(self, line: bytes, error: ValidationError, *, pid: int | None = None,
+    def reject(self, line: bytes | LongLine, error: ValidationError, *, pid: int | None = None,
                stream_seq: int | None = None) -> None:
         """Record a refused line in ``rejected.jsonl`` (SPEC §3.8; ``stream_seq``: a cluster
-        stream's line)."""
+        stream's line; a :class:`~memfs.store.lines.LongLine`: one streamed past, not held)."""
         reason = str(error)
         record_rejected(self._s.dir, line, reason, error.errno_name, pid, stream_seq)
         self._s.last_refusal = reason
