@@ -201,6 +201,8 @@ def fresh(n: int, store: Path, mnt: Path, work: Path, args, table: Table, r: dic
     """A session created, then appended to, by another process while the mount runs: how long
     until ``ls``, a root search and ``usage/daily.json`` show it."""
     src, copy, anchor = work / "fresh-src", unique(), time.time()
+    search_once(mnt, "README")  # what a running mount has done before: searched, listed, summed
+    os.listdir(mnt / "sessions")
     before = total_tokens(mnt)
     token = marker()
     name, done = new_session(store, src, token, copy, anchor)
@@ -311,9 +313,9 @@ def import_part(work: Path, per_agent: int, table: Table, python_s: float) -> di
         r["grown_s"] = wall(cmd, check=False)
     finally:
         os.truncate(grown, length)
-    label = f"{len(files):,} files, {r['MB']:.0f} MB"
-    table.add(None, f"`memfs import` ({label}), MB/s", r["import_MBps"], r["orjson_MBps"], "orjson read of the same files, MB/s",
-              20, None, unit="MB/s", higher=True)
+    label = f"{per_agent:,} Claude Code transcripts + {per_agent:,} Codex rollouts, {r['MB']:.0f} MB"
+    table.add(None, f"`memfs import` of agent files ({label})", r["import_MBps"], r["orjson_MBps"],
+              "orjson read of the same files", 20, None, unit="MB/s", higher=True)
     table.add(None, "`memfs import` again, nothing new", r["again_s"], python_s, f"`python -c pass` {python_s:.3f} s", 1.0, None)
     table.add(None, "`memfs import` again, one file grown", r["grown_s"], python_s, f"`python -c pass` {python_s:.3f} s", 1.0, None)
     claude = src / "claude"

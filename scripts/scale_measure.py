@@ -10,6 +10,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -63,19 +64,26 @@ def search_once(mnt: Path, query: str, text: bool = False, deadline: float = 900
 
 def poll(checks: dict[str, Callable[[], bool]], since: float, timeout: float) -> dict[str, float | None]:
     """Seconds from ``since`` (a ``perf_counter``) until each check first holds; None for one
-    that did not within ``timeout``."""
+    that did not within ``timeout``. Each check is asked in a thread of its own, so a slow one
+    (a listing of 100,000 entries) does not delay the others'."""
     seen: dict[str, float | None] = dict.fromkeys(checks)
     deadline = since + timeout
-    while time.perf_counter() < deadline and any(v is None for v in seen.values()):
-        for what, check in checks.items():
-            if seen[what] is None:
-                try:
-                    ok = check()
-                except OSError:
-                    ok = False
-                if ok:
+
+    def wait(what: str, check: Callable[[], bool]) -> None:
+        while time.perf_counter() < deadline:
+            try:
+                if check():
                     seen[what] = time.perf_counter() - since
-        time.sleep(0.005)
+                    return
+            except OSError:
+                pass
+            time.sleep(0.005)
+
+    threads = [threading.Thread(target=wait, args=item, daemon=True) for item in checks.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     return seen
 
 
@@ -178,8 +186,10 @@ class Table:
         for r in self.rows:
             if r["met"] is not None and (r["goal_size"] is None or r["sessions"] == r["goal_size"]):
                 where = f" at {r['sessions']:,} sessions" if r["sessions"] else ""
+                what = r["what"].split(" (")[0] if r["sessions"] is None else r["what"]  # (the sizes go in measured)
                 goal = f"{'≥' if r['higher'] else '≤'} {fmt(r['goal'], r['unit'])}"
-                out[f"scale: {r['what']}{where} {goal}"] = {
-                    "measured": fmt(r["value"], r["unit"]) if r["value"] is not None else "not seen in time",
+                out[f"scale: {what}{where} {goal}"] = {
+                    "measured": (fmt(r["value"], r["unit"]) if r["value"] is not None else "not seen in time")
+                    + (f" ({r['what'].split(' (', 1)[1]}" if what != r["what"] else ""),
                     "met": bool(r["met"])}
         return out
