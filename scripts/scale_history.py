@@ -70,7 +70,7 @@ class Template:
         return [p[1] for p in self.parts if type(p) is tuple and p[0] == "t"]
 
     def masked(self) -> bytes:
-        """The text with its ids and times left out (what the cache key digests)."""
+        """The text with its ids and times left out (what the cache key digests, numbers left out too)."""
         return b"".join(p if type(p) is bytes else b"*" for p in self.parts)
 
     def render(self, ids: Callable[[bytes], bytes], when: Callable[[float], float]) -> bytes:
@@ -141,7 +141,7 @@ def template_store(work: Path) -> tuple[list[Conversation], str]:
             rel = path.relative_to(d).as_posix()
             if rel not in NOT_COPIED:
                 files[rel] = Template(path.read_bytes())
-                digest.update(rel.encode() + files[rel].masked())
+                digest.update(rel.encode() + re.sub(rb"\d+", b"#", files[rel].masked()))  # (numbers vary by run)
         groups.setdefault(d.name.split(".")[0], []).append((Template(d.name.encode()), files))
     shutil.rmtree(store)
     return [Conversation(g) for g in groups.values()], digest.hexdigest()[:12]
