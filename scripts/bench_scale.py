@@ -172,7 +172,7 @@ def mount_phase(n: int, store: Path, work: Path, only: set[str], args, table: Ta
             base = in_memory_search(store, qs)
             r["index_build_s"] = base["build_s"]
             r["index_p50_s"], r["index_p99_s"] = pct(base["times"], 0.5), pct(base["times"], 0.99)
-            table.add(n, "first root search after mounting", r["first_search_s"], None, "", None)
+            table.add(n, "first root search after mounting and listing", r["first_search_s"], None, "", None)
             table.add(n, "root `search/<q>` p50", r["search_p50_s"], r["index_p50_s"], "in-memory index p50", 0.02, 10_000)
             table.add(n, "root `search/<q>` p99", r["search_p99_s"], r["index_p99_s"], "in-memory index p99", 0.1, 10_000)
         if "fresh" in only:
