@@ -19,6 +19,10 @@ against the physical limits and peers:
   (``scripts/bench_durability.py``), and the p99 of ``stat`` + read of an idle session's
   ``manifest.json`` while other sessions evict or the warm-up rescans a stale log
   (``scripts/bench_responsive.py``);
+* scale (SPEC §14): a year of history made from the captured fixtures at 1,000, 10,000 and
+  100,000 sessions — ``ls``, root search, ``memfs sessions``, MCP ``list_sessions``, ``memfs
+  usage``, import of agent files, and how soon another process's session shows — each beside
+  its baseline (``scripts/bench_scale.py``; ``--only scale`` runs it alone);
 * cluster mode on a real three-node JetStream cluster: fenced single appends through a mount
   beside raw ``nats-py``, 8 sessions, replication lag, catch-up after 100,000 appends
   (``scripts/bench_cluster.py``; ``--only cluster`` runs this section alone and splices it
@@ -64,6 +68,8 @@ SECTIONS = (("bench_views.py", "Derived views"), ("bench_search.py", "Search (me
                                   "(descriptors and RSS of the daemon, `scripts/bench_sessions.py`)"),
             ("bench_usage.py", "Usage and cost (SPEC §12): `memfs usage` and `usage/daily.json` after an append, "
                                "10,000 sessions (`scripts/bench_usage.py`)"),
+            ("bench_scale.py", "Scale (SPEC §14): a year of history at 1,000, 10,000 and 100,000 sessions, each figure "
+                               "beside its baseline (`scripts/bench_scale.py`)"),
             ("bench_durability.py", "Durability: fsync mode beside native write+fdatasync"),
             ("bench_responsive.py", "Responsiveness: an idle session while others evict or rescan"),
             ("bench_cluster.py", CLUSTER_TITLE),
@@ -307,7 +313,7 @@ def write_report(report: dict, path: Path) -> None:
         if "error" in comp:
             lines.append(f"`{script}` failed: {' / '.join(comp['error'])}")
         elif comp:
-            lines += ["```", comp.get("stdout", "").rstrip(), "```"]
+            lines += [section_body(comp)]
     if r.get("daemon_rss"):
         d = r["daemon_rss"]
         lines += ["", "## Daemon memory", "",
@@ -323,6 +329,11 @@ def write_report(report: dict, path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def section_body(comp: dict) -> str:
+    """A component's section: the Markdown it made (``markdown`` in its JSON), else its output as is."""
+    return comp["markdown"].rstrip() if comp.get("markdown") else "```\n" + comp.get("stdout", "").rstrip() + "\n```"
+
+
 def splice_report(r: dict, path: Path) -> None:
     """``--only``: put the sections and goal rows of the components just run into the existing
     report in place of theirs (a missing section goes before "## Goals")."""
@@ -330,8 +341,7 @@ def splice_report(r: dict, path: Path) -> None:
     titles = dict(SECTIONS)
     for script, comp in r["components"].items():
         title = titles.get(script, script)
-        body = (f"`{script}` failed: {' / '.join(comp['error'])}" if "error" in comp else
-                "```\n" + comp.get("stdout", "").rstrip() + "\n```")
+        body = f"`{script}` failed: {' / '.join(comp['error'])}" if "error" in comp else section_body(comp)
         section = f"## {title}\n\n_{script} run alone on {r['when']} (`bench.py --only`)._\n\n{body}\n\n"
         head = f"## {title}\n"
         if head in text:
@@ -376,8 +386,8 @@ def collect_goals(r: dict) -> dict:
         if row["events"] == 100_000:
             goals["cat memory.json after an append, 100,000 events < 10 ms"] = (f"{row['median_ms']:.1f} ms",
                                                                                   row["median_ms"] < 10)
-    for script in ("bench_views.py", "bench_search.py", "bench_search_quality.py", "bench_sessions.py", "bench_durability.py",
-                   "bench_responsive.py", "bench_cluster.py"):
+    for script in ("bench_views.py", "bench_search.py", "bench_search_quality.py", "bench_sessions.py", "bench_scale.py",
+                   "bench_durability.py", "bench_responsive.py", "bench_cluster.py"):
         for goal, value in r["components"].get(script, {}).get("goals", {}).items():
             goals[goal] = (value.get("measured", ""), bool(value.get("met"))) if isinstance(value, dict) else ("", bool(value))
     return goals
@@ -416,6 +426,7 @@ def main() -> int:
             "bench_transcript.py": ["--quick"] if q else [],
             "bench_sessions.py": ["--sessions", "2000", "--appends", "200"] if q else [],
             "bench_usage.py": ["--quick"] if q else [],
+            "bench_scale.py": ["--sizes", "1000", "--import-size", "100", "--queries", "50"] if q else [],
             "bench_durability.py": ["--rounds", "3", "--events", "100"] if q else [],
             "bench_responsive.py": ["--samples", "500", "--big-mb", "20"] if q else [],
             "bench_cluster.py": ["--rounds", "2", "--events", "200", "--lag", "50", "--catchup", "5000"] if q else [],

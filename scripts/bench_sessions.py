@@ -57,8 +57,8 @@ def wrap(event: dict) -> bytes:
     return orjson.dumps({"schema_version": "0.18.0", "event": event}) + b"\n"
 
 
-def session_files(i: int) -> tuple[bytes, bytes, bytes]:
-    """``(events.jsonl, manifest.json, index/turns.json)`` of session ``i``."""
+def session_files(i: int) -> tuple[str, dict[str, bytes]]:
+    """Session ``i``'s name and files (``events.jsonl``, ``manifest.json``, ``index/turns.json``)."""
     name = f"s{i:06d}"
     word = WORDS[i % len(WORDS)]
     lines = [wrap({"type": "thread.started", "thread_id": f"t{i}"}),
@@ -69,9 +69,9 @@ def session_files(i: int) -> tuple[bytes, bytes, bytes]:
     return one_turn_session(name, lines)
 
 
-def one_turn_session(name: str, lines: list[bytes]) -> tuple[bytes, bytes, bytes]:
-    """The files of a session whose log is ``lines``: a thread start, then one completed turn
-    of three events."""
+def one_turn_session(name: str, lines: list[bytes]) -> tuple[str, dict[str, bytes]]:
+    """``name`` and the files of a session whose log is ``lines``: a thread start, then one
+    completed turn of three events."""
     log = b"".join(lines)
     start = len(lines[0])
     turns = orjson.dumps({"entries": [{"turn_number": 1, "start_offset": start, "end_offset": len(log),
@@ -79,25 +79,35 @@ def one_turn_session(name: str, lines: list[bytes]) -> tuple[bytes, bytes, bytes
     manifest = orjson.dumps({"session_id": name, "schema_version": 1, "created_at": TS, "updated_at": TS,
                              "turn_count": 1, "event_count": 4, "status": "active", "in_turn": False,
                              "persisted_file_len": len(log), "retained_turn_base": 1})
-    return log, manifest, turns
+    return name, {"events.jsonl": log, "manifest.json": manifest, "index/turns.json": turns}
 
 
 def build_store(store: Path, n: int, files=session_files) -> float:
-    """Write ``n`` sessions directly (``files(i)``: session ``i``'s files); seconds taken."""
+    """Write ``n`` sessions directly (``files(i)``: session ``i``'s name and its files by path
+    relative to the session, e.g. ``index/turns.json``); seconds taken. The first session is
+    opened with the library to check that the open's fast path trusts what was written."""
     t = time.perf_counter()
     store.mkdir(mode=0o700, parents=True)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    first = None
     for i in range(n):
-        d = store / f"s{i:06d}"
+        name, content = files(i)
+        first = first or (name, content["events.jsonl"].count(b"\n"))
+        d = os.path.join(store, name)
         os.mkdir(d, 0o700)
-        os.mkdir(d / "index", 0o700)
-        for rel, data in zip(("events.jsonl", "manifest.json", "index/turns.json"), files(i)):
-            fd = os.open(d / rel, flags, 0o600)
+        made = {""}
+        for rel, data in content.items():
+            parent = rel.rpartition("/")[0]
+            if parent not in made:
+                os.makedirs(os.path.join(d, parent), 0o700, exist_ok=True)
+                made.add(parent)
+            fd = os.open(os.path.join(d, rel), flags, 0o600)
             os.write(fd, data)
             os.close(fd)
-    with memfs.open_session(store, "s000000", read_only=True) as h:  # the files are what the store writes
-        if not h.open_report.fast_path or h.manifest["event_count"] != 4:
-            raise RuntimeError(f"generated session not trusted: {h.open_report}")
+    if first:
+        with memfs.open_session(store, first[0], read_only=True) as h:  # the files are what the store writes
+            if not h.open_report.fast_path or h.manifest["event_count"] != first[1]:
+                raise RuntimeError(f"generated session not trusted: {h.open_report}")
     return time.perf_counter() - t
 
 

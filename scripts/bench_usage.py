@@ -45,8 +45,8 @@ from bench_sessions import build_store, one_turn_session, wrap  # noqa: E402
 MODELS = ("gpt-5", "gpt-5-mini", "claude-sonnet-4-5", "gemini-2.5-pro")
 
 
-def session_files(i: int) -> tuple[bytes, bytes, bytes]:
-    """``(events.jsonl, manifest.json, index/turns.json)`` of session ``i``."""
+def session_files(i: int) -> tuple[str, dict[str, bytes]]:
+    """Session ``i``'s name and files (``events.jsonl``, ``manifest.json``, ``index/turns.json``)."""
     name = f"s{i:06d}"
     day = 1 + i % 30
     lines = [wrap({"type": "thread.started", "thread_id": f"t{i}"}),
