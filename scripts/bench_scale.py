@@ -121,7 +121,7 @@ def new_session(store: Path, dest: Path, token: str, copy: int, anchor: float, a
     path = history.source_file(dest, "claude", template, copy, anchor, again, token.encode(), recent=True)
     out = subprocess.run(memfs("import", "--store", str(store), str(path)), capture_output=True, text=True, cwd=ROOT)
     done = time.perf_counter()
-    if out.returncode:
+    if out.returncode not in (0, 3):  # 3: something skipped or refused, said on stderr
         raise RuntimeError(f"import failed: {out.stderr.strip()}")
     return re.search(r"-> (\S+) \(", out.stdout + out.stderr).group(1), done
 
