@@ -20,6 +20,7 @@ it cannot forge the transcript's structure nor carry HTML or a link:
 
 from __future__ import annotations
 
+import bisect
 import re
 
 from memfs.text import one_line
@@ -31,44 +32,50 @@ _SETEXT = re.compile(r"[ \t]*(?:=+|-+)[ \t]*")
 _TABLE_RULE = re.compile(r"[ \t|:-]*-[ \t|:-]*")  # (with a "|": a table's delimiter row, or like one)
 _MARKER = re.compile(r"[ \t]*(?:[-+*]|[0-9]{1,9}[.)])(?:[ \t]+|$)")  # a list item's marker
 _RUN = re.compile(r"`+")
+_PLAIN = re.compile(r"[ \t]*[^ \t#>*_+=|:`~0-9-]")  # a line no block syntax begins (all but an empty one)
+_SPECIAL = re.compile(r"[\\`<\[]")
 _PUNCT = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 
 
 def _inline(text: str) -> str:
     """One line's inline text: ``<`` and ``[`` escaped outside code spans, backticks that do
     not pair on this line escaped."""
+    if _SPECIAL.search(text) is None:
+        return text
+    runs = [(m.start(), m.end()) for m in _RUN.finditer(text)]
+    by_length: dict[int, list[int]] = {}
+    for start, end in runs:
+        by_length.setdefault(end - start, []).append(start)
     out: list[str] = []
     i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\" and i + 1 < n and text[i + 1] in _PUNCT:
-            out.append(text[i:i + 2])
-            i += 2
+    while (m := _SPECIAL.search(text, i)) is not None:
+        j = m.start()
+        out.append(text[i:j])
+        c = text[j]
+        if c == "\\":
+            i = j + 2 if j + 1 < n and text[j + 1] in _PUNCT else j + 1
+            out.append(text[j:i])
         elif c == "`":
-            run = _RUN.match(text, i)
-            assert run is not None
-            end = run.end()
-            close = next((m for m in _RUN.finditer(text, end) if len(m.group()) == end - i), None)
-            if close is None:
-                out.append("\\`" * (end - i))
-                i = end
+            end = _RUN.match(text, j).end()  # type: ignore[union-attr]
+            same = by_length[end - j]
+            k = bisect.bisect_right(same, j)
+            if k < len(same):  # the next run as long closes the span
+                i = same[k] + end - j
+                out.append(text[j:i])
             else:
-                out.append(text[i:close.end()])
-                i = close.end()
-        elif c == "<":
-            out.append("&lt;")
-            i += 1
-        elif c == "[":
-            out.append("\\[")
-            i += 1
+                out.append("\\`" * (end - j))
+                i = end
         else:
-            out.append(c)
-            i += 1
+            out.append("&lt;" if c == "<" else "\\[")
+            i = j + 1
+    out.append(text[i:])
     return "".join(out)
 
 
 def _plain_line(line: str) -> str:
     """A message's line outside code blocks (see the module docstring)."""
+    if _PLAIN.match(line):  # (the common case: it begins with a letter or the like)
+        return _inline(line)
     if _BREAK.fullmatch(line) or _SETEXT.fullmatch(line) or ("|" in line and _TABLE_RULE.fullmatch(line)):
         lead = len(line) - len(line.lstrip(" \t"))
         return line[:lead] + "\\" + _inline(line[lead:])
