@@ -14,8 +14,11 @@ from pathlib import Path
 
 import memfs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from markdown_it import MarkdownIt
 from memfs.export.markdown import render
-from memfs.export.markdown_text import md_block
+from memfs.export.markdown_text import code_span, md_block, md_inline
 from memfs.store import about
 from memfs.text import one_line, visible
 
@@ -150,3 +153,43 @@ def test_transcript_md_through_the_view_is_safe_too(store):
     assert done.returncode == 0, done.stderr
     assert headings(done.stdout)[1:] == ["## Turn 1 — completed", "## Turn 2 — completed"]
     assert "<script" not in done.stdout
+
+
+# --- through a real CommonMark parser (markdown-it-py; GFM tables enabled) ----------------------
+
+PARSER = MarkdownIt("commonmark").enable("table")
+UNSAFE = {"html_block", "html_inline", "link_open", "image"}
+
+
+def kinds(tokens) -> set[str]:
+    out = set()
+    for t in tokens:
+        out.add(t.type)
+        out |= kinds(t.children or [])
+    return out
+
+
+def test_the_transcript_parses_to_its_own_headings_and_no_html_nor_link(store):
+    with memfs.open_session(store, "evil", read_only=True) as h:
+        tokens = PARSER.parse(render(h))
+    headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    assert headings == ["title " + SEEN.replace("[", "\\["), "Turn 1 — completed", "Turn 2 — completed"]
+    assert not kinds(tokens) & UNSAFE
+    assert any(t.type == "fence" and t.content == "never closed\n" for t in tokens)
+
+
+PIECES = ["<", ">", "#", "## Turn 9", "`", "``", "```", "~~~", "[", "]", "(", ")", "*", "**", "_", "-", "---", "=",
+          "|", "|-|", "\\", "\n", "\n\n", " ", "    ", "a", "1.", "!", ":", "javascript:x", "<script>", "<img src=x>",
+          "<!--", "&lt;", "- ", "> ", "<http://x>"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=30).map("".join))
+def test_no_message_text_makes_html_a_link_or_a_heading_or_leaves_a_block_open(text):
+    for doc in (f"## Before\n\n{md_block(text)}\n\n## After\n",  # a message
+                "## Before\n\n" + "\n".join("> " + line for line in md_block(text).split("\n")) + "\n\n## After\n",
+                f"## Before\n\n**Label:** {md_inline(text)} {code_span(text)}\n\n## After\n"):
+        tokens = PARSER.parse(doc)
+        assert not kinds(tokens) & UNSAFE, doc
+        assert [(t.tag, t.level, tokens[i + 1].content) for i, t in enumerate(tokens) if t.type == "heading_open"] \
+            == [("h2", 0, "Before"), ("h2", 0, "After")], doc

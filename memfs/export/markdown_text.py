@@ -57,7 +57,7 @@ def _inline(text: str) -> str:
             out.append(text[j:i])
         elif c == "`":
             end = _RUN.match(text, j).end()  # type: ignore[union-attr]
-            same = by_length[end - j]
+            same = by_length.get(end - j, [])
             k = bisect.bisect_right(same, j)
             if k < len(same):  # the next run as long closes the span
                 i = same[k] + end - j
