@@ -193,3 +193,42 @@ def test_no_message_text_makes_html_a_link_or_a_heading_or_leaves_a_block_open(t
         assert not kinds(tokens) & UNSAFE, doc
         assert [(t.tag, t.level, tokens[i + 1].content) for i, t in enumerate(tokens) if t.type == "heading_open"] \
             == [("h2", 0, "Before"), ("h2", 0, "After")], doc
+
+
+MD = "x <script>a</script>\n## Turn 99 — completed\n[l](javascript:a) ``` ~~~\n<img src=x onerror=y>\n* * *\n**Prompt** (user): `"
+
+
+def test_every_field_of_every_item_stays_text(tmp_path):
+    """Each field the transcript shows holds Markdown that would forge a turn, open a block or
+    carry HTML or a link: it parses to the transcript's own headings, and none of that."""
+    item = [
+        {"type": "agent_message", "text": MD}, {"type": "reasoning", "text": MD}, {"type": "plan", "text": MD},
+        {"type": "decision", "summary": MD, "rationale": MD},
+        {"type": "command_execution", "command": MD, "status": MD, "aggregated_output": MD, "exit_code": 1},
+        {"type": "mcp_tool_call", "server": MD, "tool": MD, "arguments": {"q": MD}, "status": "failed",
+         "result": {"content": [{"type": "text", "text": MD}]}, "error": {"message": MD}},
+        {"type": "tool_invocation", "tool_name": MD, "status": "failed", "arguments": MD, "output": MD, "error": MD},
+        {"type": "tool_output", "call_id": MD, "status": "completed", "output": MD},
+        {"type": "file_change", "status": "completed", "changes": [{"path": MD, "kind": MD, "diff": MD},
+                                                                   {"path": MD, "kind": "add", "content": MD}]},
+        {"type": "todo_list", "items": [{"text": MD, "completed": False}]}, {"type": "web_search", "query": MD},
+        {"type": "harness", "event": MD, "message": MD}, {"type": "error", "message": MD}, {"type": MD + "kind"},
+    ]
+    lines = [event("turn.started", context={"origin": "user", "prompt": MD})]
+    lines += [event("item.completed", item={"id": f"i{n}", **it}) for n, it in enumerate(item)]
+    lines += [event("error", message=MD), event("permission.requested", tool_name=MD),
+              event("permission.resolved", tool_name=MD, decision="deny", wait_ms=1), event("goal.set", objective=MD),
+              event("turn.failed", message=MD),
+              event("turn.started", context={"origin": "user", "prompt": "last"}), event("turn.blocked", message=MD)]
+    with memfs.open_session(tmp_path, "md", durability="write") as h:
+        assert h.append_many(lines) is not None
+    about.merge(tmp_path / "md", {k: MD for k in ("title", "agent", "agent_version", "model", "project", "cwd",
+                                                  "git_branch", "conversation_id", "status", "parent_session",
+                                                  "pr_link", "forked_from")})
+    with memfs.open_session(tmp_path, "md", read_only=True) as h:
+        text = render(h)
+    tokens = PARSER.parse(text)
+    assert not kinds(tokens) & UNSAFE, text
+    headings = [(t.tag, t.level, tokens[i + 1].content) for i, t in enumerate(tokens) if t.type == "heading_open"]
+    assert [h[:2] for h in headings] == [("h1", 0), ("h2", 0), ("h2", 0)], headings
+    assert [h[2] for h in headings[1:]] == ["Turn 1 — FAILED", "Turn 2 — open"]
