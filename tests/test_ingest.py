@@ -84,7 +84,11 @@ def test_claude_stream_json_maps_per_the_spec_table():
     assert items(ev, "item.started")["command_execution"][0]["status"] == "in_progress"
     assert done["todo_list"][0]["items"] == [{"text": "Add a retry loop to fetch", "completed": False},
                                              {"text": "Test the retry loop", "completed": False}]
-    assert done["file_change"][0]["changes"] == [{"path": "/home/dev/proj/src/net.py", "kind": "update"}]
+    assert done["file_change"][0]["changes"] == [{  # with its diff (issue 53)
+        "path": "/home/dev/proj/src/net.py", "kind": "update",
+        "diff": "--- /home/dev/proj/src/net.py\n+++ /home/dev/proj/src/net.py\n@@ -1 +1 @@\n"
+                "-def fetch(url):\n\\ No newline at end of file\n+def fetch(url, retries=3):\n"
+                "\\ No newline at end of file\n"}]
     mcp = done["mcp_tool_call"][0]
     assert (mcp["server"], mcp["tool"], mcp["arguments"], mcp["error"]) == ("docs", "search", {"q": "backoff"}, None)
     assert mcp["result"]["content"] == [{"type": "text", "text": "Use exponential backoff."}]
@@ -122,7 +126,8 @@ def test_claude_transcript_turns_usage_once_per_message_and_interruption():
     # msg_T1 appears on two lines (one per content block) and counts once
     assert first_end["usage"] == {"input_tokens": 16, "cached_input_tokens": 34300,
                                   "cache_creation_tokens": 2400, "output_tokens": 113}
-    assert items(ev)["file_change"][0]["changes"] == [{"path": "/home/dev/proj/src/retry.py", "kind": "add"}]
+    assert items(ev)["file_change"][0]["changes"] == [{"path": "/home/dev/proj/src/retry.py", "kind": "add",
+                                                       "content": "def retry(f, n=3): ..."}]  # (issue 53)
     assert items(ev)["command_execution"][0]["status"] == "failed"
     assert ev[-1]["type"] == "turn.failed" and ev[-1]["message"] == "interrupted by user"
     assert ev[1]["context"] == {"origin": "user", "turn_id": "5d0e9a8b-0000-4000-8000-000000000001",
@@ -138,7 +143,10 @@ def test_codex_rollout_keeps_each_fact_once():
     assert len(done["reasoning"]) == 1
     # the patch comes as custom_tool_call(+output) and patch_apply_end: once
     assert done["file_change"] == [{"id": "call_B2", "type": "file_change",
-                                    "changes": [{"path": "src/net.py", "kind": "update"}], "status": "completed"}]
+                                    "changes": [{"path": "src/net.py", "kind": "update",  # with its diff (issue 53)
+                                                 "diff": "--- a/src/net.py\n+++ b/src/net.py\n@@\n"
+                                                         "-def fetch(url):\n+def fetch(url, retries=3):\n"}],
+                                    "status": "completed"}]
     assert done["command_execution"][0]["command"] == "rg -n retry src"
     assert done["command_execution"][0]["exit_code"] == 0
     assert done["todo_list"][0]["items"][0] == {"text": "Add a retry loop to fetch", "completed": False}

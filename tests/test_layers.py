@@ -27,6 +27,7 @@ def loaded_by(module: str) -> list[str]:
 @pytest.mark.parametrize("module, allowed", [
     ("memfs.events", {"memfs", "memfs._lazy", "memfs.errors", "memfs.events", "memfs.formats"}),
     ("memfs.facts", {"memfs", "memfs._lazy", "memfs.facts"}),
+    ("memfs.text", {"memfs", "memfs._lazy", "memfs.text"}),
     ("memfs.search.bm25", {"memfs", "memfs._lazy", "memfs.pace", "memfs.search", "memfs.search.bm25",
                            "memfs.search.index", "memfs.search.sessions", "memfs.search.tokenize"}),
 ])

@@ -95,7 +95,7 @@ def test_the_table_shows_agent_project_title_status_and_fits_100_columns(store):
     assert cells["codex-1"][:5] == ["codex", "api", "Fix", "the", "1"]  # no agent title: the prompt's first line
     assert cells["codex-1"][-4:-1] == ["failed", "0", "$0.00"]  # its failed turn reported no tokens
     assert cells["gemini-1"][:2] == ["gemini", "docs"]  # no project: its cwd
-    assert "\x1b" not in rows["gemini-1"] and "Docs [31mpass [0m" in rows["gemini-1"]  # never an escape sequence
+    assert "\x1b" not in rows["gemini-1"] and "Docs \\u001b[31mp" in rows["gemini-1"]  # never an escape sequence
     # sessions without about.json: the agent from the log (claude-code read as claude), status from the manifest
     assert cells["old-claude"][:5] == ["claude", "-", "-", "0", "running"]  # a turn open
     assert cells["codex-exec"][:5] == ["codex", "-", "-", "2", "completed"]  # active, idle

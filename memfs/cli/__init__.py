@@ -38,7 +38,7 @@ from memfs.cli import fork as fork_command
 from memfs.cli import mcp as mcp_command
 from memfs.cli import mount, ops, sessions, write
 from memfs.cli import usage as usage_command
-from memfs.cli.common import Commands, _reason, _Usage
+from memfs.cli.common import Commands, _err, _reason, _Usage
 from memfs.errors import MemfsError
 
 
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except _Usage as exc:
-        print(f"memfs: {exc}", file=sys.stderr)
+        _err(f"memfs: {exc}")
         return 2
     except KeyboardInterrupt:
         print("memfs: interrupted", file=sys.stderr)
@@ -102,6 +102,6 @@ def main(argv: list[str] | None = None) -> int:
             pass
         return 0
     except (MemfsError, OSError) as exc:
-        print(f"memfs: {_reason(exc)}", file=sys.stderr)
+        _err(f"memfs: {_reason(exc)}")
         return 1
 

@@ -18,6 +18,7 @@ from memfs.config import Config, apply_overrides, load_config
 from memfs.errors import MemfsError
 from memfs.store.config import check_evict_to
 from memfs.store.rejected import set_max_rejected_bytes
+from memfs.text import one_line, visible
 
 # --- output ------------------------------------------------------------------------------
 
@@ -64,11 +65,27 @@ class ProgressBar:
 
 
 def _out(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
+    """A line on stdout, its control characters made visible (:func:`memfs.text.visible`): what
+    the command line prints can carry text from the agents' files."""
+    sys.stdout.write(visible(text) + "\n")
+
+
+def _err(text: str) -> None:
+    """A message on stderr (``memfs: <reason>``), its control characters made visible."""
+    print(visible(text), file=sys.stderr, flush=True)
+
+
+def _out_bytes(data: bytes) -> None:
+    """A document (a view, an export) on stdout, its control characters made visible. JSON
+    stays the same JSON: orjson escapes C0 but writes DEL, C1 and the bidi controls raw, and
+    their ``\\uXXXX`` stands only inside strings, where it means exactly them."""
+    sys.stdout.flush()
+    sys.stdout.buffer.write(visible(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
+    sys.stdout.buffer.flush()
 
 
 def _json(value: Any) -> None:
-    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+    sys.stdout.write(visible(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()) + "\n")
 
 
 def _size(n: float) -> str:
@@ -84,6 +101,7 @@ def _lines(n: int) -> str:
 
 
 def _table(rows: list[list[str]], right: set[int] | frozenset[int] = frozenset()) -> None:
+    rows = [[one_line(c) for c in row] for row in rows]  # a cell is one line, nothing in it a control
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
@@ -126,15 +144,13 @@ class _NewStore:
         self.command, self.root = command, root
         self.pending = not os.path.lexists(root)
         if self.pending and dry_run:
-            print(f"memfs: {command}: the store {root} does not exist: a run without --dry-run creates it",
-                  file=sys.stderr)
+            _err(f"memfs: {command}: the store {root} does not exist: a run without --dry-run creates it")
             self.pending = False
 
     def __call__(self, *_: Any) -> None:
         if self.pending and os.path.isdir(self.root):
             self.pending = False
-            print(f"memfs: {self.command}: the store {self.root} did not exist: created it", file=sys.stderr,
-                  flush=True)
+            _err(f"memfs: {self.command}: the store {self.root} did not exist: created it")
 
 
 def _existing(root: Path) -> Path:

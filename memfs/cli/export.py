@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 from pathlib import Path
 
-from memfs.cli.common import Commands, _json, _out, _root
+from memfs.cli.common import Commands, _json, _out, _out_bytes, _root
 from memfs.export import TARGETS, ExportError, export_session
 from memfs.store.session import open_session
 
@@ -26,9 +25,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                     raise ExportError("export: the Markdown export is not available in this build "
                                       "(memfs.export.markdown.render is missing)") from None
                 data = render(handle).encode()
-            sys.stdout.flush()
-            sys.stdout.buffer.write(data)
-            sys.stdout.buffer.flush()
+            _out_bytes(data)  # control characters made visible (a JSONL log stays the same JSON)
             return 0
         result = export_session(handle, args.to, Path(args.out) if args.out else None, cwd=args.cwd)
     if args.json:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from memfs.cli.common import Commands, _config, _existing, _json, _lines, _nonneg_int, _out, _pos_int
+from memfs.cli.common import Commands, _config, _err, _existing, _json, _lines, _nonneg_int, _out, _pos_int
 
 
 def cmd_fork(args: argparse.Namespace) -> int:
@@ -22,8 +22,8 @@ def cmd_fork(args: argparse.Namespace) -> int:
             (", still open)" if forked.open else ")")
         _out(f"forked {forked.source} -> {forked.name}: {turns}, {_lines(forked.lines)}")
     if forked.refused:
-        print(f"memfs: fork: {_lines(forked.refused)} of {forked.source} refused by the store "
-              f"(see {forked.name}/rejected.jsonl)", file=sys.stderr)
+        _err(f"memfs: fork: {_lines(forked.refused)} of {forked.source} refused by the store "
+             f"(see {forked.name}/rejected.jsonl)")
         return 1
     return 0
 
@@ -38,15 +38,14 @@ def cmd_resume(args: argparse.Namespace) -> int:
     try:
         result = resume_session(root, args.session, args.tool, args.cmd, max_events=config.max_events)
     except NotRunnable as exc:
-        print(f"memfs: resume: {exc}", file=sys.stderr)
+        _err(f"memfs: resume: {exc}")
         return exc.status
     if result.error:
-        print(f"memfs: resume: the new turns were not brought back into {result.session}: {result.error} "
-              f"(the tool's record is {result.path}; 'memfs import' it)", file=sys.stderr)
+        _err(f"memfs: resume: the new turns were not brought back into {result.session}: {result.error} "
+             f"(the tool's record is {result.path}; 'memfs import' it)")
         return result.status or 1
-    print(f"memfs resume: {result.appended} event{'s' if result.appended != 1 else ''} appended to "
-          f"{result.session}" + (f", {result.refused} refused (see rejected.jsonl)" if result.refused else ""),
-          file=sys.stderr)
+    _err(f"memfs resume: {result.appended} event{'s' if result.appended != 1 else ''} appended to "
+         f"{result.session}" + (f", {result.refused} refused (see rejected.jsonl)" if result.refused else ""))
     return result.status
 
 

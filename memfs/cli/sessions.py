@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 
 import orjson
 
-from memfs.cli.common import Commands, _config, _existing, _json, _out, _root, _size, _table, _Usage
+from memfs.cli.common import Commands, _config, _existing, _json, _out, _out_bytes, _root, _size, _table, _Usage
 from memfs.store import listing, retention
 from memfs.store.describe import describe
 from memfs.store.session import open_session
@@ -57,10 +56,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         if args.view:
             from memfs.views import render_view
 
-            data = render_view(handle, args.view)  # the view's exact bytes
-            sys.stdout.flush()
-            sys.stdout.buffer.write(data)
-            sys.stdout.buffer.flush()
+            _out_bytes(render_view(handle, args.view))  # the view's bytes, control characters made visible
             return 0
         if args.turn is not None:
             start, end, outcome = handle.turn_range(args.turn)

@@ -12,6 +12,7 @@ from memfs.cli.common import (
     Commands,
     ProgressBar,
     _config,
+    _err,
     _evict_to,
     _json,
     _lines,
@@ -63,10 +64,10 @@ def cmd_append(args: argparse.Namespace) -> int:
         _out(f"appended {_lines(appended)} to {name}" +
              (f"; refused {_lines(len(refused))} (recorded in rejected.jsonl)" if refused else ""))
     if failure is not None:
-        print(f"memfs: append: session {name} line {failure[0]}: {failure[1]}", file=sys.stderr)
+        _err(f"memfs: append: session {name} line {failure[0]}: {failure[1]}")
         return 1
     for lineno, reason in refused:
-        print(f"memfs: append: session {name} line {lineno}: refused: {reason}", file=sys.stderr)
+        _err(f"memfs: append: session {name} line {lineno}: refused: {reason}")
     return 1 if refused else 0
 
 
@@ -84,14 +85,13 @@ def cmd_record(args: argparse.Namespace) -> int:
         status, report = record(root, args.session, cmd, fmt=args.format, max_events=config.max_events,
                                 evict_to=config.evict_to, max_line_bytes=config.max_line_bytes)
     except NotRunnable as exc:  # as a shell says it, with its status
-        print(f"memfs: record: {exc}", file=sys.stderr)
+        _err(f"memfs: record: {exc}")
         return exc.status
     new_store()  # (after the agent: its stderr is untouched)
     if report.refused:
-        print(f"memfs record: {_lines(report.refused)} of the agent's output refused (see rejected.jsonl)",
-              file=sys.stderr)
+        _err(f"memfs record: {_lines(report.refused)} of the agent's output refused (see rejected.jsonl)")
     if report.closed_turn:
-        print(f"memfs record: closed the open turn as failed: {report.closed_turn}", file=sys.stderr)
+        _err(f"memfs record: closed the open turn as failed: {report.closed_turn}")
     return status
 
 
@@ -124,8 +124,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     def show(item) -> None:
         new_store()
         if args.json:
-            sys.stdout.write(orjson.dumps(item.to_dict()).decode() + "\n")
-            sys.stdout.flush()
+            _out(orjson.dumps(item.to_dict()).decode())
         elif item.status == "imported":
             _out(f"{would}import {item.source} -> {item.session} ({item.format}): {_lines(item.lines)}, "
                  f"{item.appended} event{'s' if item.appended != 1 else ''}"

@@ -4,10 +4,13 @@
 (``index/about.json``: title, agent, model, project, branch, times, status, what it was forked
 from), then each turn under ``## Turn N — outcome`` with its prompt (the ``turn.started``
 context's, else what a later capture noted), messages, reasoning, plans, commands and tool
-calls with their arguments and results, file changes, todo lists, errors and failures (shown,
+calls with their arguments and results, file changes (with their diff or written content when
+the record has it, :mod:`memfs.ingest.changes`), todo lists, errors and failures (shown,
 never dropped), and the turn's token usage when the record has it. Records outside turns
 (a compaction, the thread's end) appear where they are in the log. A long output or argument
-is cut to its first and last 2 KiB with a marker saying how much was left out.
+is cut to its first and last 2 KiB with a marker saying how much was left out. Text from the
+session stays text (:mod:`memfs.export.markdown_text`: no HTML, no link, no heading or turn of
+its own, no code block left open) and its control characters are shown (:func:`memfs.text.visible`).
 
 :class:`Transcript` renders the same text incrementally: the log is cut into segments (each
 turn, and the records between turns) and a segment is rendered once, until its bytes or its
@@ -23,8 +26,10 @@ from typing import Any
 import orjson
 
 from memfs.events import decode_stored
+from memfs.export.markdown_text import code_span, labeled, md_block, md_inline
 from memfs.facts import OUTPUT_HEAD, OUTPUT_TAIL
 from memfs.store import about as about_file
+from memfs.text import one_line, visible
 
 _FENCE = re.compile(r"`{3,}")
 _MAX_KEPT = OUTPUT_HEAD + OUTPUT_TAIL
@@ -50,8 +55,17 @@ def fenced(text: str, lang: str = "text") -> str:
 
 
 def _one_line(value: Any, limit: int = 200) -> str:
-    text = " ".join(str(value).split())
+    text = one_line(str(value))
     return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _inline(value: Any, limit: int = 200) -> str:
+    """A value on one line as Markdown text (:func:`memfs.export.markdown_text.md_inline`)."""
+    return md_inline(_one_line(value, limit))
+
+
+def _code(value: Any, limit: int = 200) -> str:
+    return code_span(_one_line(value, limit))
 
 
 def _json_text(value: Any) -> str:
@@ -66,7 +80,8 @@ def _str(value: Any) -> str | None:
 
 
 def _quote(text: str) -> str:
-    return "\n".join("> " + line if line else ">" for line in text.rstrip("\n").split("\n")) + "\n"
+    """A message's text (:func:`md_block`) in a block quote."""
+    return "\n".join("> " + line if line else ">" for line in md_block(text).split("\n")) + "\n"
 
 
 def _usage(usage: Any) -> str | None:
@@ -87,14 +102,14 @@ def _usage(usage: Any) -> str | None:
 
 def header(name: str, session_id: str, meta: dict) -> str:
     """The title line and the session's metadata as a list."""
-    title = _one_line(_str(meta.get("title")) or session_id or name, 120)
+    title = _inline(_str(meta.get("title")) or session_id or name, 120)
     lines = [f"# {title}", ""]
-    ident = f"`{name}`" + (f" (id `{_one_line(session_id, 120)}`)" if session_id and session_id != name else "")
+    ident = _code(name) + (f" (id {_code(session_id, 120)})" if session_id and session_id != name else "")
     lines.append(f"- **Session:** {ident}")
     agent = _str(meta.get("agent"))
     if agent:
         version = _str(meta.get("agent_version"))
-        lines.append(f"- **Agent:** {_one_line(agent)}" + (f" {_one_line(version)}" if version else ""))
+        lines.append(f"- **Agent:** {_inline(agent)}" + (f" {_inline(version)}" if version else ""))
     for key, label in (("model", "Model"), ("project", "Project"), ("cwd", "Working directory"),
                        ("git_branch", "Branch"), ("conversation_id", "Conversation"),
                        ("started_at", "Started"), ("ended_at", "Ended"), ("status", "Status"),
@@ -102,11 +117,11 @@ def header(name: str, session_id: str, meta: dict) -> str:
         value = _str(meta.get(key))
         if value and not (key == "cwd" and value == meta.get("project")) and \
                 not (key == "conversation_id" and value in (name, session_id)):
-            lines.append(f"- **{label}:** {_one_line(value)}")
+            lines.append(f"- **{label}:** {_inline(value)}")
     source = _str(meta.get("forked_from"))
     if source:
         at = meta.get("forked_at_turn")
-        lines.append(f"- **Forked from:** `{_one_line(source)}`" + (f" at turn {at}" if type(at) is int else ""))
+        lines.append(f"- **Forked from:** {_code(source)}" + (f" at turn {at}" if type(at) is int else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -119,7 +134,7 @@ def _tool_block(title: str, arguments: Any, result: str | None, error: str | Non
         text = arguments if isinstance(arguments, str) else _json_text(arguments)
         out.append("\nArguments:\n\n" + fenced(cut(text), "" if isinstance(arguments, str) else "json"))
     if error:
-        out.append(f"\n**Error:** {cut(error)}\n")
+        out.append("\n" + labeled("**Error:**", cut(error)))
     if result:
         out.append("\nResult:\n\n" + fenced(cut(result)))
     return "".join(out)
@@ -127,7 +142,7 @@ def _tool_block(title: str, arguments: Any, result: str | None, error: str | Non
 
 def _status(item: dict, extra: str = "") -> str:
     status = _str(item.get("status"))
-    text = (status or "") + extra
+    text = (_inline(status) if status else "") + extra
     if status == "failed":
         text = "**FAILED**" + extra
     elif status == "declined":
@@ -150,18 +165,18 @@ def item_markdown(item: dict) -> str:
     """One ``ThreadItem`` (its last state) as Markdown."""
     kind = item.get("type")
     if kind == "agent_message":
-        return (_str(item.get("text")) or "").rstrip("\n") + "\n"
+        return md_block(_str(item.get("text")) or "") + "\n"
     if kind == "reasoning":
         return "_Reasoning:_\n\n" + _quote(cut(_str(item.get("text")) or ""))
     if kind == "plan":
-        return "**Plan:**\n\n" + (_str(item.get("text")) or "").rstrip("\n") + "\n"
+        return "**Plan:**\n\n" + md_block(_str(item.get("text")) or "") + "\n"
     if kind == "decision":
-        out = f"**Decision:** {_str(item.get('summary')) or ''}\n"
+        out = labeled("**Decision:**", _str(item.get("summary")) or "")
         rationale = _str(item.get("rationale"))
-        return out + (f"\n{rationale}\n" if rationale else "")
+        return out + (f"\n{md_block(rationale)}\n" if rationale else "")
     if kind == "command_execution":
         code = item.get("exit_code")
-        title = f"**Command** `{_one_line(item.get('command') or '', 300)}`" + _status(
+        title = f"**Command** {_code(item.get('command') or '', 300)}" + _status(
             item, f" (exit {code})" if type(code) is int else "")
         return _tool_block(title, item.get("arguments"), _str(item.get("aggregated_output")), None)
     if kind == "mcp_tool_call":
@@ -169,36 +184,40 @@ def item_markdown(item: dict) -> str:
         name = f"{server}.{tool}" if server and tool else (_str(item.get("tool_name")) or tool or "?")
         error = item.get("error")
         message = _str(error.get("message")) if isinstance(error, dict) else _str(error)
-        return _tool_block(f"**MCP tool** `{_one_line(name)}`" + _status(item), item.get("arguments"),
+        return _tool_block(f"**MCP tool** {_code(name)}" + _status(item), item.get("arguments"),
                            _mcp_result(item.get("result")), message)
     if kind == "tool_invocation":
         output = item.get("output")
-        return _tool_block(f"**Tool** `{_one_line(item.get('tool_name') or '?')}`" + _status(item),
+        return _tool_block(f"**Tool** {_code(item.get('tool_name') or '?')}" + _status(item),
                            item.get("arguments"), output if isinstance(output, str) else
                            (None if output is None else _json_text(output)), _str(item.get("error")))
     if kind == "tool_output":
         output = item.get("output")
-        return _tool_block(f"**Tool output** for `{_one_line(item.get('call_id') or '?')}`" + _status(item), None,
+        return _tool_block(f"**Tool output** for {_code(item.get('call_id') or '?')}" + _status(item), None,
                            output if isinstance(output, str) else (None if output is None else _json_text(output)),
                            None)
     if kind == "file_change":
-        changes = [c for c in item.get("changes") or [] if isinstance(c, dict)]
-        lines = [f"- {_one_line(c.get('kind') or '?')} `{_one_line(c.get('path') or '?', 300)}`" for c in changes]
-        return "**Files changed**" + _status(item) + ":\n\n" + "\n".join(lines) + "\n"
+        parts = []
+        for change in (c for c in item.get("changes") or [] if isinstance(c, dict)):
+            parts.append(f"- {_inline(change.get('kind') or '?')} {_code(change.get('path') or '?', 300)}\n")
+            diff, content = _str(change.get("diff")), _str(change.get("content"))
+            if diff or content:  # what it changed (memfs.ingest.changes)
+                parts.append("\n" + fenced(cut(diff or content or ""), "diff" if diff else "text") + "\n")
+        return "**Files changed**" + _status(item) + ":\n\n" + "".join(parts).rstrip("\n") + "\n"
     if kind == "todo_list":
         lines = []
         for entry in item.get("items") or []:
             if isinstance(entry, dict):
-                lines.append(f"- [{'x' if entry.get('completed') else ' '}] {_one_line(entry.get('text') or '')}")
+                lines.append(f"- [{'x' if entry.get('completed') else ' '}] {_inline(entry.get('text') or '')}")
         return "**Todo list:**\n\n" + "\n".join(lines) + "\n"
     if kind == "web_search":
-        return f"**Web search:** {_one_line(item.get('query') or '')}\n"
+        return f"**Web search:** {_inline(item.get('query') or '')}\n"
     if kind == "harness":
         message = _str(item.get("message"))
-        return f"_{_one_line(item.get('event') or 'harness')}_" + (f": {_one_line(message, 500)}" if message else "") + "\n"
+        return f"_{_inline(item.get('event') or 'harness')}_" + (f": {_inline(message, 500)}" if message else "") + "\n"
     if kind == "error":
-        return f"**Error:** {cut(_str(item.get('message')) or '')}\n"
-    return f"_{_one_line(kind)} item_\n\n" + fenced(cut(_json_text(item)), "json")
+        return labeled("**Error:**", cut(_str(item.get('message')) or ''))
+    return f"_{_inline(kind)} item_\n\n" + fenced(cut(_json_text(item)), "json")
 
 
 def event_markdown(event: dict) -> str | None:
@@ -206,7 +225,7 @@ def event_markdown(event: dict) -> str | None:
     worth showing)."""
     kind = event.get("type")
     if kind == "thread.completed":
-        parts = [p for p in (_str(event.get("subtype")), _str(event.get("outcome_code"))) if p]
+        parts = [_inline(p) for p in (_str(event.get("subtype")), _str(event.get("outcome_code"))) if p]
         num = event.get("num_turns")
         cost = event.get("total_cost_usd")
         if type(num) is int:
@@ -217,23 +236,23 @@ def event_markdown(event: dict) -> str | None:
         return ("**Thread ended — FAILED:** " if failed else "_Thread ended: ") + ", ".join(parts) + \
             ("" if failed else "_") + "\n"
     if kind == "thread.compact_boundary":
-        return f"_— context compacted ({_one_line(event.get('trigger') or '?')}) —_\n"
+        return f"_— context compacted ({_inline(event.get('trigger') or '?')}) —_\n"
     if kind == "context.reset":
-        return f"_— context reset ({_one_line(event.get('trigger') or '?')}) —_\n"
+        return f"_— context reset ({_inline(event.get('trigger') or '?')}) —_\n"
     if kind == "error":
-        return f"**Error:** {cut(_str(event.get('message')) or '')}\n"
+        return labeled("**Error:**", cut(_str(event.get('message')) or ''))
     if kind == "turn.blocked":
-        return f"**Turn blocked:** {cut(_str(event.get('message')) or '')}\n"
+        return labeled("**Turn blocked:**", cut(_str(event.get('message')) or ''))
     if kind == "permission.requested":
-        return f"_Permission requested for `{_one_line(event.get('tool_name') or '?')}`_\n"
+        return f"_Permission requested for {_code(event.get('tool_name') or '?')}_\n"
     if kind == "permission.resolved":
-        return f"_Permission for `{_one_line(event.get('tool_name') or '?')}`: {_one_line(event.get('decision') or '?')}_\n"
+        return f"_Permission for {_code(event.get('tool_name') or '?')}: {_inline(event.get('decision') or '?')}_\n"
     if kind in ("thread.started", "plan.delta", "item.updated") or not isinstance(kind, str):
         return None
     if kind.startswith("goal."):
         detail = _str(event.get("objective")) or _str(event.get("reason"))
-        return f"_{kind}_" + (f": {_one_line(detail, 500)}" if detail else "") + "\n"
-    return f"_{_one_line(kind)}_\n"
+        return f"_{_inline(kind)}_" + (f": {_inline(detail, 500)}" if detail else "") + "\n"
+    return f"_{_inline(kind)}_\n"
 
 
 def _failed_message(event: dict) -> str:
@@ -263,13 +282,13 @@ def segment_markdown(events: list[dict], turn: int | None, note: dict | None, ou
             if prompt:
                 origin = _str(ctx.get("origin")) or "user"
                 when = _str(ctx.get("timestamp"))
-                blocks.append(f"**Prompt** ({_one_line(origin)}" + (f", {_one_line(when)}" if when else "") + "):\n\n"
+                blocks.append(f"**Prompt** ({_inline(origin)}" + (f", {_inline(when)}" if when else "") + "):\n\n"
                               + _quote(cut(prompt)))
             continue
         if kind in ("turn.completed", "turn.failed"):
             closed = event
             if kind == "turn.failed":
-                blocks.append(f"**Turn failed:** {cut(_failed_message(event))}\n")
+                blocks.append(labeled("**Turn failed:**", cut(_failed_message(event))))
             usage = _usage(event.get("usage")) or _usage(note.get("usage"))
             if usage:
                 blocks.append(usage)
@@ -326,7 +345,7 @@ class Transcript:
             try:
                 for offset, line in lines:
                     while offset >= seg[1]:
-                        self.segments[seg] = self._segment(events, seg)
+                        self.segments[seg] = visible(self._segment(events, seg))
                         seg, events = next(wanted), []
                     if offset >= seg[0]:
                         decoded = decode_stored(line) if line else None
@@ -334,12 +353,12 @@ class Transcript:
                             events.append(decoded[1])
             finally:
                 lines.close()
-            self.segments[seg] = self._segment(events, seg)
+            self.segments[seg] = visible(self._segment(events, seg))
             for seg in wanted:
-                self.segments[seg] = self._segment([], seg)
+                self.segments[seg] = visible(self._segment([], seg))
         self.segments = {seg: self.segments[seg] for seg in plan}  # (only what the log still has)
         body = "".join(self.segments[seg] for seg in plan)
-        return header(handle.name, handle.session_id, meta) + "\n" + (body or "_No events yet._\n")
+        return visible(header(handle.name, handle.session_id, meta)) + "\n" + (body or "_No events yet._\n")
 
     @staticmethod
     def _segment(events: list[dict], seg: tuple) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memfs.ingest import bounded_output, child_session_name, text_of
+from memfs.ingest.changes import claude_change
 
 FILE_TOOLS = ("Edit", "Write", "MultiEdit", "NotebookEdit")
 WEB_TOOLS = ("WebSearch", "WebFetch")
@@ -165,6 +166,7 @@ def result_item(call: dict, tid: str, block: dict, extra: Any, output: str) -> d
     elif kind == "file_change":
         if name == "Write" and isinstance(extra, dict) and extra.get("type") == "create":
             item["changes"][0]["kind"] = "add"
+        claude_change(item["changes"][0], name, args)
     elif kind == "mcp_tool_call":
         if failed:
             item["error"] = {"message": bounded_output(output)}

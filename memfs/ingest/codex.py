@@ -63,6 +63,7 @@ import orjson
 from memfs.agents import CODEX, UNKNOWN, Origin
 from memfs.ingest import bounded_output, bounded_prompt, dumps, parse_object, text_of
 from memfs.ingest import codex_shapes as shapes
+from memfs.ingest.changes import event_changes
 
 
 def turn_signature(event: dict) -> tuple | None:
@@ -455,12 +456,7 @@ class RolloutTranslator:
 
     @staticmethod
     def _changes(changes: Any) -> list[dict]:
-        out = []
-        if isinstance(changes, dict):
-            for path, change in changes.items():
-                ctype = change.get("type") if isinstance(change, dict) else None
-                out.append({"path": str(path), "kind": ctype if ctype in ("add", "delete", "update") else "update"})
-        return out
+        return event_changes(changes)  # (with each change's diff or content: memfs.ingest.changes)
 
     def _command(self, call_id: Any, command: Any, exit_code: Any, status: Any, output: Any, ts: Any,
                  out: list) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from memfs.ingest import text_of
+from memfs.ingest.changes import patch_changes  # noqa: F401  (the Codex reader's name for it)
 
 SHELL_TOOLS = ("shell", "container.exec", "exec_command", "local_shell", "shell_command")
 # user-role text Codex writes itself: environment, instructions, notices (never the prompt)
@@ -38,17 +39,6 @@ def usage_of(u: Any) -> dict:
         if type(reasoning) is int and reasoning > 0:
             out["reasoning_output_tokens"] = reasoning
     return out
-
-
-def patch_changes(patch: str) -> list[dict]:
-    """The files an ``apply_patch`` input names (``*** Add/Update/Delete File:``)."""
-    changes = []
-    for line in patch.splitlines():
-        for prefix, kind in (("*** Add File: ", "add"), ("*** Update File: ", "update"),
-                             ("*** Delete File: ", "delete")):
-            if line.startswith(prefix):
-                changes.append({"path": line[len(prefix):].strip(), "kind": kind})
-    return changes
 
 
 def command_text(value: Any) -> str:

@@ -44,6 +44,7 @@ from __future__ import annotations
 from typing import Any
 
 from memfs.ingest import bounded_output, bounded_prompt, dumps, parse_object
+from memfs.ingest.changes import gemini_change
 from memfs.ingest.gemini_shapes import (
     AGENT,
     EXITED,
@@ -213,8 +214,9 @@ class GeminiTranslator:
 
     def _tool_done(self, out: list, tid: str, name: str, args: dict, *, failed: bool, output: str,
                    exit_code: int | None = None, display: Any = None, extra: dict | None = None,
-                   new_file: bool = False) -> None:
-        """A call's result: complete its item (the call's item first when it was not seen)."""
+                   new_file: bool = False, result: Any = None) -> None:
+        """A call's result: complete its item (the call's item first when it was not seen);
+        ``result``: the chat file's ``resultDisplay`` (a file change's ``fileDiff``)."""
         tools = self.turn["tools"]
         entry = tools.get(tid)
         if entry is not None and entry["done"]:
@@ -235,6 +237,7 @@ class GeminiTranslator:
         elif kind == "file_change":
             if new_file:
                 item["changes"][0]["kind"] = "add"
+            gemini_change(item["changes"][0], args, result)
         elif kind == "mcp_tool_call":
             if failed:
                 item["result"], item["error"] = None, {"message": bounded_output(output)}
@@ -540,4 +543,4 @@ class GeminiTranslator:
             if child not in children:
                 children.append(child)
         self._tool_done(out, tid, name, args, failed=failed, output=output, exit_code=exit_code,
-                        display=call.get("displayName"), extra=extra, new_file=new_file)
+                        display=call.get("displayName"), extra=extra, new_file=new_file, result=display)

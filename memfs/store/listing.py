@@ -28,7 +28,8 @@ Decisions recorded here:
   and ``status`` are the ones shown (``about.json``'s when it has them), ``manifest_status`` is
   the store's ``active``/``completed``.
 * Text from ``about.json`` (untrusted: it comes from the agent's files) is shown on one line
-  with control characters replaced by spaces, so a title never writes to the terminal.
+  with control characters made visible (:func:`memfs.text.one_line`), so a title never writes
+  to the terminal.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 from memfs.agents import agent_name
 from memfs.store.about import prompt_title
 from memfs.store.meta import parse_rfc3339
+from memfs.text import one_line
 
 STATUSES = ("running", "completed", "failed", "abandoned")
 HEADER = ["UPDATED", "AGENT", "PROJECT", "TITLE", "TURNS", "STATUS", "TOKENS", "COST", "SESSION"]
@@ -55,11 +57,6 @@ _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 def _text(value) -> str | None:
     return value if type(value) is str and value else None
-
-
-def one_line(text: str) -> str:
-    """``text`` on one line: control characters become spaces, whitespace runs one space."""
-    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
 
 
 def cut(text: str, chars: int) -> str:

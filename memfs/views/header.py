@@ -18,7 +18,8 @@ sub-agents named).
 
 from __future__ import annotations
 
-from memfs.store.listing import cut, one_line
+from memfs.store.listing import cut
+from memfs.text import one_line
 
 CHARS = 200
 PROMPT_CHARS = 300
