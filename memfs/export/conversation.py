@@ -59,8 +59,11 @@ class Conversation:
     def conversation_id(self) -> str:
         """The UUID the target CLI resumes: the agent's own id when it is a UUID (a Claude
         session id, a Codex thread id), else a UUID derived from the session's name (the same
-        for every export of it)."""
-        for candidate in (self.about.get("conversation_id"), self.thread_id, self.name):
+        for every export of it). A fork's log names its source's thread (its lines are the
+        source's): a fork with no id of its own (one made before ``memfs fork`` gave forks
+        their own) takes the name's UUID, never the source's."""
+        thread = None if self.about.get("forked_from") else self.thread_id
+        for candidate in (self.about.get("conversation_id"), thread, self.name):
             if isinstance(candidate, str):
                 try:
                     return str(uuid.UUID(candidate))
