@@ -85,7 +85,8 @@ def export_session(handle, to: str, out: Path | None = None, *, home: Path | Non
                    cwd: str | None = None) -> ExportResult:
     """Write the session behind ``handle`` for ``to`` (one of :data:`TARGETS`); see the module
     docstring for ``out`` and ``home``. ``cwd``: the directory the CLI will be run in (default:
-    the session's recorded cwd, else the current directory) — Claude Code looks for the
+    the session's recorded cwd when it is an absolute path without ``.``/``..`` or control
+    characters — it need not exist here — else the current directory) — Claude Code looks for the
     transcript under that directory's slug. Raises :class:`ExportError` / :class:`ExportExists`."""
     if to not in TARGETS:
         raise ExportError(f"export: unknown target {to!r} (one of {', '.join(TARGETS)})")
@@ -95,7 +96,11 @@ def export_session(handle, to: str, out: Path | None = None, *, home: Path | Non
     conv = conversation_of(handle)
     if not conv.turns:
         raise ExportError(f"export: session {handle.name} has no turns to export")
-    session_cwd = conv.about.get("cwd") if isinstance(conv.about.get("cwd"), str) else None
+    from memfs.export.resume import cwd_problem
+
+    recorded = conv.about.get("cwd")  # (a relative or odd path read from a record: never a place to put or print)
+    session_cwd = recorded if isinstance(recorded, str) and \
+        cwd_problem(recorded) in (None, "it is not a directory here") else None
     where = cwd or session_cwd or os.getcwd()
     uid = conv.conversation_id
     _own_conversation(handle, conv, uid)
