@@ -58,7 +58,7 @@ from typing import Any
 import orjson
 
 from memfs.agents import CLAUDE
-from memfs.ingest import bounded_prompt, dumps, parse_object, text_of
+from memfs.ingest import bounded_prompt, dumps, parse_object, request_entry, stamp_close, text_of
 from memfs.ingest.claude_tools import (
     apply_task,
     call_item,
@@ -78,7 +78,8 @@ _NOT_PROMPTS = ("<command-", "<local-command-caveat", "<system-reminder>", "<bas
 _LOCAL_OUTPUT = ("<local-command-stdout>", "<local-command-stderr>")
 _CONTINUED = "This session is being continued from a previous conversation"
 _TITLES = {"summary": ("summary", 1), "ai-title": ("aiTitle", 2), "custom-title": ("customTitle", 3)}
-_STATE = ("thread_id", "session_id", "started", "in_turn", "turns", "run_closed", "turn_usage", "pending", "msg",
+_STATE = ("thread_id", "session_id", "started", "in_turn", "turns", "run_closed", "turn_usage", "turn_models",
+          "pending", "msg",
           "retries", "tasks", "sidechain", "agent_id", "children", "meta", "title_rank", "n")
 
 
@@ -146,6 +147,7 @@ class ClaudeTranslator:
         self.turns = 0
         self.run_closed = False  # a turn closed since this run's init (its result opens none)
         self.turn_usage: dict[str, dict] = {}  # API message id -> usage, this turn
+        self.turn_models: dict[str, list] = {}  # API message id -> [model, time of its first line], this turn
         self.pending: dict[str, dict] = {}  # tool_use id -> {name, input}
         self.msg: list = ["", 0]  # the API message being read, its next block index
         self.retries: list[list] = []  # [attempt, text] of API retries not yet placed
@@ -218,7 +220,7 @@ class ClaudeTranslator:
             return
         self._thread(obj, out)
         self.in_turn = True
-        self.turn_usage = {}
+        self.turn_usage, self.turn_models = {}, {}
         self.meta["status"] = "running"
         context: dict = {}
         if prompt is not None:
@@ -254,9 +256,20 @@ class ClaudeTranslator:
         ts = obj.get("timestamp")
         if isinstance(ts, str):
             event["completed_at"] = ts
+        stamp_close(event, CLAUDE, self._requests(), self.meta.get("model"))
         out.append(dumps(event))
-        self.turn_usage = {}
+        self.turn_usage, self.turn_models = {}, {}
         self.meta["status"] = "failed" if failed is not None else "completed"
+
+    def _requests(self) -> list[dict]:
+        """The turn's API requests (one per message id, its usage counted once), in order."""
+        out = []
+        for mid, u in self.turn_usage.items():
+            model, at = self.turn_models.get(mid) or (None, None)
+            out.append(request_entry(model, {"input": u.get("input_tokens"), "cached_input": u.get("cached_input_tokens"),
+                                             "cache_creation": u.get("cache_creation_tokens"),
+                                             "output": u.get("output_tokens")}, at))
+        return out
 
     def _retry(self, obj: dict, out: list, attempt: Any, text: str) -> None:
         self._open(obj, out)
@@ -404,7 +417,10 @@ class ClaudeTranslator:
         self._place_retries(out, mid)
         usage = usage_of(message.get("usage"))
         if usage:
-            self.turn_usage[mid or f"#{len(self.turn_usage)}"] = usage
+            key = mid or f"#{len(self.turn_usage)}"
+            self.turn_usage[key] = usage
+            if key not in self.turn_models:
+                self.turn_models[key] = [model if isinstance(model, str) and model else None, obj.get("timestamp")]
         if mid is None or mid != self.msg[0]:
             self.msg = [mid or "", 0]
         for block in blocks:
