@@ -154,3 +154,30 @@ def test_codex_turns_continued_in_a_claude_session_count_cached_tokens_once(tmp_
     assert close["requests"] == [
         {"model": "gpt-5.5", "at": f"{at}2.000Z", "input": 500, "cached_input": 2500, "output": 40, "reasoning": 10},
         {"model": "gpt-5.5", "at": f"{at}4.000Z", "input": 1000, "cached_input": 4000, "output": 60, "reasoning": 20}]
+
+
+def test_claude_cost_state_lines_are_the_agent_s_own_bill_per_turn(tmp_path):
+    """Claude Code's ``cost-state`` (the conversation's running cost, written when a run's turn is
+    done) keeps the agent's own cost with a transcript-only import: each turn gets the growth."""
+    def cost_state(total: float) -> dict:
+        return {"type": "cost-state", "sessionId": SID, "totalCostUSD": total, "modelUsage": {}}
+
+    lines = [cost_state(0),  # (before the conversation has a turn: nothing)
+             *claude_turn("one", "2026-12-01T10:00:00.000Z",
+                          [("claude-opus-5-5", {"input_tokens": 1000, "output_tokens": 100})]),
+             cost_state(0.006), cost_state(0.006),  # (the same total again: once)
+             *claude_turn("two", "2026-12-01T10:05:00.000Z",
+                          [("claude-haiku-4-5", {"input_tokens": 2000, "output_tokens": 200})]),
+             cost_state(0.009)]
+    store = tmp_path / "store"
+    doc = imported(store, write(tmp_path / "t" / f"{SID}.jsonl", lines))
+    # computed: Opus 1000*4 + 100*20 = 6000 µ$; Haiku 2000*1 + 200*5 = 3000 µ$ — the agent's bill agrees
+    assert [(t["cost_usd"], t["agent_cost_usd"]) for t in doc["turns"]] == [(0.006, 0.006), (0.003, 0.003)]
+    assert doc["total"]["agent_cost_usd"] == 0.009
+    ends = [e for e in events_of(store, SID) if e["type"] == "thread.completed"]
+    assert [(e["num_turns"], e["total_cost_usd"], e["subtype"]) for e in ends] == [(1, 0.006, "success"),
+                                                                                  (2, 0.009, "success")]
+    # a transcript of metadata lines only (cost-state included) is still not a session
+    proc = cli("import", "--store", str(tmp_path / "other"), "--json",
+               str(write(tmp_path / "m" / "6a1f0e2d-0000-4000-8000-000000000001.jsonl", [cost_state(0.5)])))
+    assert proc.returncode == 0 and json.loads(proc.stdout)[0]["status"] == "empty"

@@ -47,7 +47,12 @@ The mapping:
   (:mod:`memfs.store.about` keys: model, cwd, git branch, version, title from
   ``custom-title``/``ai-title``/``summary`` lines, PR link, first prompt, times, status). Every
   other line type (``queue-operation``, ``attachment``, ``last-prompt``, ``api-request*``,
-  ``cost-state``, ``mode``, ``file-history-snapshot``, …) translates to nothing.
+  ``mode``, ``file-history-snapshot``, …) translates to nothing.
+* ``cost-state`` (the transcript's record of Claude Code's bill: ``totalCostUSD``, the
+  conversation's running cost, carried on across a resume, written when a run's turn is done)
+  → ``thread.completed`` with that ``total_cost_usd``, as the stream's ``result`` gives it — so
+  either capture keeps the agent's own cost, and the views give each turn the growth. Only
+  outside a turn, once the conversation has one, and not again for the same total.
 """
 
 from __future__ import annotations
@@ -80,7 +85,7 @@ _CONTINUED = "This session is being continued from a previous conversation"
 _TITLES = {"summary": ("summary", 1), "ai-title": ("aiTitle", 2), "custom-title": ("customTitle", 3)}
 _STATE = ("thread_id", "session_id", "started", "in_turn", "turns", "run_closed", "turn_usage", "turn_models",
           "pending", "msg",
-          "retries", "tasks", "sidechain", "agent_id", "children", "meta", "title_rank", "n")
+          "retries", "tasks", "sidechain", "agent_id", "children", "meta", "title_rank", "n", "cost_seen")
 
 
 def usage_of(u: Any) -> dict:
@@ -158,6 +163,7 @@ class ClaudeTranslator:
         self.meta: dict = {"agent": CLAUDE}
         self.title_rank = 0
         self.n = 0  # counter for ids a line does not give
+        self.cost_seen: list = [0, None]  # [turns, total] at the last cost-state translated
 
     # state for resuming (import --follow)
 
@@ -305,6 +311,8 @@ class ClaudeTranslator:
             model = ident.get("modelId") if isinstance(ident, dict) else None
             if isinstance(model, str) and model and not obj.get("isSidechain"):
                 self.meta.setdefault("model", model)
+        elif kind == "cost-state":
+            self._cost_state(obj, out)
         elif kind == "pr-link":
             url, repo, number = obj.get("prUrl") or obj.get("url"), obj.get("prRepository"), obj.get("prNumber")
             if isinstance(url, str) and url:
@@ -312,6 +320,18 @@ class ClaudeTranslator:
             elif isinstance(repo, str) and type(number) is int:
                 self.meta["pr_link"] = f"{repo}#{number}"[:1024]
         return out
+
+    def _cost_state(self, obj: dict, out: list) -> None:
+        cost = obj.get("totalCostUSD")
+        if type(cost) not in (int, float) or cost < 0 or self.in_turn or not self.started or self.sidechain \
+                or self.cost_seen == [self.turns, cost]:
+            return
+        self.cost_seen = [self.turns, cost]
+        failed = self.meta.get("status") == "failed"
+        out.append(dumps({"type": "thread.completed", "thread_id": self.thread_id or "",
+                          "session_id": self.thread_id or "", "subtype": "error_during_execution" if failed else "success",
+                          "outcome_code": "error" if failed else "completed", "usage": {}, "num_turns": self.turns,
+                          "total_cost_usd": cost}))
 
     def _system(self, obj: dict, out: list) -> None:
         sub = obj.get("subtype")
