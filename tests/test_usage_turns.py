@@ -181,3 +181,17 @@ def test_claude_cost_state_lines_are_the_agent_s_own_bill_per_turn(tmp_path):
     proc = cli("import", "--store", str(tmp_path / "other"), "--json",
                str(write(tmp_path / "m" / "6a1f0e2d-0000-4000-8000-000000000001.jsonl", [cost_state(0.5)])))
     assert proc.returncode == 0 and json.loads(proc.stdout)[0]["status"] == "empty"
+
+
+def test_each_turn_s_model_survives_an_export_and_import_back(tmp_path):
+    lines = [*claude_turn("one", "2026-12-01T10:00:00.000Z",
+                          [("claude-opus-5-5", {"input_tokens": 1000, "output_tokens": 100})]),
+             *claude_turn("two", "2026-12-01T10:05:00.000Z",
+                          [("claude-haiku-4-5", {"input_tokens": 2000, "output_tokens": 200})])]
+    imported(tmp_path / "a", write(tmp_path / "t" / f"{SID}.jsonl", lines))
+    out = tmp_path / "out.jsonl"
+    proc = cli("export", "--store", str(tmp_path / "a"), SID, "--to", "claude", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    doc = imported(tmp_path / "b", out)
+    assert [(t["model"], t["cost_usd"]) for t in doc["turns"]] == [("claude-opus-5-5", 0.006),
+                                                                   ("claude-haiku-4-5", 0.003)]

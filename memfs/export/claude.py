@@ -159,7 +159,7 @@ class _Writer:
 
     def _flush(self, turn: Turn, blocks: list[dict], results: list, hint: str | None) -> dict:
         mid = self._mid(turn, hint)
-        model = self.conv.model or "claude-opus-5-5"
+        model = turn.model or self.conv.model or "claude-opus-5-5"
         stop = "tool_use" if results else None  # the turn's last message ends it (see turn())
         line = self._line({"type": "assistant", "message": {
             "id": mid, "type": "message", "role": "assistant", "model": model, "content": blocks,

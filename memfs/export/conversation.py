@@ -43,6 +43,7 @@ class Turn:
     failure: str | None = None
     usage: dict = field(default_factory=dict)
     items: list[dict] = field(default_factory=list)
+    model: str | None = None  # the model its close names (the last request's)
 
 
 @dataclass
@@ -142,6 +143,8 @@ def read_conversation(name: str, lines: Iterable[bytes], about: dict,
                 current.failure = _failure(event)
             if isinstance(event.get("completed_at"), str):
                 current.completed_at = event["completed_at"]
+            if isinstance(event.get("model"), str) and event["model"]:
+                current.model = event["model"]
             turns.append(current)
             current = None
         elif etype == "thread.compact_boundary":
