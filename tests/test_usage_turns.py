@@ -10,6 +10,9 @@ import json
 from pathlib import Path
 
 import memfs
+import pytest
+from memfs.errors import ValidationError
+from memfs.events import parse_line
 from memfs.ingest.importer import import_into
 from memfs.usage import session_usage
 
@@ -195,3 +198,21 @@ def test_each_turn_s_model_survives_an_export_and_import_back(tmp_path):
     doc = imported(tmp_path / "b", out)
     assert [(t["model"], t["cost_usd"]) for t in doc["turns"]] == [("claude-opus-5-5", 0.006),
                                                                    ("claude-haiku-4-5", 0.003)]
+
+
+def test_the_close_s_turn_facts_are_checked_by_the_contract(tmp_path):
+    """``agent``, ``model`` and ``requests`` on a close are optional, typed fields of the event
+    contract (memfs.events): a malformed one refuses the close with its reason, never a turn
+    closed on a wrong figure."""
+    ok = {"type": "turn.completed", "usage": {"input_tokens": 3}, "agent": "claude", "model": "m",
+          "requests": [{"model": "m", "at": "2026-12-01T10:00:00Z", "input": 3, "output": 0}]}
+    parse_line(json.dumps(ok).encode())
+    parse_line(json.dumps({"type": "turn.failed", "error": {"message": "x"}, "requests": []}).encode())
+    for bad, reason in [({**ok, "model": 5}, 'turn.completed: "model" must be a string'),
+                        ({**ok, "agent": None, "requests": {}}, 'turn.completed: "requests" must be a list of request objects'),
+                        ({**ok, "requests": [{"input": -1}]}, '"requests[0].input" must be a non-negative integer'),
+                        ({**ok, "requests": [{"output": True}]}, '"requests[0].output" must be a non-negative integer'),
+                        ({"type": "turn.failed", "message": "x", "requests": ["m"]}, '"requests[0]" must be a request object')]:
+        with pytest.raises(ValidationError) as exc:
+            parse_line(json.dumps(bad).encode())
+        assert reason in str(exc.value), str(exc.value)
