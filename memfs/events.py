@@ -141,6 +141,15 @@ def opt(name: str, check: tuple) -> tuple:
 USAGE = fields(*(opt(name, UINT) for name in
                  ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")))
 
+# What a close says of its turn beyond ``usage`` (memfs extensions, SPEC §10 "Per-turn facts",
+# stamped by the ingest): the agent, the model (the last request's), and each model request with
+# its tokens in memfs's disjoint form (``input`` excludes cache reads and writes; ``output``
+# includes ``reasoning``) and its time.
+REQUEST = fields(opt("model", STR), opt("at", STR),
+                 *(opt(name, UINT) for name in ("input", "cached_input", "cache_creation", "output", "reasoning")),
+                 what="a request object")
+TURN_FACTS = (opt("agent", STR), opt("model", STR), opt("requests", ("list_of", "a list of request objects", REQUEST)))
+
 TURN_CONTEXT = fields(
     opt("task_id", STR),
     opt("turn_id", STR),
@@ -206,11 +215,11 @@ EVENT_FIELDS: dict[str, tuple] = {
         req("previous_context_usage_percent", NUMBER), req("tool_budget_reset", BOOL)),
     "turn.started": fields(opt("token_breakdown", OBJECT), opt("context", TURN_CONTEXT)),
     "turn.completed": fields(opt("completed_at", STR), opt("in_progress_exec_sessions", STR_LIST),
-                             req("usage", USAGE, "a Usage object")),
+                             req("usage", USAGE, "a Usage object"), *TURN_FACTS),
     # VT Code: a string ``message``; Codex: ``{"error": {"message": …}}``
     "turn.failed": present(
-        ("message", fields(req("message", STR), opt("completed_at", STR), opt("usage", USAGE))),
-        ("error", fields(req("error", ERROR_MESSAGE), opt("completed_at", STR), opt("usage", USAGE))),
+        ("message", fields(req("message", STR), opt("completed_at", STR), opt("usage", USAGE), *TURN_FACTS)),
+        ("error", fields(req("error", ERROR_MESSAGE), opt("completed_at", STR), opt("usage", USAGE), *TURN_FACTS)),
         otherwise=fields(req("message", ("str", 'a string (or "error" an object with a string "message", '
                                                 'as Codex writes it)')))),
     "turn.blocked": fields(req("message", STR), opt("completed_at", STR), opt("last_tool", STR),

@@ -176,7 +176,12 @@ def norm_turn(turn: Turn, target: str | None, usage_keys: tuple[str, ...] | None
     if target is not None:  # a Codex turn has one to-do list (its last state); Claude one per change
         todos = [i for i in items if i and i[0] == "todo"]
         items = [i for i in items if i and i[0] != "todo"] + todos[-1:]
-    usage = {k: v for k, v in turn.usage.items() if usage_keys is None or k in usage_keys}
+    # usage in memfs's disjoint form (each agent counts the cache its own way); Codex has no field for
+    # cache writes (usage_keys: a Codex target), which its input then holds
+    usage = turn.disjoint_usage()
+    if usage_keys is not None:
+        usage["input_tokens"] += usage.pop("cache_creation_tokens")
+    usage = {k: v for k, v in usage.items() if v and (usage_keys is None or k in usage_keys)}
     return {"prompt": turn.prompt, "outcome": turn.outcome, "failure": turn.failure, "usage": usage, "items": items}
 
 

@@ -234,3 +234,21 @@ def test_a_recorded_codex_stream_exports_with_the_prompts_a_later_capture_noted(
                                                                    ["agent_message"]]
     assert after.turns[0].items[0]["aggregated_output"].strip() == "README.md"
     assert "item_0" not in {i["id"] for t in after.turns for i in t.items}
+
+
+def test_a_relative_cwd_read_from_the_session_is_never_where_the_export_goes(tmp_path):
+    """A session ``cwd`` that is not a clean absolute path (read from a record) places and names
+    nothing: the export is for the current directory; an absolute one missing here is kept."""
+    store, home = tmp_path / "store", tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    [item] = import_files(store, FIXTURES / "claude" / "resume_two_turns" / "home" / ".claude")
+    meta_file = store / item["session"] / "index" / "about.json"
+    recorded = json.loads(meta_file.read_text())["cwd"]
+    assert os.path.isabs(recorded) and not os.path.isdir(recorded)
+    assert export(store, item["session"], "claude", home)["cwd"] == recorded  # (another machine's: kept)
+    for bad in ("../../etc", f"{recorded}/../x", "/tmp/\x1b]0;x"):
+        meta_file.write_text(json.dumps({**json.loads(meta_file.read_text()), "cwd": bad}))
+        result = export(store, item["session"], "claude", tmp_path / f"out{len(bad)}.jsonl")
+        assert result["cwd"] == os.getcwd()
+        lines = [json.loads(line) for line in Path(result["path"]).read_text().splitlines()]
+        assert {line["cwd"] for line in lines} == {os.getcwd()}

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from pathlib import Path
 
 import memfs
 import pytest
 from memfs.errors import AlreadyExists, InvalidName, TurnNotFound
+from memfs.export.conversation import NAMESPACE
+from memfs.ingest.conversations import find_conversation
 from memfs.store import about
 from memfs.store.fork import fork_session
 
 from agent_helpers import cli, events_of
+from export_helpers import FIXTURES, export, import_files, run
 from mounting import event, mounted, needs_fuse, sh
 
 LINES = [
@@ -76,7 +80,10 @@ def test_a_fork_at_a_turn_is_the_source_s_bytes_up_to_that_turn_s_end(tmp_path):
     meta = about.read(tmp_path / "f2")
     assert meta["forked_from"] == "src" and meta["forked_at_turn"] == 2
     assert (meta["agent"], meta["title"], meta["cwd"]) == ("codex", "Fix it", "/p")
-    assert "conversation_id" not in meta and "children" not in meta  # the source's conversation alone
+    assert "children" not in meta  # the source's conversation alone
+    # a conversation of its own: a fresh UUID, never the source's
+    assert str(uuid.UUID(meta["conversation_id"])) == meta["conversation_id"] == forked.conversation_id
+    assert fork_session(tmp_path, "src", "f3").conversation_id not in (meta["conversation_id"], "t-1")
     assert meta["turn_notes"] == {"1": {"prompt": "noted"}}  # (only the copied turns' notes)
     assert snapshot(src) == before  # the source untouched, byte for byte
 
@@ -169,8 +176,13 @@ def test_the_command_line_forks_and_refuses_with_one_line_reasons(tmp_path):
     assert proc.stdout == "forked src -> copy: 1 turn (to turn 1), 4 lines\n"
     proc = cli("fork", "--store", str(store), "src", "whole", "--json")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == {"name": "whole", "source": "src", "at_turn": 3, "turns": 3, "open": False,
-                                       "lines": len(LINES), "refused": 0}
+    whole = json.loads(proc.stdout)
+    cid = about.read(store / "whole")["conversation_id"]
+    assert whole == {"name": "whole", "source": "src", "at_turn": 3, "turns": 3, "open": False,
+                     "lines": len(LINES), "refused": 0, "conversation_id": cid, "agent": None}
+    # the conversation map knows the fork's own conversation: an import of its export lands there
+    assert find_conversation(store, cid) == "whole"
+    assert find_conversation(store, about.read(store / "copy")["conversation_id"]) == "copy"
     for args, status, reason in [
         (("src", "copy"), 1, "memfs: session 'copy' already exists\n"),
         (("src", "a/b"), 1, "memfs: invalid session name 'a/b'"),
@@ -213,3 +225,53 @@ def test_a_fork_appears_in_a_running_mount_with_the_source_s_turns(tmp_path):
         # the fork goes on by itself; the source does not change
         sh(f"echo '{event('turn.started')}' >> fork2/events.jsonl", sessions)
         assert sh("sha256sum src/events.jsonl src/manifest.json src/index/turns.json", sessions).stdout == before
+
+
+# --- a fork is its own conversation (SPEC §11) -------------------------------------------------
+
+
+@pytest.mark.parametrize("agent, home_dir", [("claude", ".claude"), ("codex", ".codex")])
+def test_a_fork_exports_to_a_file_of_its_own_beside_its_source_s(agent, home_dir, tmp_path):
+    store, home = tmp_path / "store", tmp_path / "home"
+    [item] = import_files(store, FIXTURES / agent / "resume_two_turns" / "home" / home_dir)
+    source = item["session"]
+    source_cid = about.read(store / source)["conversation_id"]
+    (home / home_dir).mkdir(parents=True)
+    first = export(store, source, agent, home)
+    assert first["conversation_id"] == source_cid
+    assert cli("fork", "--store", str(store), source, "fork1", "--at-turn", "1").returncode == 0
+    fork_cid = about.read(store / "fork1")["conversation_id"]
+    second = export(store, "fork1", agent, home)  # (the source's file is there: no "already holds")
+    assert second["conversation_id"] == fork_cid != source_cid and second["path"] != first["path"]
+    assert source_cid not in Path(second["path"]).read_text() and fork_cid not in Path(first["path"]).read_text()
+    # the fork's file imported on its own goes to the fork, and only its one turn is there
+    before = events_of(store, "fork1")
+    [back] = import_files(store, Path(second["path"]))
+    assert back["session"] == "fork1"
+    after = events_of(store, "fork1")
+    assert after[:len(before)] == before
+    assert [e["type"] for e in after[len(before):]] == ["thread.started"] and after[-1]["thread_id"] == fork_cid
+    assert about.read(store / source)["conversation_id"] == source_cid
+
+
+def test_a_fork_made_before_forks_had_ids_of_their_own_is_never_exported_as_its_source(tmp_path):
+    store, home = tmp_path / "store", tmp_path / "home"
+    [item] = import_files(store, FIXTURES / "claude" / "resume_two_turns" / "home" / ".claude")
+    source = item["session"]
+    source_cid = about.read(store / source)["conversation_id"]
+    (home / ".claude").mkdir(parents=True)
+    for name, cid in (("old", None), ("taken", source_cid)):
+        fork_session(store, source, name)
+        meta = about.read(store / name)
+        meta.pop("conversation_id")
+        if cid:
+            meta["conversation_id"] = cid  # (what a resume of such a fork used to write)
+        (store / name / "index" / "about.json").write_bytes(json.dumps(meta).encode())
+    # no id of its own: the log's thread (its source's) is not taken, the name's UUID is
+    assert export(store, "old", "claude", home)["conversation_id"] == str(uuid.uuid5(NAMESPACE, "old"))
+    code, out, err = run("export", "--store", str(store), "taken", "--to", "claude", "--out", str(home))
+    assert code == 1 and out == ""
+    assert err == (f"memfs: export: conversation {source_cid} is session {source}'s, not taken's (taken was "
+                   f"forked from it before forks got conversation ids of their own: fork {source} again) "
+                   "(nothing written)\n")
+    assert not list(home.rglob(f"*{source_cid}*"))

@@ -98,8 +98,16 @@ def test_claude_stream_json_maps_per_the_spec_table():
     assert "tool_output" not in done
     assert done["agent_message"][0]["text"] == "Added the retry loop with exponential backoff."
     end, thread = ev[-2], ev[-1]
+    sonnet = "claude-sonnet-4-5-20250929"
     assert end == {"type": "turn.completed", "usage": {"input_tokens": 34, "cached_input_tokens": 84720,
-                                                       "cache_creation_tokens": 3710, "output_tokens": 397}}
+                                                       "cache_creation_tokens": 3710, "output_tokens": 397},
+                   "agent": "claude", "model": sonnet, "requests": [  # (each API message once; they add up to usage)
+                       {"model": sonnet, "input": 4, "cached_input": 11250, "cache_creation": 3120, "output": 7},
+                       {"model": sonnet, "input": 6, "cached_input": 14370, "cache_creation": 210, "output": 120},
+                       {"model": sonnet, "input": 6, "cached_input": 14580, "cache_creation": 180, "output": 140},
+                       {"model": sonnet, "input": 6, "cached_input": 14760, "cache_creation": 90, "output": 40},
+                       {"model": sonnet, "input": 6, "cached_input": 14850, "cache_creation": 60, "output": 30},
+                       {"model": sonnet, "input": 6, "cached_input": 14910, "cache_creation": 50, "output": 60}]}
     assert thread["type"] == "thread.completed" and thread["subtype"] == "success"
     assert (thread["num_turns"], thread["total_cost_usd"], thread["session_id"]) == (7, 0.0412, CLAUDE_SID)
 
@@ -112,7 +120,7 @@ def test_claude_result_with_is_error_fails_the_turn():
         "type": "result", "subtype": "error_max_turns", "is_error": True, "num_turns": 3, "session_id": "s1",
         "usage": {"input_tokens": 5, "output_tokens": 1}}))]
     assert out[0] == {"type": "turn.failed", "message": "error_max_turns",
-                      "usage": {"input_tokens": 5, "output_tokens": 1}}
+                      "usage": {"input_tokens": 5, "output_tokens": 1}, "agent": "claude"}
     assert out[1]["subtype"] == "error_max_turns" and out[1]["outcome_code"] == "error"
 
 

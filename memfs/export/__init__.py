@@ -20,7 +20,9 @@ Where the file goes (``out``; docs/design.md "Export: where --out puts the file"
 
 An existing file is never replaced: the export refuses with :class:`ExportExists` (which
 carries the existing file's :class:`ExportResult`), and so does an export into a store that
-already holds a conversation with that id under another name (the CLI would find either).
+already holds a conversation with that id under another name (the CLI would find either). A
+session is written only under a conversation id that is its own: one the conversation map
+gives to another session (a fork made before forks had ids of their own) is refused.
 """
 
 from __future__ import annotations
@@ -83,7 +85,8 @@ def export_session(handle, to: str, out: Path | None = None, *, home: Path | Non
                    cwd: str | None = None) -> ExportResult:
     """Write the session behind ``handle`` for ``to`` (one of :data:`TARGETS`); see the module
     docstring for ``out`` and ``home``. ``cwd``: the directory the CLI will be run in (default:
-    the session's recorded cwd, else the current directory) — Claude Code looks for the
+    the session's recorded cwd when it is an absolute path without ``.``/``..`` or control
+    characters — it need not exist here — else the current directory) — Claude Code looks for the
     transcript under that directory's slug. Raises :class:`ExportError` / :class:`ExportExists`."""
     if to not in TARGETS:
         raise ExportError(f"export: unknown target {to!r} (one of {', '.join(TARGETS)})")
@@ -93,9 +96,14 @@ def export_session(handle, to: str, out: Path | None = None, *, home: Path | Non
     conv = conversation_of(handle)
     if not conv.turns:
         raise ExportError(f"export: session {handle.name} has no turns to export")
-    session_cwd = conv.about.get("cwd") if isinstance(conv.about.get("cwd"), str) else None
+    from memfs.export.resume import cwd_problem
+
+    recorded = conv.about.get("cwd")  # (a relative or odd path read from a record: never a place to put or print)
+    session_cwd = recorded if isinstance(recorded, str) and \
+        cwd_problem(recorded) in (None, "it is not a directory here") else None
     where = cwd or session_cwd or os.getcwd()
     uid = conv.conversation_id
+    _own_conversation(handle, conv, uid)
     if to == "claude":
         argv = ["claude", "--resume", uid]
         store = _store(out, home, ".claude", ("projects",), os.environ.get("CLAUDE_CONFIG_DIR"))
@@ -126,6 +134,21 @@ def export_session(handle, to: str, out: Path | None = None, *, home: Path | Non
                            ExportResult(existing, uid, argv, there, to))
     _write_new(path, b"".join(orjson.dumps(line) + b"\n" for line in data), result, make_parents=store is not None)
     return result
+
+
+def _own_conversation(handle, conv: Conversation, uid: str) -> None:
+    """Refuse to write a file under a conversation id another session holds (the conversation
+    map, :func:`memfs.ingest.conversations.find_conversation`): the CLI would continue that
+    session's conversation, and an import of the file would land there (SPEC §11: a fork is its
+    own conversation)."""
+    from memfs.ingest.conversations import find_conversation
+
+    holder = find_conversation(Path(handle.path).parent, uid, write=False)
+    if holder is None or holder == handle.name:
+        return
+    why = (f" ({handle.name} was forked from it before forks got conversation ids of their own: "
+           f"fork {conv.about['forked_from']} again)") if conv.about.get("forked_from") else ""
+    raise ExportError(f"export: conversation {uid} is session {holder}'s, not {handle.name}'s{why} (nothing written)")
 
 
 def _export_text(handle, to: str, out: Path | None) -> ExportResult:

@@ -136,11 +136,11 @@ class _Writer:
             self._retry(r)
         failed_retries = retries
         if last_assistant is not None:
-            usage = last_assistant["message"]["usage"]
+            usage, own = last_assistant["message"]["usage"], turn.disjoint_usage()  # (Claude's counts are disjoint)
             for src, dst in (("input_tokens", "input_tokens"), ("cached_input_tokens", "cache_read_input_tokens"),
                              ("cache_creation_tokens", "cache_creation_input_tokens"),
                              ("output_tokens", "output_tokens")):
-                usage[dst] = turn.usage.get(src, 0)
+                usage[dst] = own[src]
         if turn.outcome == "failed":
             anchor = next((str(r["id"]).rsplit(":retry", 1)[0] for r in reversed(failed_retries)
                            if ":retry" in str(r.get("id"))), None)
@@ -159,7 +159,7 @@ class _Writer:
 
     def _flush(self, turn: Turn, blocks: list[dict], results: list, hint: str | None) -> dict:
         mid = self._mid(turn, hint)
-        model = self.conv.model or "claude-opus-5-5"
+        model = turn.model or self.conv.model or "claude-opus-5-5"
         stop = "tool_use" if results else None  # the turn's last message ends it (see turn())
         line = self._line({"type": "assistant", "message": {
             "id": mid, "type": "message", "role": "assistant", "model": model, "content": blocks,

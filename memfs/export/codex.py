@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from memfs.export.claude import NO_RESULT, fold_text
-from memfs.export.conversation import NAMESPACE, USAGE_KEYS, Clock, Conversation, Turn, parse_time
+from memfs.export.conversation import NAMESPACE, Clock, Conversation, Turn, parse_time
 
 VERSION = "0.171.0"  # the Codex CLI version these shapes were checked against
 _CODEX_USAGE = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "total_tokens")
@@ -85,9 +85,10 @@ class _Writer:
         for item in turn.items:
             last_text = self._one(item) or last_text
         turn_usage = dict.fromkeys(_CODEX_USAGE, 0)
-        for key in USAGE_KEYS:
-            if key in self.total:
-                turn_usage[key] = turn.usage.get(key, 0)
+        own = turn.disjoint_usage()  # Codex counts cache reads (and writes, which it has no field for) in input
+        turn_usage["input_tokens"] = own["input_tokens"] + own["cached_input_tokens"] + own["cache_creation_tokens"]
+        turn_usage["cached_input_tokens"] = own["cached_input_tokens"]
+        turn_usage["output_tokens"] = own["output_tokens"]
         turn_usage["total_tokens"] = turn_usage["input_tokens"] + turn_usage["output_tokens"]
         if turn.outcome == "open":
             return

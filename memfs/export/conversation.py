@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from memfs.agents import CODEX, UNKNOWN, Origin, run_local_id
+from memfs.agents import CLAUDE, CODEX, UNKNOWN, Origin, agent_name, run_local_id
 
 USAGE_KEYS = ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")
 NAMESPACE = uuid.UUID("6f1c2a52-8d0e-4d8e-9c1e-6d656d667321")  # uuid5 namespace of memfs exports
@@ -43,6 +43,17 @@ class Turn:
     failure: str | None = None
     usage: dict = field(default_factory=dict)
     items: list[dict] = field(default_factory=list)
+    model: str | None = None  # the model its close names (the last request's)
+    agent: str | None = None  # the agent whose counts its usage is in (its close's, else the session's)
+
+    def disjoint_usage(self) -> dict:
+        """The turn's usage in memfs's disjoint form, Usage names (``input_tokens`` without cache
+        reads and writes): Claude reports it so; Codex, Gemini and native logs count the cache
+        inside ``input_tokens`` (as :func:`memfs.usage.view.normal_tokens` reads them)."""
+        out = {k: v for k, v in zip(USAGE_KEYS, _counts(self.usage))}
+        if self.agent != CLAUDE:
+            out["input_tokens"] = max(out["input_tokens"] - out["cached_input_tokens"] - out["cache_creation_tokens"], 0)
+        return out
 
 
 @dataclass
@@ -59,8 +70,11 @@ class Conversation:
     def conversation_id(self) -> str:
         """The UUID the target CLI resumes: the agent's own id when it is a UUID (a Claude
         session id, a Codex thread id), else a UUID derived from the session's name (the same
-        for every export of it)."""
-        for candidate in (self.about.get("conversation_id"), self.thread_id, self.name):
+        for every export of it). A fork's log names its source's thread (its lines are the
+        source's): a fork with no id of its own (one made before ``memfs fork`` gave forks
+        their own) takes the name's UUID, never the source's."""
+        thread = None if self.about.get("forked_from") else self.thread_id
+        for candidate in (self.about.get("conversation_id"), thread, self.name):
             if isinstance(candidate, str):
                 try:
                     return str(uuid.UUID(candidate))
@@ -139,6 +153,10 @@ def read_conversation(name: str, lines: Iterable[bytes], about: dict,
                 current.failure = _failure(event)
             if isinstance(event.get("completed_at"), str):
                 current.completed_at = event["completed_at"]
+            if isinstance(event.get("model"), str) and event["model"]:
+                current.model = event["model"]
+            if isinstance(event.get("agent"), str) and event["agent"]:
+                current.agent = agent_name(event["agent"])
             turns.append(current)
             current = None
         elif etype == "thread.compact_boundary":
@@ -167,6 +185,8 @@ def read_conversation(name: str, lines: Iterable[bytes], about: dict,
         turn.started_at = turn.started_at or start
         turn.completed_at = turn.completed_at or end
     agent = about.get("agent") if isinstance(about.get("agent"), str) else origin.agent
+    for turn in turns:
+        turn.agent = turn.agent or (agent_name(agent) if agent else None)
     return Conversation(name=name, agent=agent or UNKNOWN, about=about, turns=turns, thread_id=thread_id)
 
 

@@ -25,13 +25,20 @@ Decisions recorded here:
   appended verbatim to the resume command — ``-- -p "next"`` for Claude Code
   (``claude --resume ID -p next``) and ``-- "next"`` for Codex (``codex exec resume ID
   next``); with no ARGS the tool resumes interactively.
-* The tool runs in the session's working directory (``cwd`` in its metadata) when that is a
-  directory here — Claude Code finds a transcript by the project it runs in — else in the
-  current one (and the export is placed for that one).
-* A session resumed before in the same tool is already in the tool's store (the export
-  refuses to write it twice): resume goes on with that file. When this session's
-  ``import-sources.json`` does not know the file (it came from ``memfs export``, or the tool
-  ran on it since), it is imported first — the identity layer drops what the session holds.
+* Where the tool runs: ``--cwd DIR`` (``cwd``) when given; else, on a resume that goes on with
+  a file already in the tool's store, the directory that file was written for (Claude Code finds
+  a transcript by the project it runs in); else the session's ``cwd`` when that is a directory
+  here; else the current one (and the export is placed for it). A directory read from a file
+  (the session's metadata, the tool's own file) is used only when it is absolute, has no ``.``
+  or ``..`` component and no control character, and its real path (symbolic links resolved) is
+  an existing directory; anything else is refused with a one-line reason (:class:`ResumeRefused`)
+  before anything is exported — only a session ``cwd`` that is merely missing here falls back to
+  the current directory. The directory used, and where it came from, is told (``tell``) before
+  the tool starts.
+* A resume never writes one session's turns into another: the export is written only under a
+  conversation id that is the session's own (:func:`memfs.export.export_session`; a fork has its
+  own, :mod:`memfs.store.fork`), and the tool's file is brought back only when it names that
+  conversation.
 * The exit status is the tool's (128+N when it was killed by signal N); when the import back
   fails, that is reported and the status is 1 unless the tool's was already non-zero.
 """
@@ -41,10 +48,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from memfs.errors import MemfsError
 from memfs.store import about
 from memfs.store.session import open_session
 
@@ -86,13 +94,69 @@ def run_passthrough(argv: Sequence[str], cwd: str | None = None) -> int:
     return 128 - status if status < 0 else status
 
 
+class ResumeRefused(MemfsError):
+    """A resume refused before the tool ran (a working directory that cannot be used, a file
+    of another conversation); nothing was exported."""
+
+    errno_name = "EINVAL"
+
+
+def cwd_problem(value) -> str | None:
+    """Why ``value`` (read from a file, or given) cannot be the tool's working directory, or None."""
+    if not isinstance(value, str) or not value:
+        return "it is not a path"
+    if not value.isprintable():
+        return "it holds control characters"
+    if not os.path.isabs(value):
+        return "it is not absolute"
+    if {".", ".."} & set(value.split("/")):
+        return "it has a '.' or '..' component"
+    if not os.path.isdir(os.path.realpath(value)):
+        return "it is not a directory here"
+    return None
+
+
+def checked_cwd(value, origin: str) -> str:
+    """``value``'s real path when :func:`cwd_problem` finds nothing, else :class:`ResumeRefused`
+    (``origin`` says where the directory came from)."""
+    problem = cwd_problem(value)
+    if problem is not None:
+        raise ResumeRefused(f"resume: the working directory {origin} ({value!r}) is not used: {problem} "
+                            "(choose one with --cwd DIR)")
+    return os.path.realpath(value)
+
+
+def _session_cwd(value) -> tuple[str, str]:
+    """The directory to run in when neither ``--cwd`` nor an existing file says, and why."""
+    here = os.path.realpath(os.getcwd())
+    if value is None:
+        return here, "the current directory (the session records no cwd)"
+    if cwd_problem(value) == "it is not a directory here" and isinstance(value, str):
+        return here, f"the current directory (the session's cwd {value!r} is not a directory here)"
+    return checked_cwd(value, "the session records"), "the session's cwd"
+
+
+def _check_conversation(path: Path, uid: str) -> None:
+    """The tool's file must name the conversation the session is exported as."""
+    from memfs.ingest.importer import identify
+
+    try:
+        _kind, sid = identify(path, "auto")
+    except (MemfsError, OSError) as exc:
+        raise ResumeRefused(f"resume: {path} cannot be read: {exc}") from None
+    if sid is not None and sid != uid:
+        raise ResumeRefused(f"resume: {path} holds conversation {sid!r}, not {uid} (nothing run)")
+
+
 def resume_session(root: str | os.PathLike, session: str, to: str, args: Sequence[str] = (), *,
-                   home: str | os.PathLike | None = None, max_events: int = 0) -> Resumed:
+                   home: str | os.PathLike | None = None, max_events: int = 0, cwd: str | None = None,
+                   tell: Callable[[str], None] | None = None) -> Resumed:
     """Export ``session`` for ``to`` (``claude`` or ``codex``), run its resume command with
-    ``args``, and import the new turns back (module docstring). Raises before the tool runs
-    when the session does not exist, cannot be exported or the tool cannot run
-    (:class:`memfs.ingest.record.NotRunnable`); a failing import back is reported in
-    :attr:`Resumed.error`."""
+    ``args`` in ``cwd`` (or the directory the module docstring says), and import the new turns
+    back. ``tell`` gets one line naming the directory before the tool starts. Raises before the
+    tool runs when the session does not exist, cannot be exported, a working directory is refused
+    (:class:`ResumeRefused`) or the tool cannot run (:class:`memfs.ingest.record.NotRunnable`); a
+    failing import back is reported in :attr:`Resumed.error`."""
     from memfs.export import ExportExists, export_session
     from memfs.ingest.importer import import_into, read_sources, remember_as_imported
     from memfs.ingest.record import check_runnable
@@ -100,22 +164,28 @@ def resume_session(root: str | os.PathLike, session: str, to: str, args: Sequenc
     if to not in TARGETS:
         raise ValueError(f"resume --in must be one of {', '.join(TARGETS)}")
     root = Path(root)
+    chosen = checked_cwd(os.path.abspath(cwd), "given by --cwd") if cwd is not None else None
     with open_session(root, session, read_only=True) as handle:
         check_runnable(to)  # (NotRunnable: 127 or 126, as a shell says it; nothing exported)
         name = handle.name
-        cwd = about.read(handle.path).get("cwd")
-        here = cwd if isinstance(cwd, str) and os.path.isabs(cwd) and os.path.isdir(cwd) else os.getcwd()
+        where, origin = (chosen, "--cwd") if chosen is not None else _session_cwd(about.read(handle.path).get("cwd"))
         try:
-            exported, fresh = export_session(handle, to, home=Path(home) if home else None, cwd=here), True
+            exported, fresh = export_session(handle, to, home=Path(home) if home else None, cwd=where), True
         except ExportExists as exc:  # resumed before (or exported): go on with that file
             exported, fresh = exc.result, False
     path = Path(exported.path)
+    if not fresh:
+        _check_conversation(path, exported.conversation_id)
+        if chosen is None and exported.cwd != where:  # (read back from the tool's file)
+            where, origin = checked_cwd(exported.cwd, f"recorded in {path}"), f"the cwd recorded in {path}"
+    if tell is not None:
+        tell(f"memfs resume: {to} runs in {where} ({origin})")
     argv = [*exported.argv, *args]
     if fresh:
         remember_as_imported(root, path, name)
     elif str(path.resolve()) not in read_sources(root / name):
         import_into(root, path, name, max_events=max_events)  # what it holds that the session lacks
-    result = Resumed(name, str(path), argv, run_passthrough(argv, exported.cwd or here))
+    result = Resumed(name, str(path), argv, run_passthrough(argv, where))
     try:
         item = import_into(root, path, name, max_events=max_events)
     except Exception as exc:  # (the tool's work is in its own file: say so, keep its status)

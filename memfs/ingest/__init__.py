@@ -55,6 +55,39 @@ def dumps(event: dict) -> bytes:
     return orjson.dumps(event)
 
 
+TOKEN_FIELDS = ("input", "cached_input", "cache_creation", "output", "reasoning")
+
+
+def request_entry(model: Any, tokens: dict, at: Any = None) -> dict:
+    """One model request as an entry of a close's ``requests`` (:data:`memfs.events.REQUEST`):
+    its model, time and non-zero token counts, in memfs's disjoint form (``tokens`` keyed by
+    :data:`TOKEN_FIELDS`: ``input`` without cache reads and writes, ``output`` with reasoning)."""
+    out: dict = {}
+    if isinstance(model, str) and model:
+        out["model"] = model
+    if isinstance(at, str) and at:
+        out["at"] = at
+    for key in TOKEN_FIELDS:
+        value = tokens.get(key)
+        if type(value) is int and value > 0:
+            out[key] = value
+    return out
+
+
+def stamp_close(event: dict, agent: str, requests: list[dict], model: Any = None) -> dict:
+    """A close with what the agent's record says of its turn (SPEC §10 "Per-turn facts"): the
+    ``agent``, the ``model`` (the last request's that names one, else ``model``) and the
+    ``requests``."""
+    event["agent"] = agent
+    named = [r["model"] for r in requests if "model" in r]
+    last = named[-1] if named else model
+    if isinstance(last, str) and last:
+        event["model"] = last
+    if requests:
+        event["requests"] = requests
+    return event
+
+
 def text_of(value: Any) -> str:
     """The text of a message content: a string, or the ``text`` of a list of blocks."""
     if isinstance(value, str):

@@ -47,7 +47,12 @@ The mapping:
   (:mod:`memfs.store.about` keys: model, cwd, git branch, version, title from
   ``custom-title``/``ai-title``/``summary`` lines, PR link, first prompt, times, status). Every
   other line type (``queue-operation``, ``attachment``, ``last-prompt``, ``api-request*``,
-  ``cost-state``, ``mode``, ``file-history-snapshot``, …) translates to nothing.
+  ``mode``, ``file-history-snapshot``, …) translates to nothing.
+* ``cost-state`` (the transcript's record of Claude Code's bill: ``totalCostUSD``, the
+  conversation's running cost, carried on across a resume, written when a run's turn is done)
+  → ``thread.completed`` with that ``total_cost_usd``, as the stream's ``result`` gives it — so
+  either capture keeps the agent's own cost, and the views give each turn the growth. Only
+  outside a turn, once the conversation has one, and not again for the same total.
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ from typing import Any
 import orjson
 
 from memfs.agents import CLAUDE
-from memfs.ingest import bounded_prompt, dumps, parse_object, text_of
+from memfs.ingest import bounded_prompt, dumps, parse_object, request_entry, stamp_close, text_of
 from memfs.ingest.claude_tools import (
     apply_task,
     call_item,
@@ -78,8 +83,9 @@ _NOT_PROMPTS = ("<command-", "<local-command-caveat", "<system-reminder>", "<bas
 _LOCAL_OUTPUT = ("<local-command-stdout>", "<local-command-stderr>")
 _CONTINUED = "This session is being continued from a previous conversation"
 _TITLES = {"summary": ("summary", 1), "ai-title": ("aiTitle", 2), "custom-title": ("customTitle", 3)}
-_STATE = ("thread_id", "session_id", "started", "in_turn", "turns", "run_closed", "turn_usage", "pending", "msg",
-          "retries", "tasks", "sidechain", "agent_id", "children", "meta", "title_rank", "n")
+_STATE = ("thread_id", "session_id", "started", "in_turn", "turns", "run_closed", "turn_usage", "turn_models",
+          "pending", "msg",
+          "retries", "tasks", "sidechain", "agent_id", "children", "meta", "title_rank", "n", "cost_seen")
 
 
 def usage_of(u: Any) -> dict:
@@ -146,6 +152,7 @@ class ClaudeTranslator:
         self.turns = 0
         self.run_closed = False  # a turn closed since this run's init (its result opens none)
         self.turn_usage: dict[str, dict] = {}  # API message id -> usage, this turn
+        self.turn_models: dict[str, list] = {}  # API message id -> [model, time of its first line], this turn
         self.pending: dict[str, dict] = {}  # tool_use id -> {name, input}
         self.msg: list = ["", 0]  # the API message being read, its next block index
         self.retries: list[list] = []  # [attempt, text] of API retries not yet placed
@@ -156,6 +163,7 @@ class ClaudeTranslator:
         self.meta: dict = {"agent": CLAUDE}
         self.title_rank = 0
         self.n = 0  # counter for ids a line does not give
+        self.cost_seen: list = [0, None]  # [turns, total] at the last cost-state translated
 
     # state for resuming (import --follow)
 
@@ -218,7 +226,7 @@ class ClaudeTranslator:
             return
         self._thread(obj, out)
         self.in_turn = True
-        self.turn_usage = {}
+        self.turn_usage, self.turn_models = {}, {}
         self.meta["status"] = "running"
         context: dict = {}
         if prompt is not None:
@@ -254,9 +262,20 @@ class ClaudeTranslator:
         ts = obj.get("timestamp")
         if isinstance(ts, str):
             event["completed_at"] = ts
+        stamp_close(event, CLAUDE, self._requests(), self.meta.get("model"))
         out.append(dumps(event))
-        self.turn_usage = {}
+        self.turn_usage, self.turn_models = {}, {}
         self.meta["status"] = "failed" if failed is not None else "completed"
+
+    def _requests(self) -> list[dict]:
+        """The turn's API requests (one per message id, its usage counted once), in order."""
+        out = []
+        for mid, u in self.turn_usage.items():
+            model, at = self.turn_models.get(mid) or (None, None)
+            out.append(request_entry(model, {"input": u.get("input_tokens"), "cached_input": u.get("cached_input_tokens"),
+                                             "cache_creation": u.get("cache_creation_tokens"),
+                                             "output": u.get("output_tokens")}, at))
+        return out
 
     def _retry(self, obj: dict, out: list, attempt: Any, text: str) -> None:
         self._open(obj, out)
@@ -292,6 +311,8 @@ class ClaudeTranslator:
             model = ident.get("modelId") if isinstance(ident, dict) else None
             if isinstance(model, str) and model and not obj.get("isSidechain"):
                 self.meta.setdefault("model", model)
+        elif kind == "cost-state":
+            self._cost_state(obj, out)
         elif kind == "pr-link":
             url, repo, number = obj.get("prUrl") or obj.get("url"), obj.get("prRepository"), obj.get("prNumber")
             if isinstance(url, str) and url:
@@ -299,6 +320,18 @@ class ClaudeTranslator:
             elif isinstance(repo, str) and type(number) is int:
                 self.meta["pr_link"] = f"{repo}#{number}"[:1024]
         return out
+
+    def _cost_state(self, obj: dict, out: list) -> None:
+        cost = obj.get("totalCostUSD")
+        if type(cost) not in (int, float) or cost < 0 or self.in_turn or not self.started or self.sidechain \
+                or self.cost_seen == [self.turns, cost]:
+            return
+        self.cost_seen = [self.turns, cost]
+        failed = self.meta.get("status") == "failed"
+        out.append(dumps({"type": "thread.completed", "thread_id": self.thread_id or "",
+                          "session_id": self.thread_id or "", "subtype": "error_during_execution" if failed else "success",
+                          "outcome_code": "error" if failed else "completed", "usage": {}, "num_turns": self.turns,
+                          "total_cost_usd": cost}))
 
     def _system(self, obj: dict, out: list) -> None:
         sub = obj.get("subtype")
@@ -404,7 +437,10 @@ class ClaudeTranslator:
         self._place_retries(out, mid)
         usage = usage_of(message.get("usage"))
         if usage:
-            self.turn_usage[mid or f"#{len(self.turn_usage)}"] = usage
+            key = mid or f"#{len(self.turn_usage)}"
+            self.turn_usage[key] = usage
+            if key not in self.turn_models:
+                self.turn_models[key] = [model if isinstance(model, str) and model else None, obj.get("timestamp")]
         if mid is None or mid != self.msg[0]:
             self.msg = [mid or "", 0]
         for block in blocks:

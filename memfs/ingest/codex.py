@@ -61,7 +61,7 @@ from typing import Any
 import orjson
 
 from memfs.agents import CODEX, UNKNOWN, Origin
-from memfs.ingest import bounded_output, bounded_prompt, dumps, parse_object, text_of
+from memfs.ingest import bounded_output, bounded_prompt, dumps, parse_object, request_entry, stamp_close, text_of
 from memfs.ingest import codex_shapes as shapes
 from memfs.ingest.changes import event_changes
 
@@ -150,6 +150,7 @@ class RolloutTranslator:
         self.todo: list | None = None  # [item id, items] of the turn's to-do list
         self.total: dict = {}  # latest total_token_usage
         self.total_at_start: dict = {}
+        self.requests: list[dict] = []  # this turn's model requests (close ``requests``), see _token_count
         self.seen_calls: list[str] = []  # call ids appended this turn
         self.seen_texts: list[str] = []  # message/reasoning texts appended this turn
         self.calls: dict[str, dict] = {}  # call_id -> {name, arguments, namespace}
@@ -180,6 +181,7 @@ class RolloutTranslator:
         self.error = self.soft_error = self.todo = None
         self.seen_calls, self.seen_texts, self.deferred = [], [], []
         self.total_at_start = dict(self.total)
+        self.requests = []
 
     def _start(self, out: list, prompt: str | None, ts: Any) -> None:
         """Write the turn's ``turn.started`` (then what waited for it)."""
@@ -249,11 +251,18 @@ class RolloutTranslator:
         if isinstance(ts, str):
             event["completed_at"] = ts
             self.meta["ended_at"] = ts
+        stamp_close(event, CODEX, self.requests, self.meta.get("model"))
+        self.requests = []
         out.append(dumps(event))
         self.meta["status"] = "failed" if failed is not None else "completed"
         self.in_turn = self.lazy = False
         self.pending = self.todo = None
         self.total_at_start = dict(self.total)
+
+    def _request(self, total: dict, ts: Any) -> None:
+        tokens = shapes.request_tokens(total, self.total)
+        if tokens:
+            self.requests.append(request_entry(self.meta.get("model"), tokens, ts))
 
     def _item(self, out: list, item: dict, ts: Any, etype: str = "item.completed") -> None:
         event = {"type": etype, "item": item}
@@ -377,6 +386,7 @@ class RolloutTranslator:
             info = p.get("info")
             total = shapes.usage_of(info.get("total_token_usage")) if isinstance(info, dict) else {}
             if total:
+                self._request(total, ts)
                 self.total = total
         elif t in ("error", "stream_error"):
             message = p.get("message") if isinstance(p.get("message"), str) and p.get("message") else t

@@ -41,6 +41,21 @@ def usage_of(u: Any) -> dict:
     return out
 
 
+def request_tokens(total: dict, before: dict) -> dict | None:
+    """One model request's tokens from a ``token_count`` (:func:`usage_of` of its running
+    ``total``; ``before``: the previous one): the total's growth (a repeated count adds nothing:
+    None; a total that started again is its own), in memfs's disjoint form (Codex counts cache
+    reads inside ``input_tokens``; reasoning is part of output)."""
+    grew = {k: v - before.get(k, 0) for k, v in total.items()}
+    if any(v < 0 for v in grew.values()):
+        grew = dict(total)
+    if not any(grew.values()):
+        return None
+    cached = grew.get("cached_input_tokens", 0)
+    return {"input": max(grew.get("input_tokens", 0) - cached, 0), "cached_input": cached,
+            "output": grew.get("output_tokens", 0), "reasoning": grew.get("reasoning_output_tokens", 0)}
+
+
 def command_text(value: Any) -> str:
     """A command as one line: ``[bash, -lc, X]`` is ``X``; other argv lists shell-joined."""
     if isinstance(value, list):

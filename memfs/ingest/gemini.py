@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memfs.ingest import bounded_output, bounded_prompt, dumps, parse_object
+from memfs.ingest import bounded_output, bounded_prompt, dumps, parse_object, request_entry, stamp_close
 from memfs.ingest.changes import gemini_change
 from memfs.ingest.gemini_shapes import (
     AGENT,
@@ -55,6 +55,7 @@ from memfs.ingest.gemini_shapes import (
     add_usages,
     call_item,
     child_name,
+    disjoint,
     function_responses,
     kind_of,
     parts_text,
@@ -164,6 +165,9 @@ class GeminiTranslator:
             event["completed_at"] = ts
             if ts > self.meta.get("ended_at", ""):
                 self.meta["ended_at"] = ts
+        stamp_close(event, AGENT, [request_entry(model, disjoint(turn["usage"][rid]), at)
+                                    for rid, (model, at) in turn.get("models", {}).items() if rid in turn["usage"]],
+                    self.meta.get("model"))
         out.append(dumps(event))
         self.meta["status"] = "failed" if failed is not None else "completed"
 
@@ -489,6 +493,7 @@ class GeminiTranslator:
         usage = usage_of(rec.get("tokens"))
         if usage:
             turn["usage"][rid] = usage
+            turn.setdefault("models", {}).setdefault(rid, [rec.get("model"), ts])
         text = parts_text(rec.get("content"))
         if seen["text"] is None and text.strip():
             seen["text"] = self._message(out, text, ts)

@@ -68,6 +68,13 @@ def usage_of(tokens: Any) -> dict:
     return out
 
 
+def disjoint(usage: dict) -> dict:
+    """A :func:`usage_of` result in memfs's disjoint form (``input`` without the cached part)."""
+    cached = usage.get("cached_input_tokens", 0)
+    return {"input": max(usage.get("input_tokens", 0) - cached, 0), "cached_input": cached,
+            "output": usage.get("output_tokens", 0), "reasoning": usage.get("reasoning_output_tokens", 0)}
+
+
 def stats_usage(stats: Any) -> dict:
     """The stream ``result``'s ``stats`` (the whole run: in ``-p`` mode, one turn)."""
     if not isinstance(stats, dict):

@@ -20,12 +20,20 @@ Decisions recorded here:
   copied turns (renumbered as the fork numbers them) and ``item_notes``, plus ``forked_from``
   (the source's directory name) and ``forked_at_turn`` (``N`` in the source's numbering, or the
   last copied turn; absent when the source had no turn).
+* A fork is its own conversation (SPEC §11): its ``conversation_id`` is a fresh random UUID
+  (:attr:`Forked.conversation_id`), never the source's, so its export and resume write a file of
+  its own and an import of that file lands in the fork, never in the source. The copied
+  ``thread.started`` lines still name the source's thread; the export reads the fork's id from
+  ``about.json`` (:mod:`memfs.export.conversation`). The caller notes the new id in the
+  conversation map (``memfs fork`` does: :func:`memfs.ingest.conversations.register`; the map is
+  an ingest cache this floor does not reach).
 * A fork that fails half-way is removed whole: the new name exists only once the fork is done.
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -45,7 +53,8 @@ class Forked:
     """What :func:`fork_session` made: the new session's ``name``, its ``source``, the
     source's last copied turn ``at_turn`` (None: no turn), ``turns`` copied, whether the last
     is still ``open``, the ``lines`` appended and ``refused`` (the store refused them: they are
-    in the fork's ``rejected.jsonl``)."""
+    in the fork's ``rejected.jsonl``), the fork's own ``conversation_id`` and its ``agent``
+    (None when the source names none)."""
 
     name: str
     source: str
@@ -54,6 +63,8 @@ class Forked:
     open: bool
     lines: int
     refused: int
+    conversation_id: str = ""
+    agent: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -89,7 +100,8 @@ def fork_session(root: str | os.PathLike, source: str, new: str, *, at_turn: int
             is_open = upto is not None and m["in_turn"] and upto == last
             lines = src.iter_lines(0, end)  # (its own descriptor: this version of the log)
         meta = _inherited(about.read(src.path), src.name, base, upto)
-        forked = Forked(new, src.name, upto, 0 if upto is None else upto - base + 1, is_open, 0, 0)
+        forked = Forked(new, src.name, upto, 0 if upto is None else upto - base + 1, is_open, 0, 0,
+                        meta["conversation_id"], meta["agent"] if isinstance(meta.get("agent"), str) else None)
         _write(root, new, lines, forked, durability, meta)
     return forked
 
@@ -139,4 +151,5 @@ def _inherited(meta: dict, source: str, base: int, upto: int | None) -> dict:
             out["turn_notes"] = shifted
     out["forked_from"] = source
     out["forked_at_turn"] = upto
+    out["conversation_id"] = str(uuid.uuid4())  # its own conversation (module docstring)
     return out

@@ -38,7 +38,7 @@ from memfs.usage import calls, prices
 from memfs.usage.prices import TOKEN_KEYS
 from memfs.views.memory import indented
 
-VERSION = 1
+VERSION = 2  # 2: turns priced per request and grouped by each request's model (SPEC §10, §12)
 CLAUDE = "claude"
 
 
@@ -61,6 +61,53 @@ def normal_tokens(raw: list[int], agent: str | None) -> dict:
               "reasoning": reasoning}
     tokens["total"] = inp + cached + creation + output
     return tokens
+
+
+def _parts(requests: list | None, tokens: dict, model: str | None) -> list[tuple[str | None, dict, int]] | None:
+    """A turn's tokens by model, from its close's ``requests`` (SPEC §10: each request's model
+    and usage): ``[(model, tokens, requests)]`` in the order the models first ran, or None when
+    the turn has no requests or they do not add up to the turn's own tokens (another capture's
+    usage, a note): then the turn is one part, its own model."""
+    if not requests:
+        return None
+    by: dict = {}
+    summed = dict.fromkeys(TOKEN_KEYS, 0)
+    for req in requests:
+        if type(req) is not dict:
+            return None
+        name = req.get("model") if type(req.get("model")) is str and req["model"] else model
+        counts = {k: req[k] if type(req.get(k)) is int and req[k] >= 0 else 0 for k in TOKEN_KEYS}
+        part = by.setdefault(name, [dict.fromkeys(TOKEN_KEYS, 0), 0])
+        for key, n in counts.items():
+            part[0][key] += n
+            summed[key] += n
+        part[1] += 1
+    if any(summed[k] != tokens.get(k, 0) for k in ("input", "cached_input", "cache_creation", "output")):
+        return None
+    out = []
+    for name, (counts, n) in by.items():
+        counts["total"] = counts["input"] + counts["cached_input"] + counts["cache_creation"] + counts["output"]
+        out.append((name, counts, n))
+    return out
+
+
+def _request_cost(requests: list, model: str | None) -> tuple[float | None, str | None]:
+    """A turn's cost as billed: each request priced on its own (a long-context tier applies per
+    request); unknown, with the first reason, once one request has no price."""
+    total = 0.0
+    for req in requests:
+        name = req.get("model") if type(req.get("model")) is str and req["model"] else model
+        counts = {k: req[k] if type(req.get(k)) is int and req[k] >= 0 else 0 for k in TOKEN_KEYS}
+        price = prices.table().lookup(name)
+        prompt = counts["input"] + counts["cached_input"] + counts["cache_creation"]
+        if price is not None and price.tier_above is not None and prompt > price.tier_above:
+            return None, (f"a request of {prompt} input tokens passes {name}'s long-context tier "
+                          f"({price.tier_above}): {prices.table().name} has no long-context rate")
+        usd, reason = prices.cost(counts, name)
+        if usd is None:
+            return None, reason
+        total += usd
+    return round(total, 10), None
 
 
 def _add(into: dict, tokens: dict) -> None:
@@ -133,12 +180,16 @@ class _Sums:
         calls.merge(self.tools, tools)
         self.cost.add(usd, reason)
         self.wall += turn["wall_seconds"] or 0.0
-        row = self.rows.get((turn["day"], turn["model"]))
-        if row is None:
-            row = self.rows[(turn["day"], turn["model"])] = [0, {}, _Cost()]
-        row[0] += 1
-        _add(row[1], tokens)
-        row[2].add(usd, reason)
+        by_model = turn.get("by_model") or [{"model": turn["model"], "tokens": tokens, "cost_usd": usd,
+                                             "cost_reason": reason}]
+        for part in by_model:  # (the turn counts in its close's model's row; each model's tokens in its own)
+            key = (turn["day"], part["model"])
+            row = self.rows.get(key)
+            if row is None:
+                row = self.rows[key] = [0, {}, _Cost()]
+            row[0] += part["model"] == turn["model"] or len(by_model) == 1
+            _add(row[1], part["tokens"])
+            row[2].add(part["cost_usd"], part.get("cost_reason"))
 
     def copy(self) -> _Sums:
         out = _Sums()
@@ -172,8 +223,9 @@ def _turn(rec, i: int, ctx: dict) -> dict:
     raw = [*rec.usage, rec.reasoning]
     if not any(raw):
         raw = _note_usage(ctx["about"], rec.ordinal) or raw
-    tokens = normal_tokens(raw, ctx["agent"])
+    tokens = normal_tokens(raw, rec.agent or ctx["agent"])  # (the turn's own agent says what its counts mean)
     model = rec.model or ctx["model"]
+    parts = _parts(rec.requests, tokens, model)
     started, completed = rec.started_at, rec.completed_at
     if ctx["native"] and started is None and completed is None:
         recorded = ctx["times"].get(rec.ordinal)
@@ -183,7 +235,7 @@ def _turn(rec, i: int, ctx: dict) -> dict:
     t0 = parse_rfc3339(started) if started else None
     t1 = parse_rfc3339(completed) if completed else None
     seconds = round(t1 - t0, 3) if t0 is not None and t1 is not None and t1 >= t0 else None
-    usd, reason = prices.cost(tokens, model)
+    usd, reason = _request_cost(rec.requests, model) if parts is not None else prices.cost(tokens, model)
     outcome = ctx["index"].outcome
     turn = {"turn": rec.ordinal, "outcome": OUTCOME_NAMES[outcome[i]] if i < len(outcome) else "open",
             "model": model, "day": _day(t1 if t1 is not None else t0 if t0 is not None else ctx["created"]),
@@ -192,7 +244,23 @@ def _turn(rec, i: int, ctx: dict) -> dict:
     if reason is not None:
         turn["cost_reason"] = reason
     turn["agent_cost_usd"] = None if rec.agent_cost is None else round(rec.agent_cost, 8)
+    if rec.agent is not None:
+        turn["agent"] = rec.agent
+    if parts is not None:
+        turn["requests"] = len(rec.requests)
+        if len(parts) > 1:
+            turn["by_model"] = [_model_part(name, counts, [r for r in rec.requests if (
+                r.get("model") if type(r.get("model")) is str and r["model"] else model) == name], model)
+                for name, counts, _n in parts]
     return turn
+
+
+def _model_part(name: str | None, tokens: dict, requests: list, model: str | None) -> dict:
+    usd, reason = _request_cost(requests, model)
+    part = {"model": name, "requests": len(requests), "tokens": tokens, "cost_usd": usd}
+    if reason is not None:
+        part["cost_reason"] = reason
+    return part
 
 
 def render(session_id: str, fold, about: dict, times: dict, created_at: str, source: dict) -> bytes:

@@ -227,8 +227,13 @@ class Fold:
                     self.usage[i] += tokens[i]
                 rec.reasoning += tokens[4]
             self.goal.add_tokens(tokens[0] + tokens[3])
-        if rec is not None and type(event.get("model")) is str and event["model"]:
-            rec.model = event["model"]
+        if rec is not None:
+            if type(event.get("model")) is str and event["model"]:
+                rec.model = event["model"]
+            if type(event.get("agent")) is str and event["agent"]:
+                rec.agent = event["agent"]
+            if type(event.get("requests")) is list:
+                rec.requests = event["requests"]
         if etype != "turn.completed":
             self._error(rec, etype, failure_message(event))
         if etype == "turn.blocked" and rec is not None and not rec.stalled:

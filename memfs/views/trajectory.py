@@ -62,7 +62,7 @@ class TurnRecord:
 
     __slots__ = ("ordinal", "usage", "item_types", "commands", "files", "errors", "last_message",
                  "started_at", "completed_at", "stalled", "done_at_start", "reasoning", "model", "tools",
-                 "agent_cost")
+                 "agent_cost", "agent", "requests")
 
     def __init__(self, ordinal: int, started_at: str | None, done_at_start: frozenset):
         self.ordinal = ordinal
@@ -80,6 +80,8 @@ class TurnRecord:
         self.model: str | None = None  # the model its events name, if any
         self.tools: dict[str, list] = {}  # tool calls by tool (memfs.usage.calls)
         self.agent_cost: float | None = None  # the agent's own cost (Claude total_cost_usd)
+        self.agent: str | None = None  # the agent its close names (SPEC §10 per-turn facts)
+        self.requests: list | None = None  # its close's model requests (memfs.events REQUEST), if any
 
 
 def turn_line(state: TurnState, i: int, rec: TurnRecord, times: tuple | None = None) -> bytes:
