@@ -27,6 +27,9 @@ def cmd_usage(args: argparse.Namespace) -> int:
     reason = doc["totals"].get("cost_reason")
     if reason:
         _out(f"cost '-': {reason}")
+    refused = doc["totals"].get("usage_error")
+    if refused:
+        _out(f"tokens '-': token counts refused: {refused}")
     return 0
 
 

@@ -60,6 +60,7 @@ from typing import Any
 
 import orjson
 
+from memfs import counts
 from memfs.agents import CODEX, UNKNOWN, Origin
 from memfs.ingest import bounded_output, bounded_prompt, dumps, parse_object, text_of
 from memfs.ingest import codex_shapes as shapes
@@ -238,10 +239,13 @@ class RolloutTranslator:
         if self.todo is not None:
             out.append(dumps({"type": "item.completed",
                               "item": {"id": self.todo[0], "type": "todo_list", "items": self.todo[1]}}))
-        if any(self.total.get(k, 0) < v for k, v in self.total_at_start.items()):
+        total, before = counts.counts_of(self.total), counts.counts_of(self.total_at_start)
+        if any(total.get(k, 0) < v for k, v in before.items()):
             usage = dict(self.total)  # the running total started again: it is this turn's
         else:
-            usage = {k: v - self.total_at_start.get(k, 0) for k, v in self.total.items()}
+            usage = {k: v - before.get(k, 0) for k, v in total.items()}
+            if counts.ERROR in self.total:  # a refused count in the running total: the turn's is unknown
+                usage[counts.ERROR] = self.total[counts.ERROR]
         event: dict = {"type": "turn.failed", "message": failed} if failed is not None else {"type": "turn.completed"}
         event["usage"] = usage
         event["thread_usage"] = dict(self.total)

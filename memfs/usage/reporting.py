@@ -53,6 +53,7 @@ class Row:
     tokens: tuple[int, ...]  # in the order of _KEYS
     cost: float | None
     reason: str | None
+    refused: str | None = None  # usage_error: token counts refused (memfs.counts), tokens incomplete
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +73,8 @@ def contribution(name: str, data: dict) -> Contribution:
     for r in data.get("days") or ():
         tokens = r.get("tokens") or {}
         rows.append(Row(r.get("day"), r.get("model"), int(r.get("turns") or 0),
-                        tuple(int(tokens.get(k) or 0) for k in _KEYS), r.get("cost_usd"), r.get("cost_reason")))
+                        tuple(int(tokens.get(k) or 0) for k in _KEYS), r.get("cost_usd"), r.get("cost_reason"),
+                        r.get("usage_error")))
     source = data.get("source") or {}
     about = source.get("about")
     return Contribution(name, data.get("agent"), data.get("project"), tuple(rows),
@@ -140,7 +142,7 @@ def load(root: Path, name: str, write: bool = True) -> Contribution:
 
 
 class _Acc:
-    __slots__ = ("sessions", "turns", "tokens", "usd", "unpriced", "reasons")
+    __slots__ = ("sessions", "turns", "tokens", "usd", "unpriced", "reasons", "refused")
 
     def __init__(self) -> None:
         self.sessions: Counter = Counter()
@@ -149,8 +151,13 @@ class _Acc:
         self.usd = 0.0
         self.unpriced = 0
         self.reasons: Counter = Counter()
+        self.refused: Counter = Counter()  # usage_error reasons of the rows whose counts were refused
 
     def add(self, session: str, row: Row, sign: int) -> None:
+        if row.refused is not None:
+            self.refused[row.refused] += sign
+            if self.refused[row.refused] <= 0:
+                del self.refused[row.refused]
         self.sessions[session] += sign
         if self.sessions[session] <= 0:
             del self.sessions[session]
@@ -176,6 +183,9 @@ class _Acc:
             out["cost_reason"] = f"{reason} ({self.unpriced} of the day-and-model rows)"
         else:
             out["cost_usd"] = round(self.usd, 6)
+        if self.refused:
+            n = sum(self.refused.values())
+            out["usage_error"] = f"{self.refused.most_common(1)[0][0]} ({n} of the day-and-model rows)"
         return out
 
 
@@ -248,7 +258,7 @@ def _read_index(root: Path) -> dict[str, Contribution]:
             return {}
         out = {}
         for name, (events_len, about, agent, project, rows) in data["sessions"].items():
-            out[name] = Contribution(name, agent, project, tuple(Row(r[0], r[1], r[2], tuple(r[3]), r[4], r[5])
+            out[name] = Contribution(name, agent, project, tuple(Row(r[0], r[1], r[2], tuple(r[3]), r[4], r[5], r[6])
                                                                  for r in rows),
                                      (events_len, tuple(about) if about else None))
         return out
@@ -260,7 +270,7 @@ def _write_index(root: Path, contribs: dict[str, Contribution]) -> None:
     if not os.access(root, os.W_OK):
         return
     sessions = {name: [c.stamp[0], c.stamp[1], c.agent, c.project,
-                       [[r.day, r.model, r.turns, r.tokens, r.cost, r.reason] for r in c.rows]]
+                       [[r.day, r.model, r.turns, r.tokens, r.cost, r.reason, r.refused] for r in c.rows]]
                 for name, c in contribs.items()}
     try:
         atomic_write(root / INDEX, orjson.dumps({"key": _index_key(), "sessions": sessions}))
@@ -313,8 +323,9 @@ def table_rows(doc: dict) -> list[list[str]]:
     out = [[by.upper(), "SESSIONS", "TURNS", *TITLES, "COST"]]
     for r in [*doc["rows"], {by: "TOTAL", **doc["totals"]}]:
         key = r[by]
+        refused = r.get("usage_error")  # token counts refused: the sums are incomplete, never shown
         out.append([str(key) if key is not None else "-", str(r["sessions"]), str(r["turns"]),
-                    *(f"{r['tokens'][k]:,}" for k in COLUMNS), usd(r["cost_usd"])])
+                    *("-" if refused else f"{r['tokens'][k]:,}" for k in COLUMNS), usd(r["cost_usd"])])
     return out
 
 
@@ -327,4 +338,6 @@ def markdown(doc: dict, title: str) -> str:
     unpriced = [r for r in [*doc["rows"], doc["totals"]] if r.get("cost_reason")]
     if unpriced:
         lines += ["", f"No cost where a model has no price: {unpriced[-1]['cost_reason']}."]
+    if doc["totals"].get("usage_error"):
+        lines += ["", f"No tokens where token counts were refused: {doc['totals']['usage_error']}."]
     return "\n".join(lines) + "\n"
