@@ -57,6 +57,20 @@ class Row:
 
 
 @dataclass(frozen=True, slots=True)
+class Use:
+    """One turn of one session, when its record dates it (the reports in a time zone and the
+    billing blocks, :mod:`memfs.usage.periods`): per turn, not per request — a turn's requests
+    are not dated apart in the log."""
+
+    at: float  # seconds since the epoch: the turn's end, else its start, else its UTC day's midnight
+    model: str | None
+    tokens: tuple[int, ...]  # in the order of _KEYS
+    cost: float | None
+    reason: str | None
+    refused: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Contribution:
     """What one session adds to the aggregates."""
 
@@ -65,6 +79,19 @@ class Contribution:
     project: str | None
     rows: tuple[Row, ...]
     stamp: tuple  # (events length, about.json identity) it was computed from
+    uses: tuple[Use, ...] = ()  # its turns, dated (see Use)
+
+
+def _at(turn: dict) -> float | None:
+    from memfs.store.meta import parse_rfc3339
+
+    for key in ("completed_at", "started_at"):
+        value = turn.get(key)
+        at = parse_rfc3339(value) if type(value) is str else None
+        if at is not None:
+            return at
+    day = turn.get("day")
+    return parse_rfc3339(day + "T00:00:00Z") if type(day) is str else None
 
 
 def contribution(name: str, data: dict) -> Contribution:
@@ -75,10 +102,17 @@ def contribution(name: str, data: dict) -> Contribution:
         rows.append(Row(r.get("day"), r.get("model"), int(r.get("turns") or 0),
                         tuple(int(tokens.get(k) or 0) for k in _KEYS), r.get("cost_usd"), r.get("cost_reason"),
                         r.get("usage_error")))
+    uses = []
+    for t in data.get("turns") or ():
+        at = _at(t)
+        if at is not None:
+            tokens = t.get("tokens") or {}
+            uses.append(Use(at, t.get("model"), tuple(int(tokens.get(k) or 0) for k in _KEYS), t.get("cost_usd"),
+                            t.get("cost_reason"), t.get("usage_error")))
     source = data.get("source") or {}
     about = source.get("about")
     return Contribution(name, data.get("agent"), data.get("project"), tuple(rows),
-                        (source.get("events_len"), tuple(about) if about else None))
+                        (source.get("events_len"), tuple(about) if about else None), tuple(uses))
 
 
 def stamp_now(session_dir: str | Path) -> tuple:
@@ -243,8 +277,11 @@ def since_day(since: float | None) -> str | None:
     return time.strftime("%Y-%m-%d", time.gmtime(since)) if since is not None else None
 
 
+INDEX_FORMAT = 2  # 2: each session's dated turns (uses)
+
+
 def _index_key() -> list:
-    return [VERSION, prices.table().describe()]
+    return [VERSION, INDEX_FORMAT, prices.table().describe()]
 
 
 def _read_index(root: Path) -> dict[str, Contribution]:
@@ -257,10 +294,11 @@ def _read_index(root: Path) -> dict[str, Contribution]:
         if type(data) is not dict or data.get("key") != _index_key():
             return {}
         out = {}
-        for name, (events_len, about, agent, project, rows) in data["sessions"].items():
+        for name, (events_len, about, agent, project, rows, uses) in data["sessions"].items():
             out[name] = Contribution(name, agent, project, tuple(Row(r[0], r[1], r[2], tuple(r[3]), r[4], r[5], r[6])
                                                                  for r in rows),
-                                     (events_len, tuple(about) if about else None))
+                                     (events_len, tuple(about) if about else None),
+                                     tuple(Use(u[0], u[1], tuple(u[2]), u[3], u[4], u[5]) for u in uses))
         return out
     except (OSError, MemfsError, orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError):
         return {}
@@ -270,7 +308,8 @@ def _write_index(root: Path, contribs: dict[str, Contribution]) -> None:
     if not os.access(root, os.W_OK):
         return
     sessions = {name: [c.stamp[0], c.stamp[1], c.agent, c.project,
-                       [[r.day, r.model, r.turns, r.tokens, r.cost, r.reason, r.refused] for r in c.rows]]
+                       [[r.day, r.model, r.turns, r.tokens, r.cost, r.reason, r.refused] for r in c.rows],
+                       [[u.at, u.model, u.tokens, u.cost, u.reason, u.refused] for u in c.uses]]
                 for name, c in contribs.items()}
     try:
         atomic_write(root / INDEX, orjson.dumps({"key": _index_key(), "sessions": sessions}))
