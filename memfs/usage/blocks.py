@@ -1,10 +1,6 @@
 """Billing blocks (SPEC §12), as ccusage computes them: ``memfs usage --by block``, ``--active``.
 
-A block starts at the hour floor (UTC) of its first turn and lasts :data:`BLOCK` (5 hours); a
-turn more than 5 hours after the block's start, or more than 5 hours after the previous turn,
-starts a new one. Between two blocks more than 5 hours apart lies a *gap* block (from the last
-turn + 5 hours to the next block's start), as ccusage shows it. A block is *active* while now is
-before its end and within 5 hours of its last turn.
+Where blocks start and end: :mod:`memfs.usage.windows`.
 
 Limit written down: memfs dates turns, not the requests inside them (:class:`memfs.usage.
 reporting.Use`: a turn's end, else its start), so a turn's tokens count at that instant; a long
@@ -21,11 +17,11 @@ import time
 from dataclasses import dataclass, field
 from datetime import tzinfo
 
-from memfs.usage import prices
+from memfs.usage import prices, windows
 from memfs.usage.periods import Options, Sum, local, selected, zone_name
 from memfs.usage.reporting import _KEYS
+from memfs.usage.windows import BLOCK
 
-BLOCK = 5 * 3600
 _TOTAL = len(_KEYS) - 1
 
 
@@ -42,26 +38,24 @@ class Block:
         return self.start + BLOCK
 
     def active(self, now: float) -> bool:
-        return not self.gap and now < self.end and now - self.last < BLOCK
+        return not self.gap and windows.active(self.start, self.last, now)
 
 
 def blocks(contribs, opts: Options) -> list[Block]:
     """The blocks of the turns ``opts`` lets through (its period filters apply to turns), in
-    time order, gaps included."""
+    time order, gaps included (:func:`memfs.usage.windows.split`)."""
     turns = sorted(((use.at, c.session, use) for c, use in selected(contribs, Options(
         by="day", tz=opts.tz, since=opts.since, until=opts.until, project=opts.project, agent=opts.agent))),
         key=lambda t: t[0])
     out: list[Block] = []
-    current: Block | None = None
-    for at, session, use in turns:
-        if current is None or at - current.start > BLOCK or at - current.last > BLOCK:
-            start = at - at % 3600
-            if current is not None and at - current.last > BLOCK and start > current.last + BLOCK:
-                out.append(Block(current.last + BLOCK, first=current.last + BLOCK, last=start, gap=True))
-            current = Block(start, first=at, last=at)
-            out.append(current)
-        current.last = at
-        current.sums.add(session, use)
+    for start, first, stop, gap in windows.split([t[0] for t in turns]):
+        if gap:
+            out.append(Block(start, first=start, last=turns[first][0] - turns[first][0] % 3600, gap=True))
+            continue
+        block = Block(start, first=turns[first][0], last=turns[stop - 1][0])
+        for _, session, use in turns[first:stop]:
+            block.sums.add(session, use)
+        out.append(block)
     return out
 
 

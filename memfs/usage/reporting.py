@@ -33,7 +33,7 @@ from memfs.store.about import ABOUT
 from memfs.store.catalog import session_names
 from memfs.store.listing import usd
 from memfs.store.paths import DERIVED_DIR, EVENTS, atomic_write, open_nofollow, read_fd
-from memfs.usage import prices
+from memfs.usage import INDEX_FORMAT, prices
 from memfs.usage.prices import TOKEN_KEYS
 from memfs.usage.view import VERSION
 
@@ -261,23 +261,20 @@ class Groups:
             self.total.add(c.session, row, sign)
 
     def to_dict(self) -> dict:
-        """``{"by", "since", "rows", "totals", "prices"}``: rows by date for ``day``, else most
-        tokens first."""
+        """``{"by", "timezone", "since", "rows", "totals", "prices"}``: rows by UTC date for
+        ``day`` (``timezone`` says so), else most tokens first."""
         items = list(self.groups.items())
         if self.by == "day":
             items.sort(key=lambda kv: kv[0] or "")
         else:
             items.sort(key=lambda kv: (-kv[1].tokens[-1], str(kv[0])))
         rows = [{self.by: key, **acc.to_dict()} for key, acc in items]
-        return {"by": self.by, "since": self.since_day, "rows": rows, "totals": self.total.to_dict(),
-                "prices": prices.table().describe()}
+        return {"by": self.by, "timezone": "UTC", "since": self.since_day, "rows": rows,
+                "totals": self.total.to_dict(), "prices": prices.table().describe()}
 
 
 def since_day(since: float | None) -> str | None:
     return time.strftime("%Y-%m-%d", time.gmtime(since)) if since is not None else None
-
-
-INDEX_FORMAT = 2  # 2: each session's dated turns (uses)
 
 
 def _index_key() -> list:

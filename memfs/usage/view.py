@@ -36,11 +36,11 @@ import orjson
 
 from memfs.store.about import ABOUT
 from memfs.store.meta import OUTCOME_NAMES, parse_rfc3339
-from memfs.usage import calls, prices
+from memfs.usage import VIEW_VERSION, calls, prices
 from memfs.usage.prices import TOKEN_KEYS
 from memfs.views.memory import indented
 
-VERSION = 2  # 2: usage_error (token counts refused, memfs.counts)
+VERSION = VIEW_VERSION
 CLAUDE = "claude"
 
 
