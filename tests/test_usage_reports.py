@@ -116,6 +116,8 @@ def test_billing_blocks_and_gaps_as_ccusage_computes_them(tmp_path):
     assert doc["tokenLimit"] == 400_000 and [b.get("percentUsed") for b in doc["blocks"]] == [50.0, 50.0, None, 100.0]
     assert doc["totals"]["totalTokens"] == 800_000 and doc["totals"]["totalCost"] == 1.0
     assert not any(b["isActive"] for b in doc["blocks"])
+    last = usage_json(store, "--by", "block", "--tz", "UTC", "--last", "2", "--order", "desc")["blocks"]
+    assert [(b["startTime"][11:16], b["isGap"]) for b in last] == [("03:00", False), ("20:30", True), ("15:00", False)]
     text = run("usage", "--store", str(store), "--by", "block", "--tz", "UTC").splitlines()
     assert [line.split()[:3] for line in text[1:5]] == [["2026-12-01", "10:00", "done"], ["2026-12-01", "15:00", "done"],
                                                          ["2026-12-01", "20:30", "gap"], ["2026-12-02", "03:00", "done"]]
