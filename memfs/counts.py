@@ -11,7 +11,9 @@ become a Usage of valid counts that carries the first refusal's reason under
 :data:`ERROR`, so the event stays valid and the reason reaches the log), and the views' fold
 (:mod:`memfs.views.fold`, whose turn usage feeds ``derived/trajectory.jsonl`` and
 ``derived/usage.json``: a refused count, or a Usage carrying :data:`ERROR`, marks the turn's
-usage as refused with that reason). Pure; no I/O.
+usage as refused with that reason), and the export (:mod:`memfs.export.conversation`: the
+Claude and Codex writers put :data:`ERROR` beside the counts, so a re-import keeps the mark).
+Pure; no I/O.
 """
 
 from __future__ import annotations
@@ -66,10 +68,14 @@ def read(usage: Any, names: tuple[str, ...]) -> tuple[list[int], str | None]:
 
 def translate(source: Any, pairs: tuple[tuple[str, str], ...]) -> dict:
     """An agent's usage object as a Usage: ``{dst: count}`` for each ``(src, dst)`` of ``pairs``
-    whose count is valid, and :data:`ERROR` with the first refusal's reason (``src`` named)."""
+    whose count is valid, and :data:`ERROR` with the first refusal's reason (``src`` named, or
+    the :data:`ERROR` memfs's export wrote beside the counts)."""
     out: dict = {}
     if type(source) is not dict:
         return out
+    carried = source.get(ERROR)  # memfs's own marker, in what it exported (memfs.export)
+    if type(carried) is str and carried:
+        out[ERROR] = carried
     for src, dst in pairs:
         v = source.get(src)
         if v is None:

@@ -145,3 +145,23 @@ def test_a_partial_dated_override_keeps_the_shipped_rates_of_its_model(tmp_path)
     assert cost["at"] == round(0.7 * 15 + 0.2 * 1.5 + 0.1 * 18.75 + 0.01 * 100, 6)  # 13.675
     assert cost["plain"] == round(0.7 * 15 + 0.2 * 1.5 + 0.1 * 18.75 + 0.01 * 75, 6)  # 13.425: not overridden
     assert doc["totals"]["cost_usd"] == round(16.975 + 13.675 + 13.425, 6)
+
+
+@pytest.mark.parametrize("to", ["claude", "codex"])
+def test_a_refused_count_stays_refused_through_an_export_and_a_re_import(tmp_path, to):
+    store = tmp_path / "store"
+    native(store, "x", event("turn.started"),
+           event("item.completed", item={"id": "m1", "type": "agent_message", "text": "one"}),
+           event("turn.completed", model="gpt-5", usage={"input_tokens": 100, "output_tokens": 2**53 + 1}),
+           event("turn.started"),
+           event("item.completed", item={"id": "m2", "type": "agent_message", "text": "two"}),
+           event("turn.completed", model="gpt-5", usage={"input_tokens": 50, "output_tokens": 5}))
+    out = tmp_path / f"{to}.jsonl"
+    run("export", "x", "--store", str(store), "--to", to, "--out", str(out))
+    again = tmp_path / "again"
+    run("import", "--store", str(again), str(out))
+    (listed,) = json.loads(run("sessions", "--store", str(again), "--json"))
+    doc = usage(again, listed["name"])
+    reason = f"output_tokens: {2**53 + 1} is not an integer in 0..2^53"
+    assert [t.get("usage_error") for t in doc["turns"]] == [reason, None]  # never exported as 0 tokens
+    assert [t["tokens"]["input"] for t in doc["turns"]] == [100, 50]

@@ -150,6 +150,7 @@ class RolloutTranslator:
         self.todo: list | None = None  # [item id, items] of the turn's to-do list
         self.total: dict = {}  # latest total_token_usage
         self.total_at_start: dict = {}
+        self.marked: str | None = None  # the usage_error memfs's export left on this turn's last_token_usage
         self.seen_calls: list[str] = []  # call ids appended this turn
         self.seen_texts: list[str] = []  # message/reasoning texts appended this turn
         self.calls: dict[str, dict] = {}  # call_id -> {name, arguments, namespace}
@@ -246,6 +247,9 @@ class RolloutTranslator:
             usage = {k: v - before.get(k, 0) for k, v in total.items()}
             if counts.ERROR in self.total:  # a refused count in the running total: the turn's is unknown
                 usage[counts.ERROR] = self.total[counts.ERROR]
+        if self.marked is not None:
+            usage.setdefault(counts.ERROR, self.marked)
+            self.marked = None
         event: dict = {"type": "turn.failed", "message": failed} if failed is not None else {"type": "turn.completed"}
         event["usage"] = usage
         event["thread_usage"] = dict(self.total)
@@ -381,6 +385,10 @@ class RolloutTranslator:
             total = shapes.usage_of(info.get("total_token_usage")) if isinstance(info, dict) else {}
             if total:
                 self.total = total
+            last = info.get("last_token_usage") if isinstance(info, dict) else None
+            marked = last.get(counts.ERROR) if isinstance(last, dict) else None
+            if isinstance(marked, str) and marked:
+                self.marked = marked
         elif t in ("error", "stream_error"):
             message = p.get("message") if isinstance(p.get("message"), str) and p.get("message") else t
             if t == "stream_error":
