@@ -25,6 +25,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 
@@ -56,11 +57,10 @@ class Row:
     refused: str | None = None  # usage_error: token counts refused (memfs.counts), tokens incomplete
 
 
-@dataclass(frozen=True, slots=True)
-class Use:
+class Use(NamedTuple):
     """One turn of one session, when its record dates it (the reports in a time zone and the
     billing blocks, :mod:`memfs.usage.periods`): per turn, not per request — a turn's requests
-    are not dated apart in the log."""
+    are not dated apart in the log. A tuple: a store's index holds one per turn."""
 
     at: float  # seconds since the epoch: the turn's end, else its start, else its UTC day's midnight
     model: str | None
@@ -295,7 +295,7 @@ def _read_index(root: Path) -> dict[str, Contribution]:
             out[name] = Contribution(name, agent, project, tuple(Row(r[0], r[1], r[2], tuple(r[3]), r[4], r[5], r[6])
                                                                  for r in rows),
                                      (events_len, tuple(about) if about else None),
-                                     tuple(Use(u[0], u[1], tuple(u[2]), u[3], u[4], u[5]) for u in uses))
+                                     tuple(Use(*u) for u in uses))
         return out
     except (OSError, MemfsError, orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError):
         return {}
