@@ -87,8 +87,11 @@ def test_filters_by_agent_project_and_the_last_periods(tmp_path):
            *turn(stamp(now - 40 * 86400), "gpt-5", input_tokens=16000))  # $0.02, 40 days ago
     today = usage_json(store, "--tz", "UTC", "--last", "1", "--agent", "unknown")
     assert today["totals"]["totalCost"] == 0.01 and [d["date"] for d in today["daily"]] == [stamp(now)[:10]]
-    proc = run_fails(store, "--by", "model", "--last", "2")
-    assert "--last counts periods" in proc
+    assert "--last counts periods" in run_fails(store, "--by", "model", "--last", "2")
+    assert "--tz: unknown time zone 'Mars/Base'" in run_fails(store, "--tz", "Mars/Base")
+    assert "--since: 'yesterday' is neither a date" in run_fails(store, "--since", "yesterday")
+    assert "--token-limit must be a positive number" in run_fails(store, "--by", "block", "--token-limit", "lots")
+    assert "--token-limit is for billing blocks" in run_fails(store, "--token-limit", "max")
 
 
 def run_fails(store: Path, *args: str) -> str:

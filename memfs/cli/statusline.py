@@ -240,7 +240,7 @@ def _index(root, opts: dict) -> dict[str, list] | None:
     out = {}
     top = os.fspath(root)
     for name, entry in sessions.items():
-        if _stamp(os.path.join(top, name)) != [entry[0], entry[1]]:
+        if _stamp(f"{top}/{name}") != [entry[0], entry[1]]:
             return None
         out[name] = entry[5]
     try:  # a session the index does not know yet
@@ -254,12 +254,14 @@ def _index(root, opts: dict) -> dict[str, list] | None:
 
 
 def _stamp(d: str) -> list:
+    """What :func:`memfs.usage.reporting.stamp_now` says of a session, as the index stores it."""
+    lstat = os.lstat
     try:
-        size = os.lstat(os.path.join(d, "events.jsonl")).st_size
+        size = lstat(d + "/events.jsonl").st_size
     except OSError:
         size = None
     try:
-        st = os.lstat(os.path.join(d, "index", "about.json"))
+        st = lstat(d + "/index/about.json")
         about = [st.st_ino, st.st_size, st.st_mtime_ns]
     except OSError:
         about = None
