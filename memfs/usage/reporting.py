@@ -33,6 +33,7 @@ from memfs.errors import MemfsError
 from memfs.store.about import ABOUT
 from memfs.store.catalog import session_names
 from memfs.store.listing import usd
+from memfs.store.meta import parse_rfc3339
 from memfs.store.paths import DERIVED_DIR, EVENTS, atomic_write, open_nofollow, read_fd
 from memfs.usage import INDEX_FORMAT, prices
 from memfs.usage.prices import TOKEN_KEYS
@@ -83,8 +84,6 @@ class Contribution:
 
 
 def _at(turn: dict) -> float | None:
-    from memfs.store.meta import parse_rfc3339
-
     for key in ("completed_at", "started_at"):
         value = turn.get(key)
         at = parse_rfc3339(value) if type(value) is str else None

@@ -30,48 +30,39 @@ def _tokens(r: dict, keys) -> list[str]:
 
 
 def rows(doc: dict, compact: bool = False, breakdown: bool = False) -> tuple[list[list[str]], set[int]]:
-    """The table (a header, the rows, a TOTAL line) and the indexes of its right-aligned columns."""
+    """The table (a header, the rows, a TOTAL line) and the indexes of its right-aligned columns:
+    the key (and a block's status), the models (not in ``--compact``, not by model or block),
+    sessions and turns (not in ``--compact``), the tokens, the cost; ``breakdown``: one line per
+    model under each row."""
     by = doc["by"]
+    block = by == "block"
     keys = [k for k, _ in COMPACT] if compact else list(COLUMNS)
     titles = [t for _, t in COMPACT] if compact else list(TITLES)
     models = not compact and by not in ("model", "block")
-    head = [by.upper(), *(["MODELS"] if models else []),
-            *([] if compact else ["SESSIONS", "TURNS"] if by != "block" else ["STATUS", "TURNS"]), *titles, "COST"]
-    if by == "block" and compact:
-        head.insert(1, "STATUS")
-    out = [head]
+    lead = 1 + block + models  # the left-aligned columns
+    counts = [] if compact else ["TURNS"] if block else ["SESSIONS", "TURNS"]
+    out = [[by.upper(), *(["STATUS"] if block else []), *(["MODELS"] if models else []), *counts, *titles, "COST"]]
     for r in doc["rows"] if "rows" in doc else doc["blocks"]:
-        out.append(_line(doc, r, keys, models, compact))
+        out.append(_line(by, r, keys, models, compact))
         if breakdown and by != "model":
             for part in r.get("modelBreakdowns") or ():
                 tokens = {"input": part["inputTokens"], "output": part["outputTokens"],
                           "cache_creation": part["cacheCreationTokens"], "cached_input": part["cacheReadTokens"]}
-                tokens["total"] = sum(tokens.values())
-                sub = {**part, "tokens": tokens}
-                line = [f"  └ {part['modelName'] or '-'}", *([""] if models else []),
-                        *([] if compact else ["", ""]), *_tokens(sub, keys), cost(sub)]
-                if by == "block" and compact:
-                    line.insert(1, "")
-                out.append(line)
-    total = {by: "TOTAL", **doc["totals"]}
-    line = _line(doc, total, keys, models, compact)
-    if by == "block":
-        line[1 if compact else 1] = ""
-    out.append(line)
-    right = set(range(1 + models + (by == "block"), len(head)))
-    return out, right
+                sub = {**part, "tokens": {**tokens, "total": sum(tokens.values())}}
+                out.append([f"  └ {part['modelName'] or '-'}", *[""] * (lead - 1 + len(counts)),
+                            *_tokens(sub, keys), cost(sub)])
+    out.append(_line(by, {by: "TOTAL", **doc["totals"]}, keys, models, compact))
+    return out, set(range(lead, len(out[0])))
 
 
-def _line(doc: dict, r: dict, keys, models: bool, compact: bool) -> list[str]:
-    by = doc["by"]
+def _line(by: str, r: dict, keys, models: bool, compact: bool) -> list[str]:
     if by == "block":
-        key = r.get("startTime", r.get(by))
-        key = key[:16].replace("T", " ") if key and key != "TOTAL" else "TOTAL"
-        status = "" if "isGap" not in r else "gap" if r["isGap"] else "ACTIVE" if r["isActive"] else "done"
-        line = [key, status]
-        if not compact:
-            line.append(str(r.get("turns", "")))
-        return [*line, *_tokens(r, keys), cost(r)]
+        start = r.get("startTime")
+        status = "gap" if r.get("isGap") else "ACTIVE" if r.get("isActive") else "done" if start else ""
+        line = [start[:16].replace("T", " ") if start else "TOTAL", status]
+        if r.get("isGap"):  # no activity: nothing to count
+            return [*line, *[""] * (len(keys) + 1 + (not compact))]
+        return [*line, *([] if compact else [str(r["turns"])]), *_tokens(r, keys), cost(r)]
     key = r[by]
     line = [str(key) if key is not None else "-"]
     if models:
