@@ -50,6 +50,7 @@ from memfs.store.config import (
 )
 from memfs.store.paths import default_root, workspace_root
 from memfs.store.rejected import DEFAULT_MAX_REJECTED_BYTES
+from memfs.usage.prices import rate_problem
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -242,9 +243,9 @@ def _prices(where: str, value: Any) -> dict[str, dict[str, float]]:
             if rate not in PRICE_KEYS:
                 raise ConfigError(f"{where}: unknown key prices.{model!r}.{rate} (known: {', '.join(PRICE_KEYS)})")
             usd = _checked(where, f"prices.{model!r}.{rate}", usd, _NUM)
-            if not usd >= 0 or usd == float("inf"):
-                raise ConfigError(f"{where}: prices.{model!r}.{rate} must be a non-negative number of USD "
-                                  "per million tokens")
+            problem = rate_problem(usd)
+            if problem is not None:
+                raise ConfigError(f"{where}: prices.{model!r}.{rate} {problem}")
         out[model] = {rate: float(usd) for rate, usd in rates.items()}
     return out
 

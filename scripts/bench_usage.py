@@ -10,6 +10,8 @@ one of 30 days), then measures, as a user would see it:
 * **memfs usage**: the next runs, which read one small file per session (wall time of the
   whole command, interpreter start included; goal: under 1 s at 10,000 sessions);
 * **first read of usage/daily.json** through a store-wide mount (loads the kept summaries);
+* **memfs statusline** (SPEC §12: within 2.5× a bare Python start): the command Claude Code runs
+  at each redraw, with a statusLine JSON on stdin, against ``python -c pass`` (medians of 5);
 * **usage/daily.json after one append**: ``--reads`` times, one whole turn appended with ``>>``
   to a random session, then ``cat usage/daily.json`` timed (open, read, close): p50 and p99
   (goal: p99 under 10 ms at 10,000 sessions), and that the total grew by each turn's tokens.
@@ -65,6 +67,22 @@ def timed_usage(store: Path, *args: str) -> tuple[float, str]:
     return time.perf_counter() - t, proc.stdout
 
 
+def statusline_times(store: Path) -> tuple[float, float]:
+    """Medians of 5: ``memfs statusline`` (a statusLine JSON on stdin) and a bare Python start."""
+    stdin = json.dumps({"session_id": "s000001", "model": {"display_name": "Opus"},
+                        "cost": {"total_cost_usd": 0.1}, "transcript_path": "/nonexistent"}).encode()
+
+    def once(argv: list[str]) -> float:
+        t = time.perf_counter()
+        subprocess.run(argv, input=stdin, capture_output=True, check=True)
+        return time.perf_counter() - t
+
+    line = [sys.executable, "-m", "memfs", "statusline", "--store", str(store)]
+    once(line)  # the first run may rewrite the index
+    return (statistics.median(once(line) for _ in range(5)),
+            statistics.median(once([sys.executable, "-c", "pass"]) for _ in range(5)))
+
+
 def read(path: Path) -> bytes:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -90,6 +108,8 @@ def run(n: int, reads: int, work: Path) -> dict:
     r["usage_s"] = statistics.median(runs)
     r["usage_by_session_s"], _ = timed_usage(store, "--by", "session", "--json")
     print(f"  memfs usage: first {r['usage_first_s']:.2f} s, then {r['usage_s']:.3f} s", flush=True)
+    r["statusline_s"], r["python_s"] = statusline_times(store)
+    print(f"  memfs statusline: {r['statusline_s']:.3f} s (python -c pass: {r['python_s']:.3f} s)", flush=True)
     mnt.mkdir()
     proc = start_server([sys.executable, "-m", "memfs", "mount", str(store), str(mnt), "--log-level", "WARNING"],
                         mnt, work / "mount.log")
@@ -134,7 +154,8 @@ def main() -> int:
     n, reads = (1000, 50) if args.quick else (args.sessions, args.reads)
     with tempfile.TemporaryDirectory(prefix="memfs-bench-usage-") as tmp:
         r = run(n, reads, Path(tmp))
-    goals = {"memfs_usage_under_1s": r["usage_s"] < 1.0, "daily_after_append_p99_under_10ms": r["append_read_p99_ms"] < 10}
+    goals = {"memfs_usage_under_1s": r["usage_s"] < 1.0, "daily_after_append_p99_under_10ms": r["append_read_p99_ms"] < 10,
+             "statusline_within_2_5x_python": r["statusline_s"] <= 2.5 * r["python_s"]}
     print(f"{'sessions':>10} {'usage first':>12} {'usage':>8} {'by session':>11} {'1st read':>9} "
           f"{'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} followed")
     print(f"{r['sessions']:>10,} {r['usage_first_s']:>11.2f}s {r['usage_s']:>7.3f}s {r['usage_by_session_s']:>10.3f}s "

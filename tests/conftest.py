@@ -10,6 +10,7 @@ The session-store helpers (event lines, reading the store's files directly) are 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,19 @@ import memfs
 import pytest
 
 SESSION_ID = "sess-1"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_user_config(tmp_path_factory):
+    """Every command reads ``$XDG_CONFIG_HOME/memfs/config.toml`` when ``--config`` is not given:
+    the tests (and the commands they start) see an empty config home, never the user's."""
+    before = os.environ.get("XDG_CONFIG_HOME")
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg-config"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_CONFIG_HOME", None)
+    else:
+        os.environ["XDG_CONFIG_HOME"] = before
 
 
 @pytest.fixture

@@ -85,8 +85,8 @@ async def every_tool(client, store: Path) -> None:
     refused(await client.call_tool("read_turn", {"session": "retry", "turn": "first"}), "turn")
 
     # get_usage (SPEC §12): a session's derived/usage.json, or the store's report
-    def timeless(doc: dict) -> dict:
-        return {key: value for key, value in doc.items() if key != "generated_at"}
+    def timeless(doc: dict) -> dict:  # (since: the instant an age such as 30d resolved to)
+        return {key: value for key, value in doc.items() if key not in ("generated_at", "since")}
 
     usage = ok(await client.call_tool("get_usage", {"session": "retry"}))
     shown = json.loads(cli("show", "--store", str(store), "retry", "--view", "usage.json").stdout)

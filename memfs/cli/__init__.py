@@ -33,22 +33,26 @@ import os
 import sys
 
 import memfs
-from memfs.cli import export as export_command
-from memfs.cli import fork as fork_command
-from memfs.cli import mcp as mcp_command
-from memfs.cli import mount, ops, sessions, write
-from memfs.cli import usage as usage_command
-from memfs.cli.common import Commands, _err, _reason, _Usage
 from memfs.errors import MemfsError
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``memfs`` parser; each command group adds its own commands (in ``memfs --help``'s order)."""
+    from memfs.cli import export as export_command
+    from memfs.cli import fork as fork_command
+    from memfs.cli import mcp as mcp_command
+    from memfs.cli import mount, ops, sessions, write
+    from memfs.cli import settings as settings_command
+    from memfs.cli import statusline as statusline_command
+    from memfs.cli import usage as usage_command
+    from memfs.cli.common import Commands
+
     common = argparse.ArgumentParser(add_help=False)
     which = common.add_mutually_exclusive_group()
     which.add_argument("--store", metavar="DIR", help="the sessions root (default: $XDG_DATA_HOME/memfs/sessions)")
     which.add_argument("--workspace", metavar="DIR", help="a VT Code workspace: use DIR/.vtcode/sessions")
-    common.add_argument("--config", metavar="FILE", help="a TOML config file (see mount.example.toml); flags override it")
+    common.add_argument("--config", metavar="FILE", help="a TOML config file (see mount.example.toml; default: "
+                        "$XDG_CONFIG_HOME/memfs/config.toml when it exists); flags override it")
     as_json = argparse.ArgumentParser(add_help=False)
     as_json.add_argument("--json", action="store_true", help="machine-readable JSON output")
 
@@ -66,13 +70,21 @@ def build_parser() -> argparse.ArgumentParser:
     ops.register(commands)
     mcp_command.register(commands)
     usage_command.register(commands)
+    statusline_command.register(commands)
+    settings_command.register(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["statusline"]:  # run at every redraw of Claude Code's status line: loads nothing else
+        from memfs.cli.statusline import run
+
+        return run(argv[1:])
+    from memfs.cli.common import _err, _reason, _Usage
+
+    parser = build_parser()
     agent: list[str] | None = None
     if "--" in argv and any(c in argv and argv.index(c) < argv.index("--") for c in ("record", "resume")):
         cut = argv.index("--")  # record's agent command (resume's ARGS) is everything after "--", options included

@@ -17,6 +17,7 @@ import orjson
 from memfs.config import Config, apply_overrides, load_config
 from memfs.errors import MemfsError
 from memfs.store.config import check_evict_to
+from memfs.store.paths import config_path
 from memfs.store.rejected import set_max_rejected_bytes
 from memfs.text import one_line, visible
 
@@ -119,7 +120,8 @@ def _reason(exc: BaseException) -> str:
 
 def _config(args: argparse.Namespace, **overrides: Any) -> Config:
     """The config file (if any) with the command's flags laid over it."""
-    base = load_config(args.config) if getattr(args, "config", None) else Config()
+    path = config_path(getattr(args, "config", None))  # --config, else $XDG_CONFIG_HOME/memfs/config.toml
+    base = load_config(path) if path is not None else Config()
     flags = {"store": getattr(args, "store", None), "workspace": getattr(args, "workspace", None)}
     flags.update(overrides)
     config = apply_overrides(base, flags)

@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from memfs import counts
 from memfs.export.conversation import NAMESPACE, Clock, Conversation, Turn, parse_time
 
 VERSION = "2.1.332"  # the Claude Code version these shapes were checked against
@@ -141,6 +142,8 @@ class _Writer:
                              ("cache_creation_tokens", "cache_creation_input_tokens"),
                              ("output_tokens", "output_tokens")):
                 usage[dst] = own[src]
+            if turn.usage_error is not None:  # memfs's own marker: a re-import keeps the turn's usage refused
+                usage[counts.ERROR] = turn.usage_error
         if turn.outcome == "failed":
             anchor = next((str(r["id"]).rsplit(":retry", 1)[0] for r in reversed(failed_retries)
                            if ":retry" in str(r.get("id"))), None)

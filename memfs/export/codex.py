@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from memfs import counts
 from memfs.export.claude import NO_RESULT, fold_text
 from memfs.export.conversation import NAMESPACE, Clock, Conversation, Turn, parse_time
 
@@ -94,8 +95,11 @@ class _Writer:
             return
         for key in _CODEX_USAGE:
             self.total[key] += turn_usage[key]
+        last: dict = dict(turn_usage)
+        if turn.usage_error is not None:  # memfs's own marker: a re-import keeps the turn's usage refused
+            last[counts.ERROR] = turn.usage_error
         self._event({"type": "token_count", "info": {"total_token_usage": dict(self.total),
-                                                     "last_token_usage": turn_usage, "model_context_window": None},
+                                                     "last_token_usage": last, "model_context_window": None},
                      "rate_limits": None})
         if turn.outcome == "failed":
             self._event({"type": "error", "message": turn.failure or "failed"})

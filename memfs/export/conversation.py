@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from memfs import counts
 from memfs.agents import CLAUDE, CODEX, UNKNOWN, Origin, agent_name, run_local_id
 
 USAGE_KEYS = ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")
@@ -50,10 +51,11 @@ class Turn:
         """The turn's usage in memfs's disjoint form, Usage names (``input_tokens`` without cache
         reads and writes): Claude reports it so; Codex, Gemini and native logs count the cache
         inside ``input_tokens`` (as :func:`memfs.usage.view.normal_tokens` reads them)."""
-        out = {k: v for k, v in zip(USAGE_KEYS, _counts(self.usage))}
+        out = {k: v for k, v in zip(USAGE_KEYS, counts.read(self.usage, USAGE_KEYS)[0])}
         if self.agent != CLAUDE:
             out["input_tokens"] = max(out["input_tokens"] - out["cached_input_tokens"] - out["cache_creation_tokens"], 0)
         return out
+    usage_error: str | None = None  # a refused token count's reason (memfs.counts): the writers carry it on
 
 
 @dataclass
@@ -104,6 +106,7 @@ def read_conversation(name: str, lines: Iterable[bytes], about: dict,
     calls: dict[str, dict] = {}  # tool_invocation id -> its item (this turn)
     thread_id: str | None = None
     total_before: list[int] | None = None
+    total_refused: str | None = None  # the previous running total had a refused count
     for raw in lines:
         try:
             obj = orjson.loads(raw)
@@ -140,14 +143,16 @@ def read_conversation(name: str, lines: Iterable[bytes], about: dict,
                     _place(current, item, places, calls)
         elif etype in ("turn.completed", "turn.failed", "turn.blocked") and current is not None:
             usage = event.get("usage") if type(event.get("usage")) is dict else {}
-            own = _counts(usage)
+            own, refused = counts.read(usage, USAGE_KEYS)  # the one validator, as the views read it
             total = event.get("thread_usage")
             if type(total) is dict or origin.agent == CODEX:
-                now = _counts(total if type(total) is dict else usage)
+                now, now_refused = counts.read(total if type(total) is dict else usage, USAGE_KEYS)
                 if total_before is not None and all(n >= b for n, b in zip(now, total_before)):
                     own = [n - b for n, b in zip(now, total_before)]
-                total_before = now
+                    refused = refused or now_refused or total_refused
+                total_before, total_refused = now, now_refused
             current.usage = {k: v for k, v in zip(USAGE_KEYS, own) if v}
+            current.usage_error = refused
             current.outcome = "completed" if etype == "turn.completed" else "failed"
             if etype != "turn.completed":
                 current.failure = _failure(event)
@@ -210,11 +215,6 @@ def _place(turn: Turn, item: dict, places: dict[str, int], calls: dict[str, dict
     turn.items.append(dict(item))
     if item.get("type") == "tool_invocation":
         calls[iid] = turn.items[-1]
-
-
-def _counts(usage: Any) -> list[int]:
-    usage = usage if type(usage) is dict else {}
-    return [usage[k] if type(usage.get(k)) is int and usage[k] >= 0 else 0 for k in USAGE_KEYS]
 
 
 def _failure(event: dict) -> str:

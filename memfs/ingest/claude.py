@@ -62,6 +62,7 @@ from typing import Any
 
 import orjson
 
+from memfs import counts
 from memfs.agents import CLAUDE
 from memfs.ingest import bounded_prompt, dumps, parse_object, request_entry, stamp_close, text_of
 from memfs.ingest.claude_tools import (
@@ -90,15 +91,9 @@ _STATE = ("thread_id", "session_id", "started", "in_turn", "turns", "run_closed"
 
 def usage_of(u: Any) -> dict:
     """A Claude usage object as this family's Usage."""
-    if not isinstance(u, dict):
-        return {}
-    out = {}
-    for src, dst in (("input_tokens", "input_tokens"), ("cache_read_input_tokens", "cached_input_tokens"),
-                     ("cache_creation_input_tokens", "cache_creation_tokens"), ("output_tokens", "output_tokens")):
-        v = u.get(src)
-        if type(v) is int and v >= 0:
-            out[dst] = v
-    return out
+    return counts.translate(u, (("input_tokens", "input_tokens"), ("cache_read_input_tokens", "cached_input_tokens"),
+                                ("cache_creation_input_tokens", "cache_creation_tokens"),
+                                ("output_tokens", "output_tokens")))
 
 
 def _with_status(text: str, status: Any) -> str:
@@ -256,8 +251,7 @@ class ClaudeTranslator:
         if usage is None:
             usage = {}
             for u in self.turn_usage.values():
-                for k, v in u.items():
-                    usage[k] = usage.get(k, 0) + v
+                counts.add(usage, u)
         event["usage"] = usage
         ts = obj.get("timestamp")
         if isinstance(ts, str):

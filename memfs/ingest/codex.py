@@ -60,6 +60,7 @@ from typing import Any
 
 import orjson
 
+from memfs import counts
 from memfs.agents import CODEX, UNKNOWN, Origin
 from memfs.ingest import bounded_output, bounded_prompt, dumps, parse_object, request_entry, stamp_close, text_of
 from memfs.ingest import codex_shapes as shapes
@@ -151,6 +152,7 @@ class RolloutTranslator:
         self.total: dict = {}  # latest total_token_usage
         self.total_at_start: dict = {}
         self.requests: list[dict] = []  # this turn's model requests (close ``requests``), see _token_count
+        self.marked: str | None = None  # the usage_error memfs's export left on this turn's last_token_usage
         self.seen_calls: list[str] = []  # call ids appended this turn
         self.seen_texts: list[str] = []  # message/reasoning texts appended this turn
         self.calls: dict[str, dict] = {}  # call_id -> {name, arguments, namespace}
@@ -241,10 +243,16 @@ class RolloutTranslator:
         if self.todo is not None:
             out.append(dumps({"type": "item.completed",
                               "item": {"id": self.todo[0], "type": "todo_list", "items": self.todo[1]}}))
-        if any(self.total.get(k, 0) < v for k, v in self.total_at_start.items()):
+        total, before = counts.counts_of(self.total), counts.counts_of(self.total_at_start)
+        if any(total.get(k, 0) < v for k, v in before.items()):
             usage = dict(self.total)  # the running total started again: it is this turn's
         else:
-            usage = {k: v - self.total_at_start.get(k, 0) for k, v in self.total.items()}
+            usage = {k: v - before.get(k, 0) for k, v in total.items()}
+            if counts.ERROR in self.total:  # a refused count in the running total: the turn's is unknown
+                usage[counts.ERROR] = self.total[counts.ERROR]
+        if self.marked is not None:
+            usage.setdefault(counts.ERROR, self.marked)
+            self.marked = None
         event: dict = {"type": "turn.failed", "message": failed} if failed is not None else {"type": "turn.completed"}
         event["usage"] = usage
         event["thread_usage"] = dict(self.total)
@@ -388,6 +396,10 @@ class RolloutTranslator:
             if total:
                 self._request(total, ts)
                 self.total = total
+            last = info.get("last_token_usage") if isinstance(info, dict) else None
+            marked = last.get(counts.ERROR) if isinstance(last, dict) else None
+            if isinstance(marked, str) and marked:
+                self.marked = marked
         elif t in ("error", "stream_error"):
             message = p.get("message") if isinstance(p.get("message"), str) and p.get("message") else t
             if t == "stream_error":

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from memfs import counts
 from memfs.ingest import text_of
 from memfs.ingest.changes import patch_changes  # noqa: F401  (the Codex reader's name for it)
 
@@ -29,15 +30,9 @@ USAGE_KEYS = ("input_tokens", "cached_input_tokens", "output_tokens")
 def usage_of(u: Any) -> dict:
     """The token counters of a Codex ``TokenUsage`` this family has a place for, and its
     ``reasoning_output_tokens`` when there are any (part of output; memfs.usage reports them)."""
-    out = {}
-    if isinstance(u, dict):
-        for key in USAGE_KEYS:
-            v = u.get(key)
-            if type(v) is int and v >= 0:
-                out[key] = v
-        reasoning = u.get("reasoning_output_tokens")
-        if type(reasoning) is int and reasoning > 0:
-            out["reasoning_output_tokens"] = reasoning
+    out = counts.translate(u, (*((key, key) for key in USAGE_KEYS), ("reasoning_output_tokens", "reasoning_output_tokens")))
+    if not out.get("reasoning_output_tokens"):
+        out.pop("reasoning_output_tokens", None)
     return out
 
 

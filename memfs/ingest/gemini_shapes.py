@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from memfs import counts
 from memfs.formats import GEMINI_RECORD_TYPES, GEMINI_STREAM_TYPES, gemini_shape
 from memfs.ingest import child_session_name
 
@@ -56,13 +57,10 @@ def usage_of(tokens: Any) -> dict:
     """A chat record's ``tokens`` (``input`` includes ``cached``; ``thoughts`` are output)."""
     if not isinstance(tokens, dict):
         return {}
-    out = {}
-    for src, dst in (("input", "input_tokens"), ("cached", "cached_input_tokens"), ("output", "output_tokens")):
-        v = tokens.get(src)
-        if type(v) is int and v >= 0:
-            out[dst] = v
-    thoughts = tokens.get("thoughts")
-    if type(thoughts) is int and thoughts > 0:
+    out = counts.translate(tokens, (("input", "input_tokens"), ("cached", "cached_input_tokens"),
+                                    ("output", "output_tokens"), ("thoughts", "")))
+    thoughts = out.pop("", None)
+    if thoughts:
         out["output_tokens"] = out.get("output_tokens", 0) + thoughts
         out["reasoning_output_tokens"] = thoughts  # (part of output: memfs.usage reports them)
     return out
@@ -79,20 +77,14 @@ def stats_usage(stats: Any) -> dict:
     """The stream ``result``'s ``stats`` (the whole run: in ``-p`` mode, one turn)."""
     if not isinstance(stats, dict):
         return {}
-    out = {}
-    for src, dst in (("input_tokens", "input_tokens"), ("cached", "cached_input_tokens"),
-                     ("output_tokens", "output_tokens")):
-        v = stats.get(src)
-        if type(v) is int and v >= 0:
-            out[dst] = v
-    return out
+    return counts.translate(stats, (("input_tokens", "input_tokens"), ("cached", "cached_input_tokens"),
+                                    ("output_tokens", "output_tokens")))
 
 
 def add_usages(usages) -> dict:
     total: dict = {}
     for u in usages:
-        for k, v in u.items():
-            total[k] = total.get(k, 0) + v
+        counts.add(total, u)
     return total
 
 

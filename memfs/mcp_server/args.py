@@ -70,7 +70,7 @@ class ReadTurnArgs(Args):
 
 class GetUsageArgs(Args):
     session: str | None = Field(None, description="one session's usage; without it, the whole store's report")
-    by: Literal["day", "model", "project", "agent", "session"] = Field(
+    by: Literal["day", "week", "month", "model", "project", "agent", "session"] = Field(
         "day", description="the report's rows (without session)")
     since: str | None = Field(None, description="the report from this date or age on (without session)")
 

@@ -150,10 +150,13 @@ def entry(info, total: dict | None = None) -> dict:
     d["status"], d["manifest_status"] = status(info), info.status
     for key, value in info.about.items():
         d.setdefault(key, value)  # agent and status: the ones shown (about.json's when it has them)
-    d["tokens"] = total["tokens"]["total"] if total else None  # SPEC §12: derived/usage.json
+    # SPEC §12: derived/usage.json; refused token counts (usage_error): no total
+    d["tokens"] = total["tokens"]["total"] if total and not total.get("usage_error") else None
     d["cost_usd"] = total.get("cost_usd") if total else None
     if total and total.get("cost_reason"):
         d["cost_reason"] = total["cost_reason"]
+    if total and total.get("usage_error"):
+        d["usage_error"] = total["usage_error"]
     return d
 
 
@@ -171,7 +174,8 @@ def rows(infos, columns: int, usage: dict | None = None) -> list[list[str]]:
             cut(one_line(os.path.basename(proj.rstrip("/")) or proj), PROJECT_CHARS) if proj else "-",
             one_line(title(s) or "") or "-",
             str(s.turn_count), cut(one_line(status(s)), WORD_CHARS),
-            f"{total['tokens']['total']:,}" if total else "-", usd(total.get("cost_usd")) if total else "-", name])
+            f"{total['tokens']['total']:,}" if total and not total.get("usage_error") else "-",
+            usd(total.get("cost_usd")) if total else "-", name])
     widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
     rest = sum(widths) - widths[TITLE_COLUMN] + 2 * (len(HEADER) - 1)
     room = max(MIN_TITLE, columns - rest)

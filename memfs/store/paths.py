@@ -78,6 +78,24 @@ def new_session_name_error(name: str) -> InvalidName | None:
     return None
 
 
+def default_config_path() -> Path:
+    """``$XDG_CONFIG_HOME/memfs/config.toml`` (``~/.config/memfs/config.toml``): the file every
+    command and the mount read when ``--config`` is not given (SPEC §12; a relative
+    ``XDG_CONFIG_HOME`` is ignored, as the XDG spec says)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or ""
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "memfs" / "config.toml"
+
+
+def config_path(given: str | os.PathLike | None) -> Path | None:
+    """The config file a command reads: ``--config``'s, else the default one when it exists."""
+    if given:
+        return Path(given)
+    default = default_config_path()
+    return default if default.exists() else None
+
+
 def default_root() -> Path:
     """``$XDG_DATA_HOME/memfs/sessions`` (``~/.local/share/memfs/sessions``)."""
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")

@@ -3,8 +3,9 @@ and the store-wide aggregates.
 
 * :func:`session_usage` — ``derived/usage.json`` of an open session handle, as a dict
   (:mod:`memfs.usage.view`; a view of the registry like the others, incremental);
-* :func:`report` — ``memfs usage --json``: rows grouped by day, model, project, agent or
-  session, and their totals (:mod:`memfs.usage.reporting`);
+* :func:`report` — rows grouped by UTC day, model, project, agent or session, and their totals
+  (:mod:`memfs.usage.reporting`); ``memfs usage``'s reports in a zone and its billing blocks:
+  :mod:`memfs.usage.periods`, :mod:`memfs.usage.blocks` (text: :mod:`memfs.usage.text`);
 * :mod:`memfs.usage.prices` — the shipped table (``prices.toml``) and the config's overrides;
 * :mod:`memfs.usage.aggregate` — the mount's ``usage/`` files, kept up to date by each
   session's contribution.
@@ -13,6 +14,9 @@ Imports are lazy: the views' fold imports :mod:`memfs.usage.calls` without loadi
 """
 
 from __future__ import annotations
+
+VIEW_VERSION = 3  # derived/usage.json's "version" (2: usage_error, token counts refused: memfs.counts; 3: turns priced per request, by_model)
+INDEX_FORMAT = 2  # <store>/.usage-index.json's entries (2: each session's dated turns)
 
 
 def session_usage(handle) -> dict:
@@ -25,9 +29,10 @@ def session_usage(handle) -> dict:
 
 
 def report(store, by: str = "day", since: float | None = None) -> dict:
-    """What ``memfs usage --by BY [--since …] --json`` prints: ``{"by", "since", "rows",
-    "totals", "prices"}`` over every session of ``store`` (a path); ``since`` in seconds since
-    the epoch (rows of days before it are left out)."""
+    """The store's usage in UTC days (the mount's ``usage/`` files, the MCP server's
+    ``get_usage``): ``{"by", "timezone", "since", "rows", "totals", "prices"}`` over every
+    session of ``store`` (a path); ``since`` in seconds since the epoch (rows of days before it
+    are left out). ``memfs usage`` itself reports in the user's zone (:mod:`memfs.usage.periods`)."""
     from memfs.usage.reporting import report as _report
 
     return _report(store, by, since)

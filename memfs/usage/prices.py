@@ -11,16 +11,22 @@ the uncached input) and returns ``(usd, None)`` or ``(None, reason)`` — never 
 
 A model is found by its exact name, then without a provider prefix (``openai/``,
 ``models/``, ``anthropic.``) and a date or ``-latest`` suffix (``claude-sonnet-4-5-20250929``
-→ ``claude-sonnet-4-5``). Never by a family guess.
+→ ``claude-sonnet-4-5``). Never by a family guess. An override found so (``[prices.
+"claude-opus-4-1-20250805"]`` with only ``input``) keeps the rest of that entry's rates. A rate
+must price 2^53 tokens (:mod:`memfs.counts`) to a finite cost (:func:`rate_problem`; the config
+refuses others at load).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+from memfs.counts import MAX_COUNT, show
 
 TOKEN_KEYS = ("input", "cached_input", "cache_creation", "output", "reasoning")
 RATE_KEYS = ("input", "cached_input", "cache_write", "output")
@@ -59,7 +65,7 @@ class Table:
         keep the shipped model's, if any)."""
         models = dict(self.base)
         for model, rates in overrides.items():
-            shipped = self.base.get(model)
+            shipped = _find(self.base, model)  # a dated name inherits its undated entry's rates
             merged = {k: getattr(shipped, k) for k in RATE_KEYS} if shipped is not None else {}
             merged.update({k: float(v) for k, v in rates.items() if k in RATE_KEYS})
             tier = shipped.tier_above if shipped is not None else None
@@ -68,17 +74,35 @@ class Table:
         self.models, self.overrides = models, {m: dict(r) for m, r in overrides.items()}
 
     def lookup(self, model: str | None) -> Price | None:
-        if not model:
-            return None
-        found = self.models.get(model)
-        if found is None:
-            short = _SUFFIX.sub("", _PREFIX.sub("", model.lower()))
-            found = self.models.get(short)
-        return found
+        return _find(self.models, model) if model else None
 
     def describe(self) -> dict:
         """What a usage report says about the prices it used."""
         return {"name": self.name, "date": self.date, "overrides": {m: self.overrides[m] for m in sorted(self.overrides)}}
+
+
+def _find(models: dict[str, Price], model: str) -> Price | None:
+    """``model``'s entry: by its exact name, else without provider prefix and date suffix."""
+    found = models.get(model)
+    if found is None:
+        found = models.get(_SUFFIX.sub("", _PREFIX.sub("", model.lower())))
+    return found
+
+
+def rate_problem(usd: object) -> str | None:
+    """None when ``usd`` (USD per million tokens) can price any count (up to 2^53 tokens, see
+    :mod:`memfs.counts`) to a finite cost, else why not."""
+    if type(usd) not in (int, float):
+        return "must be a number of USD per million tokens"
+    try:
+        rate = float(usd)  # type: ignore[arg-type]
+    except OverflowError:
+        rate = math.inf
+    if not rate >= 0:
+        return "must be a non-negative number of USD per million tokens"
+    if not math.isfinite(rate * MAX_COUNT / 1_000_000 * len(RATE_KEYS)):
+        return f"{show(usd)} is too large: 2^53 tokens at that rate cost more than a float holds"
+    return None
 
 
 def _price(rates: dict) -> Price:

@@ -25,6 +25,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 
@@ -32,8 +33,9 @@ from memfs.errors import MemfsError
 from memfs.store.about import ABOUT
 from memfs.store.catalog import session_names
 from memfs.store.listing import usd
+from memfs.store.meta import parse_rfc3339
 from memfs.store.paths import DERIVED_DIR, EVENTS, atomic_write, open_nofollow, read_fd
-from memfs.usage import prices
+from memfs.usage import INDEX_FORMAT, prices
 from memfs.usage.prices import TOKEN_KEYS
 from memfs.usage.view import VERSION
 
@@ -53,6 +55,20 @@ class Row:
     tokens: tuple[int, ...]  # in the order of _KEYS
     cost: float | None
     reason: str | None
+    refused: str | None = None  # usage_error: token counts refused (memfs.counts), tokens incomplete
+
+
+class Use(NamedTuple):
+    """One turn of one session, when its record dates it (the reports in a time zone and the
+    billing blocks, :mod:`memfs.usage.periods`): per turn, not per request — a turn's requests
+    are not dated apart in the log. A tuple: a store's index holds one per turn."""
+
+    at: float  # seconds since the epoch: the turn's end, else its start, else its UTC day's midnight
+    model: str | None
+    tokens: tuple[int, ...]  # in the order of _KEYS
+    cost: float | None
+    reason: str | None
+    refused: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +80,17 @@ class Contribution:
     project: str | None
     rows: tuple[Row, ...]
     stamp: tuple  # (events length, about.json identity) it was computed from
+    uses: tuple[Use, ...] = ()  # its turns, dated (see Use)
+
+
+def _at(turn: dict) -> float | None:
+    for key in ("completed_at", "started_at"):
+        value = turn.get(key)
+        at = parse_rfc3339(value) if type(value) is str else None
+        if at is not None:
+            return at
+    day = turn.get("day")
+    return parse_rfc3339(day + "T00:00:00Z") if type(day) is str else None
 
 
 def contribution(name: str, data: dict) -> Contribution:
@@ -72,11 +99,19 @@ def contribution(name: str, data: dict) -> Contribution:
     for r in data.get("days") or ():
         tokens = r.get("tokens") or {}
         rows.append(Row(r.get("day"), r.get("model"), int(r.get("turns") or 0),
-                        tuple(int(tokens.get(k) or 0) for k in _KEYS), r.get("cost_usd"), r.get("cost_reason")))
+                        tuple(int(tokens.get(k) or 0) for k in _KEYS), r.get("cost_usd"), r.get("cost_reason"),
+                        r.get("usage_error")))
+    uses = []
+    for t in data.get("turns") or ():
+        at = _at(t)
+        if at is not None:
+            tokens = t.get("tokens") or {}
+            uses.append(Use(at, t.get("model"), tuple(int(tokens.get(k) or 0) for k in _KEYS), t.get("cost_usd"),
+                            t.get("cost_reason"), t.get("usage_error")))
     source = data.get("source") or {}
     about = source.get("about")
     return Contribution(name, data.get("agent"), data.get("project"), tuple(rows),
-                        (source.get("events_len"), tuple(about) if about else None))
+                        (source.get("events_len"), tuple(about) if about else None), tuple(uses))
 
 
 def stamp_now(session_dir: str | Path) -> tuple:
@@ -140,7 +175,7 @@ def load(root: Path, name: str, write: bool = True) -> Contribution:
 
 
 class _Acc:
-    __slots__ = ("sessions", "turns", "tokens", "usd", "unpriced", "reasons")
+    __slots__ = ("sessions", "turns", "tokens", "usd", "unpriced", "reasons", "refused")
 
     def __init__(self) -> None:
         self.sessions: Counter = Counter()
@@ -149,8 +184,13 @@ class _Acc:
         self.usd = 0.0
         self.unpriced = 0
         self.reasons: Counter = Counter()
+        self.refused: Counter = Counter()  # usage_error reasons of the rows whose counts were refused
 
     def add(self, session: str, row: Row, sign: int) -> None:
+        if row.refused is not None:
+            self.refused[row.refused] += sign
+            if self.refused[row.refused] <= 0:
+                del self.refused[row.refused]
         self.sessions[session] += sign
         if self.sessions[session] <= 0:
             del self.sessions[session]
@@ -176,6 +216,9 @@ class _Acc:
             out["cost_reason"] = f"{reason} ({self.unpriced} of the day-and-model rows)"
         else:
             out["cost_usd"] = round(self.usd, 6)
+        if self.refused:
+            n = sum(self.refused.values())
+            out["usage_error"] = f"{self.refused.most_common(1)[0][0]} ({n} of the day-and-model rows)"
         return out
 
 
@@ -217,16 +260,16 @@ class Groups:
             self.total.add(c.session, row, sign)
 
     def to_dict(self) -> dict:
-        """``{"by", "since", "rows", "totals", "prices"}``: rows by date for ``day``, else most
-        tokens first."""
+        """``{"by", "timezone", "since", "rows", "totals", "prices"}``: rows by UTC date for
+        ``day`` (``timezone`` says so), else most tokens first."""
         items = list(self.groups.items())
         if self.by == "day":
             items.sort(key=lambda kv: kv[0] or "")
         else:
             items.sort(key=lambda kv: (-kv[1].tokens[-1], str(kv[0])))
         rows = [{self.by: key, **acc.to_dict()} for key, acc in items]
-        return {"by": self.by, "since": self.since_day, "rows": rows, "totals": self.total.to_dict(),
-                "prices": prices.table().describe()}
+        return {"by": self.by, "timezone": "UTC", "since": self.since_day, "rows": rows,
+                "totals": self.total.to_dict(), "prices": prices.table().describe()}
 
 
 def since_day(since: float | None) -> str | None:
@@ -234,7 +277,7 @@ def since_day(since: float | None) -> str | None:
 
 
 def _index_key() -> list:
-    return [VERSION, prices.table().describe()]
+    return [VERSION, INDEX_FORMAT, prices.table().describe()]
 
 
 def _read_index(root: Path) -> dict[str, Contribution]:
@@ -247,10 +290,11 @@ def _read_index(root: Path) -> dict[str, Contribution]:
         if type(data) is not dict or data.get("key") != _index_key():
             return {}
         out = {}
-        for name, (events_len, about, agent, project, rows) in data["sessions"].items():
-            out[name] = Contribution(name, agent, project, tuple(Row(r[0], r[1], r[2], tuple(r[3]), r[4], r[5])
+        for name, (events_len, about, agent, project, rows, uses) in data["sessions"].items():
+            out[name] = Contribution(name, agent, project, tuple(Row(r[0], r[1], r[2], tuple(r[3]), r[4], r[5], r[6])
                                                                  for r in rows),
-                                     (events_len, tuple(about) if about else None))
+                                     (events_len, tuple(about) if about else None),
+                                     tuple(Use(*u) for u in uses))
         return out
     except (OSError, MemfsError, orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError):
         return {}
@@ -260,7 +304,8 @@ def _write_index(root: Path, contribs: dict[str, Contribution]) -> None:
     if not os.access(root, os.W_OK):
         return
     sessions = {name: [c.stamp[0], c.stamp[1], c.agent, c.project,
-                       [[r.day, r.model, r.turns, r.tokens, r.cost, r.reason] for r in c.rows]]
+                       [[r.day, r.model, r.turns, r.tokens, r.cost, r.reason, r.refused] for r in c.rows],
+                       [[u.at, u.model, u.tokens, u.cost, u.reason, u.refused] for u in c.uses]]
                 for name, c in contribs.items()}
     try:
         atomic_write(root / INDEX, orjson.dumps({"key": _index_key(), "sessions": sessions}))
@@ -313,8 +358,9 @@ def table_rows(doc: dict) -> list[list[str]]:
     out = [[by.upper(), "SESSIONS", "TURNS", *TITLES, "COST"]]
     for r in [*doc["rows"], {by: "TOTAL", **doc["totals"]}]:
         key = r[by]
+        refused = r.get("usage_error")  # token counts refused: the sums are incomplete, never shown
         out.append([str(key) if key is not None else "-", str(r["sessions"]), str(r["turns"]),
-                    *(f"{r['tokens'][k]:,}" for k in COLUMNS), usd(r["cost_usd"])])
+                    *("-" if refused else f"{r['tokens'][k]:,}" for k in COLUMNS), usd(r["cost_usd"])])
     return out
 
 
@@ -327,4 +373,6 @@ def markdown(doc: dict, title: str) -> str:
     unpriced = [r for r in [*doc["rows"], doc["totals"]] if r.get("cost_reason")]
     if unpriced:
         lines += ["", f"No cost where a model has no price: {unpriced[-1]['cost_reason']}."]
+    if doc["totals"].get("usage_error"):
+        lines += ["", f"No tokens where token counts were refused: {doc['totals']['usage_error']}."]
     return "\n".join(lines) + "\n"

@@ -18,7 +18,9 @@ when both are there. When memfs received a turn (``index/turn-times.jsonl``) sta
 a session no agent capture made (``index/about.json`` names no ``conversation_id``): a capture
 may be an import, whose arrival times say when the file was read, not when the turn ran. A turn
 with no time at all counts on the conversation's ``started_at`` (``index/about.json``), else on
-the session's creation day. The ``days`` list (one row per day and model) is what the store-wide
+the session's creation day. A token count that is not an integer in 0..2^53 (:mod:`memfs.counts`) is
+refused: the turn, its day row and the total carry ``usage_error`` (the first reason; the tokens
+are then the sum of the counts accepted, incomplete) and the turn has no cost. The ``days`` list (one row per day and model) is what the store-wide
 aggregates (:mod:`memfs.usage.reporting`) add up; ``source`` says what the file was computed from,
 so a reader can tell a stale copy in the backing store.
 """
@@ -34,11 +36,11 @@ import orjson
 
 from memfs.store.about import ABOUT
 from memfs.store.meta import OUTCOME_NAMES, parse_rfc3339
-from memfs.usage import calls, prices
+from memfs.usage import VIEW_VERSION, calls, prices
 from memfs.usage.prices import TOKEN_KEYS
 from memfs.views.memory import indented
 
-VERSION = 2  # 2: turns priced per request and grouped by each request's model (SPEC §10, §12)
+VERSION = VIEW_VERSION
 CLAUDE = "claude"
 
 
@@ -119,7 +121,7 @@ def _day(at: float | None) -> str | None:
     return time.strftime("%Y-%m-%d", time.gmtime(at)) if at is not None else None
 
 
-def _note_usage(about: dict, ordinal: int) -> list[int] | None:
+def _note_usage(about: dict, ordinal: int) -> tuple[list[int], str | None] | None:
     notes = about.get("turn_notes")
     note = notes.get(str(ordinal)) if type(notes) is dict else None
     usage = note.get("usage") if type(note) is dict else None
@@ -128,6 +130,33 @@ def _note_usage(about: dict, ordinal: int) -> list[int] | None:
     from memfs.views.fold import _tokens
 
     return _tokens(usage)
+
+
+class _Refused:
+    """Turns whose token counts were refused (:mod:`memfs.counts`): how many, the first reason."""
+
+    __slots__ = ("turns", "reason")
+
+    def __init__(self) -> None:
+        self.turns = 0
+        self.reason: str | None = None
+
+    def copy(self) -> _Refused:
+        out = _Refused()
+        out.turns, out.reason = self.turns, self.reason
+        return out
+
+    def add(self, reason: str | None) -> None:
+        if reason is not None:
+            self.turns += 1
+            self.reason = self.reason or reason
+
+    def fields(self, count: bool = True) -> dict:
+        """``usage_error`` (only when a turn's counts were refused): its tokens are the sum of
+        the counts accepted, incomplete."""
+        if not self.turns:
+            return {}
+        return {"usage_error": f"{self.reason} ({self.turns} turns with refused token counts)" if count else self.reason}
 
 
 class _Cost:
@@ -163,7 +192,7 @@ class _Cost:
 class _Sums:
     """What the turns add up to: totals, tools, cost, wall time, the day-and-model rows."""
 
-    __slots__ = ("turns", "tokens", "tools", "cost", "wall", "rows")
+    __slots__ = ("turns", "tokens", "tools", "cost", "wall", "rows", "refused")
 
     def __init__(self) -> None:
         self.turns = 0
@@ -171,14 +200,16 @@ class _Sums:
         self.tools: dict[str, list] = {}
         self.cost = _Cost()
         self.wall = 0.0
-        self.rows: dict[tuple, list] = {}  # (day, model) -> [turns, tokens, _Cost]
+        self.rows: dict[tuple, list] = {}  # (day, model) -> [turns, tokens, _Cost, _Refused]
+        self.refused = _Refused()
 
     def add(self, turn: dict, tools: dict) -> None:
-        tokens, usd, reason = turn["tokens"], turn["cost_usd"], turn.get("cost_reason")
+        tokens, usd, reason, refused = turn["tokens"], turn["cost_usd"], turn.get("cost_reason"), turn.get("usage_error")
         self.turns += 1
         _add(self.tokens, tokens)
         calls.merge(self.tools, tools)
         self.cost.add(usd, reason)
+        self.refused.add(refused)
         self.wall += turn["wall_seconds"] or 0.0
         by_model = turn.get("by_model") or [{"model": turn["model"], "tokens": tokens, "cost_usd": usd,
                                              "cost_reason": reason}]
@@ -186,17 +217,20 @@ class _Sums:
             key = (turn["day"], part["model"])
             row = self.rows.get(key)
             if row is None:
-                row = self.rows[key] = [0, {}, _Cost()]
+                row = self.rows[key] = [0, {}, _Cost(), _Refused()]
             row[0] += part["model"] == turn["model"] or len(by_model) == 1
             _add(row[1], part["tokens"])
             row[2].add(part["cost_usd"], part.get("cost_reason"))
+            row[3].add(refused)
 
     def copy(self) -> _Sums:
         out = _Sums()
         out.turns, out.tokens, out.wall = self.turns, dict(self.tokens), self.wall
         out.tools = {name: [c, f, list(ms)] for name, (c, f, ms) in self.tools.items()}
         out.cost = self.cost.copy()
-        out.rows = {key: [n, dict(tokens), cost.copy()] for key, (n, tokens, cost) in self.rows.items()}
+        out.refused = self.refused.copy()
+        out.rows = {key: [n, dict(tokens), cost.copy(), refused.copy()]
+                    for key, (n, tokens, cost, refused) in self.rows.items()}
         return out
 
 
@@ -220,9 +254,9 @@ _TURNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Fold -> _Turn
 
 
 def _turn(rec, i: int, ctx: dict) -> dict:
-    raw = [*rec.usage, rec.reasoning]
-    if not any(raw):
-        raw = _note_usage(ctx["about"], rec.ordinal) or raw
+    raw, refused = [*rec.usage, rec.reasoning], rec.usage_error
+    if not any(raw) and refused is None:
+        raw, refused = _note_usage(ctx["about"], rec.ordinal) or (raw, None)
     tokens = normal_tokens(raw, rec.agent or ctx["agent"])  # (the turn's own agent says what its counts mean)
     model = rec.model or ctx["model"]
     parts = _parts(rec.requests, tokens, model)
@@ -235,7 +269,10 @@ def _turn(rec, i: int, ctx: dict) -> dict:
     t0 = parse_rfc3339(started) if started else None
     t1 = parse_rfc3339(completed) if completed else None
     seconds = round(t1 - t0, 3) if t0 is not None and t1 is not None and t1 >= t0 else None
-    usd, reason = _request_cost(rec.requests, model) if parts is not None else prices.cost(tokens, model)
+    if refused is not None:
+        usd, reason = None, f"token counts refused: {refused}"
+    else:
+        usd, reason = _request_cost(rec.requests, model) if parts is not None else prices.cost(tokens, model)
     outcome = ctx["index"].outcome
     turn = {"turn": rec.ordinal, "outcome": OUTCOME_NAMES[outcome[i]] if i < len(outcome) else "open",
             "model": model, "day": _day(t1 if t1 is not None else t0 if t0 is not None else ctx["created"]),
@@ -243,12 +280,14 @@ def _turn(rec, i: int, ctx: dict) -> dict:
             "tools": calls.render(rec.tools), "cost_usd": usd}
     if reason is not None:
         turn["cost_reason"] = reason
+    if refused is not None:
+        turn["usage_error"] = refused
     turn["agent_cost_usd"] = None if rec.agent_cost is None else round(rec.agent_cost, 8)
     if rec.agent is not None:
         turn["agent"] = rec.agent
     if parts is not None:
         turn["requests"] = len(rec.requests)
-        if len(parts) > 1:
+        if len(parts) > 1 and refused is None:
             turn["by_model"] = [_model_part(name, counts, [r for r in rec.requests if (
                 r.get("model") if type(r.get("model")) is str and r["model"] else model) == name], model)
                 for name, counts, _n in parts]
@@ -292,11 +331,13 @@ def render(session_id: str, fold, about: dict, times: dict, created_at: str, sou
         chunks = [*chunks, indented(last, 2)]
         sums = sums.copy()
         sums.add(last, records[-1].tools)
-    days = [{"day": day, "model": model, "turns": n, "tokens": tokens, **cost.fields(count=False)}
-            for (day, model), (n, tokens, cost) in sorted(sums.rows.items(), key=lambda kv: (kv[0][0] or "",
+    days = [{"day": day, "model": model, "turns": n, "tokens": tokens, **cost.fields(count=False),
+             **refused.fields(count=False)}
+            for (day, model), (n, tokens, cost, refused) in sorted(sums.rows.items(), key=lambda kv: (kv[0][0] or "",
                                                                                             kv[0][1] or ""))]
     total = {"turns": sums.turns, "tokens": sums.tokens or normal_tokens([0] * 5, agent),
              "wall_seconds": round(sums.wall, 3), "tools": calls.render(sums.tools), **sums.cost.fields(),
+             **sums.refused.fields(),
              "agent_cost_usd": None if fold.agent_cost is None else round(fold.agent_cost, 8)}
     doc = {"session_id": session_id, "version": VERSION, "agent": agent,
            "project": project if type(project) is str else None, "model": session_model,

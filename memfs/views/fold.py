@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
+from memfs import counts
 from memfs.agents import CODEX, HEAD_BYTES, Origin
 from memfs.events import Kind, decode_stored
 from memfs.facts import event_facts, failure_message, mcp_call, todo_entries
@@ -51,17 +52,20 @@ def command_notes(about: dict) -> dict:
     return out
 
 
-def _tokens(usage) -> list[int]:
-    """A Usage object's counters plus reasoning (see :meth:`Fold._turn_usage`)."""
+_EXTRA_COUNTS = ("cache_write_input_tokens", "reasoning_output_tokens")
+
+
+def _tokens(usage) -> tuple[list[int], str | None]:
+    """A Usage object's counters plus reasoning (see :meth:`Fold._turn_usage`), and the reason
+    one was refused (:mod:`memfs.counts`, the one validator), else None."""
     acc = [0, 0, 0, 0, 0]
-    add_usage(acc, usage)
-    if type(usage) is dict:
-        write, reasoning = usage.get("cache_write_input_tokens"), usage.get("reasoning_output_tokens")
-        if not acc[2] and type(write) is int and write > 0:
-            acc[2] = write
-        if type(reasoning) is int and reasoning > 0:
-            acc[4] = reasoning
-    return acc
+    refused = add_usage(acc, usage)
+    (write, reasoning), extra = counts.read(usage, _EXTRA_COUNTS)
+    if not acc[2] and write > 0:
+        acc[2] = write
+    if reasoning > 0:
+        acc[4] = reasoning
+    return acc, refused or extra
 
 
 def prompt_text(item: dict) -> str | None:
@@ -220,8 +224,10 @@ class Fold:
     def _lifecycle(self, etype: str, event: dict, rec: TurnRecord | None, closes: bool) -> None:
         usage = event.get("usage")
         if usage is not None:
-            tokens = self._turn_usage(event, usage)
+            tokens, refused = self._turn_usage(event, usage)
             if rec is not None:
+                if refused is not None and rec.usage_error is None:
+                    rec.usage_error = refused
                 for i in range(4):
                     rec.usage[i] += tokens[i]
                     self.usage[i] += tokens[i]
@@ -244,7 +250,7 @@ class Fold:
             rec.completed_at = at if type(at) is str else None
             self._closed(rec, COMPLETED if etype == "turn.completed" else FAILED, event)
 
-    def _turn_usage(self, event: dict, usage) -> list[int]:
+    def _turn_usage(self, event: dict, usage) -> tuple[list[int], str | None]:
         """A close's own usage. Codex counts a thread's tokens cumulatively, across a resumed
         conversation too: ``exec --json``'s ``turn.completed`` usage is that running total, and
         a translated rollout's close carries it as ``thread_usage`` beside the usage it saw
@@ -252,20 +258,22 @@ class Fold:
         way the turn's own is the total's growth since the thread's previous close, when that
         is known and no counter went down (else: the close's own ``usage``). Five counters: the
         Usage fields, then reasoning tokens (Codex ``reasoning_output_tokens``, part of output);
-        Codex's ``cache_write_input_tokens`` stands for ``cache_creation_tokens``."""
-        tokens = _tokens(usage)
+        Codex's ``cache_write_input_tokens`` stands for ``cache_creation_tokens``. With them, the
+        reason a count was refused (:mod:`memfs.counts`): in the close's usage, or in the running
+        total the turn's own is differenced from (this one or the previous)."""
+        tokens, refused = _tokens(usage)
         total = event.get("thread_usage")
         if type(total) is dict:
-            current = _tokens(total)
+            current, total_refused = _tokens(total)
         elif self.origin.agent == CODEX:
-            current = tokens[:]
+            current, total_refused = tokens[:], refused
         else:
-            return tokens
+            return tokens, refused
         before = self.thread_totals.get(self.thread)
-        self.thread_totals[self.thread] = current
-        if before is not None and all(n >= b for n, b in zip(current, before)):
-            return [n - b for n, b in zip(current, before)]
-        return tokens
+        self.thread_totals[self.thread] = (current, total_refused)
+        if before is not None and all(n >= b for n, b in zip(current, before[0])):
+            return [n - b for n, b in zip(current, before[0])], refused or total_refused or before[1]
+        return tokens, refused
 
     def _call_started(self, item: dict) -> None:
         at = calls.item_time(item)

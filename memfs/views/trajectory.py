@@ -12,7 +12,9 @@ Decisions recorded here where the spec is silent:
 
 * ``outcome``, offsets and ``event_count`` come from the one turn state machine.
 * ``usage`` sums the ``usage`` of the turn's ``turn.completed`` / ``turn.failed`` /
-  ``turn.blocked`` events (missing or malformed counters read 0).
+  ``turn.blocked`` events (missing counters read 0); a counter that is not an integer in
+  0..2^53 (:mod:`memfs.counts`) is refused: it adds nothing and the line's ``usage_error``
+  (present only then) gives the first such reason.
 * ``item_types``, ``commands`` and ``files`` count ``item.completed`` events only (an item is
   usually started, updated and completed: counting all three would triple it). ``files`` are
   the paths of file changes, unique, in first-touch order.
@@ -37,20 +39,20 @@ from __future__ import annotations
 
 import orjson
 
+from memfs import counts
 from memfs.store.machine import TurnState
 from memfs.store.meta import OPEN, OUTCOME_NAMES
 
 USAGE_FIELDS = ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")
 
 
-def add_usage(acc: list[int], usage) -> None:
-    """Add a Usage object's counters to ``acc`` (4 ints); anything malformed reads 0."""
-    if type(usage) is not dict:
-        return
-    for i, name in enumerate(USAGE_FIELDS):
-        v = usage.get(name)
-        if type(v) is int and v > 0:
-            acc[i] += v
+def add_usage(acc: list[int], usage) -> str | None:
+    """Add a Usage object's counters to ``acc`` (4 ints); returns the reason a count was refused
+    (:func:`memfs.counts.read`: the one validator; a refused count adds nothing), else None."""
+    values, refused = counts.read(usage, USAGE_FIELDS)
+    for i, v in enumerate(values):
+        acc[i] += v
+    return refused
 
 
 def usage_dict(acc: list[int]) -> dict:
@@ -62,7 +64,7 @@ class TurnRecord:
 
     __slots__ = ("ordinal", "usage", "item_types", "commands", "files", "errors", "last_message",
                  "started_at", "completed_at", "stalled", "done_at_start", "reasoning", "model", "tools",
-                 "agent_cost", "agent", "requests")
+                 "agent_cost", "agent", "requests", "usage_error")
 
     def __init__(self, ordinal: int, started_at: str | None, done_at_start: frozenset):
         self.ordinal = ordinal
@@ -82,6 +84,7 @@ class TurnRecord:
         self.agent_cost: float | None = None  # the agent's own cost (Claude total_cost_usd)
         self.agent: str | None = None  # the agent its close names (SPEC §10 per-turn facts)
         self.requests: list | None = None  # its close's model requests (memfs.events REQUEST), if any
+        self.usage_error: str | None = None  # why a token count of its usage was refused (memfs.counts)
 
 
 def turn_line(state: TurnState, i: int, rec: TurnRecord, times: tuple | None = None) -> bytes:
@@ -92,7 +95,7 @@ def turn_line(state: TurnState, i: int, rec: TurnRecord, times: tuple | None = N
     if times is not None:
         started = started if started is not None else times[0]
         completed = completed if completed is not None else times[1]
-    return orjson.dumps({
+    line = {
         "turn": rec.ordinal,
         "outcome": OUTCOME_NAMES[index.outcome[i]] or "unknown",
         "start_offset": index.start[i],
@@ -105,7 +108,10 @@ def turn_line(state: TurnState, i: int, rec: TurnRecord, times: tuple | None = N
         "commands": rec.commands,
         "files": list(rec.files),
         "errors": rec.errors,
-    }) + b"\n"
+    }
+    if rec.usage_error is not None:
+        line["usage_error"] = rec.usage_error
+    return orjson.dumps(line) + b"\n"
 
 
 class Trajectory:
