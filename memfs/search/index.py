@@ -436,6 +436,51 @@ class SearchIndex:
             ranked = list(firsts.values())
         return [_result(chunk_id, s, local, -neg) for neg, chunk_id, s, local in ranked[:max_results]]
 
+    # --- persistence (the file format is memfs.search.persist's) -----------------------------
+
+    def snapshot(self) -> dict:
+        """The index's state, copied under its lock: numpy columns, the vocabulary as tokens
+        with their postings concatenated, and per session slot (None: a removed one) its entry
+        with ``(facts, count)`` — the facts list is only read up to ``count`` later, as it only grows."""
+        with self._lock:
+            tokens = list(self._vocab)
+            lengths = np.fromiter((len(p) for p in self._vocab.values()), dtype=np.int64, count=len(tokens))
+            columns = {name: getattr(self, f"_{name}").view().copy()
+                       for name in ("doc_len", "doc_slot", "doc_local", "doc_turn", "slot_session")}
+            slots = [None if s is None else (s.name, s.session_id, s.created_at, s.source, s.total_len,
+                                             (s.facts, len(s.facts)), s.gids.tobytes())
+                     for s in self._slots]
+            return {"tokens": tokens, "postings": b"".join(self._vocab.values()), "token_ends": np.cumsum(lengths),
+                    "columns": columns, "slots": slots, "session_ids": list(self._session_ids), "live_docs": self._live_docs, "live_len": self._live_len,
+                    "dead_docs": self._dead_docs}
+
+    @classmethod
+    def from_snapshot(cls, state: dict, analyzer: Any = None) -> SearchIndex:
+        """An index holding ``state`` (what :meth:`snapshot` made; the slots' facts as lists of
+        ``(text, turn, offset)``). Restored sessions have no view generation: their first sync
+        compares texts (:meth:`sync_session`)."""
+        index = cls(analyzer)
+        postings = memoryview(state["postings"])
+        start = 0
+        for token, end in zip(state["tokens"], state["token_ends"].tolist()):
+            arr = array("i")
+            arr.frombytes(postings[4 * start: 4 * end])
+            index._vocab[token] = arr
+            start = end
+        for name, column in state["columns"].items():
+            getattr(index, f"_{name}").replace(np.asarray(column, dtype=np.int32))
+        index._session_ids = {name: i for i, name in enumerate(state["session_ids"])}
+        for slot, entry in enumerate(state["slots"]):
+            if entry is None:
+                index._slots.append(None)
+                continue
+            name, session_id, created_at, source, total_len, facts, gids = entry
+            s = _Session(name, session_id, created_at, slot, None, source, facts, array("i", gids), total_len)
+            index._slots.append(s)
+            index._sessions[_key(name, source)] = s
+        index._live_docs, index._live_len, index._dead_docs = state["live_docs"], state["live_len"], state["dead_docs"]
+        return index
+
     # --- introspection ---------------------------------------------------------------------
 
     def sessions(self) -> list[str]:
