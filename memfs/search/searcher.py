@@ -222,7 +222,10 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
                 if last is None or last[0] != key:
                     corpus.pending.add(name)
         for name, handle in store.held_handles():
-            moved = (id(handle), handle.version, handle.rewrites)
+            try:  # (this process's writes through the store, noticed or not; at most max_open_sessions)
+                moved = (id(handle), handle.version, handle.rewrites)
+            except (MemfsError, OSError):
+                continue  # its log gone or unreadable: the change source reports it
             for corpus in corpora.values():
                 last = corpus.seen.get(name)
                 if last is None or last[1] != moved:
