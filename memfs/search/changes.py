@@ -75,7 +75,7 @@ class NoticedChanges:
         self._scanned = False
         self._root_key: tuple | None = None  # the root's (inode, mtime) when last listed
         self._log: list[tuple[int, str]] = []  # (sequence number, name changed), in order
-        self._seq = 0  # the last sequence number: the cursor now
+        self._seq = 1  # the last sequence number: the cursor now (0 asks for everything)
         self._swept = 0.0
         self._interval = SWEEP
         self._sweeper: threading.Thread | None = None

@@ -200,7 +200,7 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
     def catch_up() -> None:
         """Take what changed since the last root query (under ``sync_lock``): the first time,
         the saved index and every session's key; then only the change source's news, and the
-        sessions this store holds whose handle moved (no listing, no ``stat`` of every one)."""
+        sessions this process writes whose handle moved (no listing, no ``stat`` of every one)."""
         if not state["started"]:
             state["started"] = True
             loaded = persist_file.load(root, default.label.replace("/", "-")) if persist != "none" else None
@@ -222,7 +222,9 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
                 if last is None or last[0] != key:
                     corpus.pending.add(name)
         for name, handle in store.held_handles():
-            try:  # (this process's writes through the store, noticed or not; at most max_open_sessions)
+            if not handle.writer:  # what others write reaches the change source through the disk
+                continue
+            try:  # (this process's writes through the store, noticed or not, buffered or not)
                 moved = (id(handle), handle.version, handle.rewrites)
             except (MemfsError, OSError):
                 continue  # its log gone or unreadable: the change source reports it
