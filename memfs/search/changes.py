@@ -38,7 +38,9 @@ LogKey = tuple[int, int, int]
 
 SWEEP = 0.5  # seconds between two sweeps, at least
 SWEEP_BATCH = 256  # sessions stat'ed between two pauses of a sweep
-SWEEP_DUTY = 0.1  # a sweep works at most this share of its time, and of the time between two
+SWEEP_DUTY = 0.25  # a sweep works at most this share of its time, and of the time between two…
+IDLE_DUTY = 0.02  # …and this share once no root query came for IDLE_AFTER seconds
+IDLE_AFTER = 600.0
 RACY_NS = 1_000_000_000  # a root mtime this recent may hide a later change in the same tick
 
 
@@ -77,6 +79,7 @@ class NoticedChanges:
         self._log: list[tuple[int, str]] = []  # (sequence number, name changed), in order
         self._seq = 1  # the last sequence number: the cursor now (0 asks for everything)
         self._swept = 0.0
+        self._asked = float("-inf")  # when a query last asked (the sweeps' pace depends on it)
         self._interval = SWEEP
         self._sweeper: threading.Thread | None = None
         self._sweeping = threading.Lock()
@@ -104,6 +107,7 @@ class NoticedChanges:
     # --- ChangeSource ---------------------------------------------------------------------------
 
     def changes_since(self, cursor: int) -> tuple[int, dict[str, LogKey | None], set[str]]:
+        self._asked = time.monotonic()
         if not self._scanned:
             self.sweep(paced=False)
         with self._lock:
@@ -135,8 +139,8 @@ class NoticedChanges:
         mtime moved, each known session's log ``lstat``'ed (in batches, with pauses when
         ``paced``); what changed is logged for :meth:`changes_since`."""
         with self._sweeping:
-            started = time.perf_counter()
-            work, t = 0.0, started
+            duty = SWEEP_DUTY if time.monotonic() - self._asked < IDLE_AFTER else IDLE_DUTY
+            work, t = 0.0, time.perf_counter()
             try:
                 st = os.lstat(self.root)
             except FileNotFoundError:
@@ -159,7 +163,7 @@ class NoticedChanges:
                 if paced and i % SWEEP_BATCH == SWEEP_BATCH - 1:
                     spent = time.perf_counter() - t
                     work += spent
-                    time.sleep(spent * (1 / SWEEP_DUTY - 1))
+                    time.sleep(spent * (1 / duty - 1))
                     t = time.perf_counter()
             work += time.perf_counter() - t
             gone = [n for n in known if n not in seen]
@@ -171,7 +175,7 @@ class NoticedChanges:
                     self._note(changed + gone)
                 self._scanned = True
                 self.sweeps += 1
-            self._interval = max(SWEEP, work / SWEEP_DUTY)
+            self._interval = max(SWEEP, work / duty)
             self._swept = time.monotonic()
 
     def _sweep_later(self) -> None:

@@ -335,15 +335,14 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
 
     def save(force: bool = False) -> bool:
         """Save the default index in the store if it changed since the last save (and, unless
-        ``force``, that was :data:`SAVE_EVERY` seconds ago); whether it was written."""
+        ``force``, that was :data:`SAVE_EVERY` seconds ago); whether it was written. A session
+        not re-read yet keeps the log key it was indexed at: the next load re-reads it."""
         if persist != "save" or not state["started"]:
             return False
         with sync_lock:
             if changes_made == state["saved_changes"]:
                 return False
             if not force and time.monotonic() - state["saved_at"] < SAVE_EVERY:
-                return False
-            if default.pending:  # (a save of a half-warmed index would be re-read anyway)
                 return False
             snapshot = default.index.snapshot()
             keys = {name: record[0] for name, record in default.seen.items()}
