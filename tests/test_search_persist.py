@@ -13,6 +13,7 @@ import orjson
 import pytest
 from memfs import open_session
 from memfs.search import persist, store_searcher
+from memfs.search.changes import NoticedChanges, log_key
 from memfs.store.root import Store, StoreSettings
 
 from mounting import event, mounted, needs_fuse
@@ -145,6 +146,30 @@ def test_an_unusable_index_file_is_ignored_and_rebuilt(tmp_path, damage, monkeyp
         assert again.counters()["loaded"] == len(names)
     finally:
         store.close()
+
+
+def test_noticed_changes_answers_what_changed_since_a_cursor(tmp_path):
+    """The change source's contract (what the store catalog's feed will answer too)."""
+    root = tmp_path / "sessions"
+    names = make_store(root, 4)
+    changes = NoticedChanges(root)
+    cursor, every, removed = changes.changes_since(0)
+    assert set(every) == set(names) and not removed and cursor > 0
+    assert every[names[0]] == log_key(str(root), names[0])
+    assert changes.changes_since(cursor) == (cursor, {}, set())  # nothing since
+    with open_session(root, names[1]) as h:  # written here, noticed
+        h.append(event("error", message="x"))
+    changes.notice(names[1])
+    cursor, changed, removed = changes.changes_since(cursor)
+    assert changed == {names[1]: log_key(str(root), names[1])} and not removed
+    memfs_append(root, names[2], turn_lines("Elsewhere."))  # another process: found by a sweep
+    memfs_append(root, "newcomer", turn_lines("New."))
+    for file in ("events.jsonl", "manifest.json"):
+        os.unlink(root / names[3] / file)
+    changes.sweep(paced=False)
+    cursor, changed, removed = changes.changes_since(cursor)
+    assert set(changed) == {names[2], "newcomer"} and removed == {names[3]}
+    assert changes.changes_since(cursor)[1:] == ({}, set())
 
 
 def test_memfs_search_uses_and_saves_the_index(tmp_path):

@@ -124,6 +124,9 @@ class NoticedChanges:
                 changed[name] = key
             elif not full:
                 removed.add(name)
+            if not full:
+                with self._lock:  # (what the next sweep compares with: not reported twice)
+                    self._known[name] = key
         if self.background and time.monotonic() - self._swept >= self._interval:
             self._sweep_later()
         return now, changed, removed

@@ -115,6 +115,11 @@ def save(root: str | os.PathLike, label: str, state: dict, keys: dict[str, Any])
     return path
 
 
+def _within(values: np.ndarray, end: int, start: int = 0) -> bool:
+    """Every value in ``[start, end)`` (an index the arrays use stays inside what it indexes)."""
+    return not len(values) or (int(values.min()) >= start and int(values.max()) < end)
+
+
 def decode(data: bytes, label: str) -> tuple[dict, dict[str, Any]]:
     """``(state for SearchIndex.from_snapshot, {name: log key})`` from a file's bytes;
     ValueError when it is not a whole, current-format file of this analysis."""
@@ -146,7 +151,9 @@ def decode(data: bytes, label: str) -> tuple[dict, dict[str, Any]]:
             or not sum(counts) == len(arrays["text_ends"]) == len(arrays["gids"])
             or any(len(arrays[n]) != n_docs for n in ("doc_slot", "doc_local", "doc_turn"))
             or len(arrays["slot_session"]) != len(slots)
-            or (len(arrays["gids"]) and int(arrays["gids"].max()) >= n_docs)):
+            or not _within(arrays["gids"], n_docs) or not _within(arrays["postings"][0::2], n_docs)
+            or not _within(arrays["doc_slot"], len(slots), -1)
+            or not _within(arrays["slot_session"], len(header["session_ids"]))):
         raise ValueError("its arrays do not match its header")
     text = bytes(arrays["text"]).decode("utf-8", "surrogatepass")
     text_ends = arrays["text_ends"].tolist()
