@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+from memfs.pace import pace
 from memfs.store.catalog import is_session_dir, is_session_entry, root_entries
 from memfs.store.paths import EVENTS
 
@@ -37,8 +38,8 @@ log = logging.getLogger("memfs.search")
 LogKey = tuple[int, int, int]
 
 SWEEP = 0.5  # seconds between two sweeps, at least
-SWEEP_BATCH = 256  # sessions stat'ed between two pauses of a sweep
-SWEEP_DUTY = 0.25  # a sweep works at most this share of its time, and of the time between two…
+SWEEP_BATCH = 256  # sessions stat'ed between two chances to give way to requests
+SWEEP_DUTY = 0.25  # sweeping takes at most this share of the time…
 IDLE_DUTY = 0.02  # …and this share once no root query came for IDLE_AFTER seconds
 IDLE_AFTER = 600.0
 RACY_NS = 1_000_000_000  # a root mtime this recent may hide a later change in the same tick
@@ -139,11 +140,11 @@ class NoticedChanges:
 
     def sweep(self, *, paced: bool = True) -> None:
         """Find what other processes changed since the last sweep: the root listed only if its
-        mtime moved, each known session's log ``lstat``'ed (in batches, with pauses when
-        ``paced``); what changed is logged for :meth:`changes_since`."""
+        mtime moved, each known session's log ``lstat``'ed (in batches, giving way to requests
+        between them when ``paced``); what changed is logged for :meth:`changes_since`."""
         with self._sweeping:
             duty = SWEEP_DUTY if time.monotonic() - self._asked < IDLE_AFTER else IDLE_DUTY
-            work, t = 0.0, time.perf_counter()
+            t = time.perf_counter()
             try:
                 st = os.lstat(self.root)
             except FileNotFoundError:
@@ -164,11 +165,8 @@ class NoticedChanges:
                 if name not in known or known[name] != key:
                     changed.append(name)
                 if paced and i % SWEEP_BATCH == SWEEP_BATCH - 1:
-                    spent = time.perf_counter() - t
-                    work += spent
-                    time.sleep(spent * (1 / duty - 1))
-                    t = time.perf_counter()
-            work += time.perf_counter() - t
+                    pace()  # (in the mount's upkeep: gives way while requests are served)
+            work = time.perf_counter() - t
             gone = [n for n in known if n not in seen]
             with self._lock:
                 for name in gone:
