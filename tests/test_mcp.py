@@ -9,6 +9,7 @@ import json
 import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -177,8 +178,11 @@ def test_the_server_follows_other_writers_and_leaves_them_the_session(store, tmp
         proc = subprocess.run([*MEMFS, "append", "--store", str(store), "retry"], input=json.dumps(line) + "\n",
                               capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
-        found = ok(await client.call_tool("search", {"query": "flaky websocket"}))["results"]
-        assert found and found[0]["session_id"] == "retry"
+        deadline = time.monotonic() + 20  # another process's append: found by the sweep (SPEC §14)
+        while not (found := ok(await client.call_tool("search", {"query": "flaky websocket"}))["results"]):
+            assert time.monotonic() < deadline, "memfs append's fact never found by the search"
+            await anyio.sleep(0.02)
+        assert found[0]["session_id"] == "retry"
         assert "flaky websocket" in text(await client.call_tool("get_context", {"session": "retry"}))
         ok(await client.call_tool("append_note", {"session": "retry", "text": "noted by the MCP client"}))
 

@@ -32,6 +32,7 @@ from memfs.fs.ops import MountOptions, Operations
 from memfs.fs.syncer import Durability
 from memfs.pace import background, lower_workers, worker_started
 from memfs.search import store_searcher
+from memfs.search.changes import NoticedChanges
 from memfs.store import rescanner
 from memfs.store.paths import pid_alive, sanitize
 from memfs.store.rejected import set_max_rejected_bytes
@@ -122,8 +123,11 @@ def build(config) -> tuple[Store, Operations]:
     options = MountOptions(single_session=single, read_only=config.read_only,
                            uid=os.getuid() if config.uid is None else config.uid,
                            gid=os.getgid() if config.gid is None else config.gid)
+    # the root search's index: kept up by this mount's notices and a sweep for other processes'
+    # changes (memfs.search.changes), saved in the store unless the mount is read-only
     searcher = store_searcher(store, max_results=config.max_results, min_score=config.min_score,
-                              defaults=config.search.params())
+                              defaults=config.search.params(), changes=NoticedChanges(store.root),
+                              persist="load" if config.read_only else "save")
     return store, Operations(store, options, searcher=searcher)
 
 
@@ -137,28 +141,39 @@ async def _serve(store: Store, ops: Operations) -> None:
                     pyfuse3.terminate()
                     return
 
-        async def warm_search_index():
+        async def keep_search_index():
+            """The saved index loaded and caught up (sessions changed since it was saved), then,
+            for as long as the mount runs, other processes' changes swept for and the index
+            saved when it changed (memfs.search.searcher: maintain)."""
             warm = getattr(ops.searcher, "warm", None)
-            if warm is None:
+            maintain = getattr(ops.searcher, "maintain", None)
+            if warm is None or maintain is None or ops.opts.single_session is not None:
                 return
 
-            def warm_one(name: str) -> None:  # idle-priority work: it gives way to requests
+            def idle(fn, *args):  # idle-priority work: it gives way to requests
                 worker_started()
                 with background(ops.pacer):
-                    warm([name])
+                    return fn(*args)
 
-            names = await trio.to_thread.run_sync(store.names)
+            names = await trio.to_thread.run_sync(idle, warm, None)
             ops.warm_pending = len(names)
             for name in names:
                 try:  # one session per thread call: shutdown need not wait for the rest
-                    await trio.to_thread.run_sync(warm_one, name)
+                    await trio.to_thread.run_sync(idle, warm, [name])
                 except Exception:
                     log.exception("session %s: warming the search index failed", name)
                 ops.warm_pending -= 1
+            while True:
+                try:
+                    delay = await trio.to_thread.run_sync(idle, maintain)
+                except Exception:  # never the mount's end; tried again later
+                    log.exception("keeping the search index failed")
+                    delay = 5.0
+                await trio.sleep(delay)
 
         nursery.start_soon(stop_on_signal)
         ops.pacer.watch()  # (this thread is the event loop's)
-        nursery.start_soon(warm_search_index)
+        nursery.start_soon(keep_search_index)
         ops.durability = Durability()
         nursery.start_soon(ops.durability.run)
         nursery.start_soon(ops.gate.run)
@@ -254,6 +269,9 @@ def run(config) -> int:
                 ops.close_files()  # files the kernel did not release yet hold sessions open
                 if ops.cluster is not None:
                     ops.cluster.stop()  # nothing is applied after the store is closed
+                close_search = getattr(ops.searcher, "close", None)
+                if close_search is not None:
+                    close_search()  # the search index saved in the store, if it changed
             finally:
                 store.close()  # every session flushed, persisted and unlocked, whatever happened above
         finally:

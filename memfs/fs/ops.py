@@ -123,6 +123,9 @@ class Operations(pyfuse3.Operations):
         self.store = store
         self.opts = options
         self.searcher = searcher
+        # a session written, created or removed here: its search index entry is refreshed at the
+        # next root query (memfs.search.changes)
+        self.search_notice: Callable[[str], None] = getattr(searcher, "notice", None) or (lambda name: None)
         root = Node(K.SESSION, options.single_session) if options.single_session else Node(K.ROOT)
         self.inodes = InodeTable(root)
         self.files: dict[int, OpenFile] = {}
@@ -313,6 +316,7 @@ class Operations(pyfuse3.Operations):
     async def mkdir(self, parent_inode, name, mode, ctx):
         session = self._session_entry(parent_inode, name)
         await self.off_loop(self.store.create, session)
+        self.search_notice(session)
         attr = await self._attr(Node(K.SESSION, session))
         self.inodes.remember(attr.st_ino)
         return attr
@@ -322,6 +326,7 @@ class Operations(pyfuse3.Operations):
         session = self._session_entry(parent_inode, name)
         await self.off_loop(self.store.remove, session)
         self.tree.usage.touch(session)
+        self.search_notice(session)
         self.ticks.untick(session)
         self.inodes.drop_session(session)
         views.forget(self.store.root / session)
@@ -399,6 +404,7 @@ class Operations(pyfuse3.Operations):
     def write(self, fh, off, buf):  # plain, not async: see guarded()
         handle = self.files[fh]
         self.tree.usage.touch(handle.node.session)  # usage/ re-reads this session at its next read
+        self.search_notice(handle.node.session)  # and the root search
         return self.writes.write(handle, off, buf)
 
     @guarded

@@ -45,6 +45,10 @@ class Xattrs:
                   b"user.memfs.attr_tick_sessions": str(ops.ticks.sessions).encode()}
         if ops.warm_pending is not None:
             values[b"user.memfs.warm_pending"] = str(ops.warm_pending).encode()
+        counters = getattr(ops.searcher, "counters", None)  # the root search (memfs.search.searcher)
+        if counters is not None:
+            for name, value in counters().items():  # root_queries, checked_last, loaded, saves, …
+                values[b"user.memfs.search_" + name.encode()] = str(value).encode()
         helper = rescanner.current()  # the mount's: large logs' rescans in its process
         if helper is not None:
             values[b"user.memfs.helper_rescans"] = str(helper.rescans).encode()

@@ -119,7 +119,8 @@ class StoreSource:
             raise MemfsError(f"no store at {self.root} (a mistyped --store?)")
         self.store = Store(self.root, StoreSettings(read_only=True, max_open_sessions=config.max_open_sessions))
         self.searcher = store_searcher(self.store, max_results=config.search.max_results,
-                                       min_score=config.search.min_score, defaults=config.search.params())
+                                       min_score=config.search.min_score, defaults=config.search.params(),
+                                       persist="load")  # the index the mount saved: a quick start
         self.describe = f"store {self.root}"
 
     def close(self) -> None:

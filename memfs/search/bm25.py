@@ -39,3 +39,13 @@ def recency_factor(created_at: float | None, now: float) -> float:
         return 1.0
     age_days = max(now - created_at, 0.0) / SECONDS_PER_DAY
     return 1.0 + RECENCY_BOOST * 0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS)
+
+
+def recency_factors(created_at, now: float):
+    """:func:`recency_factor` of each of a float64 numpy array of ``created_at`` (NaN: missing)."""
+    import numpy as np
+
+    age_days = np.maximum(now - created_at, 0.0) / SECONDS_PER_DAY
+    factors = 1.0 + RECENCY_BOOST * 0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS)
+    factors[np.isnan(created_at)] = 1.0
+    return factors

@@ -39,17 +39,27 @@ from memfs.store.meta import parse_rfc3339
 class Corpus:
     """One index of the store's sessions: an analysis and whether outputs are in it.
 
-    ``seen`` is the searcher's freshness record of each session indexed here (see
-    :func:`memfs.search.store_searcher`)."""
+    ``seen`` is the searcher's freshness record of each session indexed here, ``pending`` the
+    sessions to check at its next root query (see :func:`memfs.search.store_searcher`)."""
 
-    __slots__ = ("key", "index", "outputs", "seen")
+    __slots__ = ("key", "index", "outputs", "seen", "pending")
 
     def __init__(self, stem: str = "none", stopwords: str = "none", outputs: bool = False):
         self.key = (stem, stopwords, outputs)
-        plain = stem == "none" and stopwords == "none"
-        self.index = SearchIndex(None if plain else analyzer(stem, stopwords))
         self.outputs = outputs
+        self.index = SearchIndex(self.analyzer())
         self.seen: dict[str, tuple] = {}
+        self.pending: set[str] = set()
+
+    @property
+    def label(self) -> str:
+        """``<stem>/<stopwords>/<facts|facts+output>`` (its stats' key)."""
+        return "/".join((self.key[0], self.key[1], "facts+output" if self.key[2] else "facts"))
+
+    def analyzer(self):
+        """The analyzer its index was made with (None: SPEC §5's tokenizer)."""
+        stem, stopwords, _ = self.key
+        return None if stem == "none" and stopwords == "none" else analyzer(stem, stopwords)
 
     @staticmethod
     def key_of(options: SearchOptions) -> tuple[str, str, bool]:

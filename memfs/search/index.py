@@ -66,7 +66,7 @@ from typing import Any
 import numpy as np
 
 from memfs.pace import pace
-from memfs.search.bm25 import idf, recency_factor, term_score
+from memfs.search.bm25 import idf, recency_factors, term_score
 from memfs.search.sessions import TurnFilter, per_session
 from memfs.search.tokenize import query_tokens, tokenize
 
@@ -153,6 +153,7 @@ class SearchIndex:
         self._live_docs = 0
         self._live_len = 0
         self._dead_docs = 0
+        self._created: np.ndarray | None = None  # each slot's created_at (NaN: unknown), made at a query
 
     # --- updates ---------------------------------------------------------------------------
 
@@ -167,6 +168,7 @@ class SearchIndex:
                 self._drop(old)
             s = _Session(name, session_id, _unix_seconds(created_at), len(self._slots), generation, source)
             self._slots.append(s)
+            self._created = None
             self._slot_session.extend([self._session_ids.setdefault(name, len(self._session_ids))])
             self._sessions[key] = s
             self._add_facts(s, facts)
@@ -218,7 +220,9 @@ class SearchIndex:
                 reindex = True
             if not reindex:
                 s.session_id = session_id
-                s.created_at = _unix_seconds(created_at)
+                if s.created_at != _unix_seconds(created_at):
+                    s.created_at = _unix_seconds(created_at)
+                    self._created = None
                 if len(facts) > n:
                     self._add_facts(s, facts[n:])
         if reindex:
@@ -302,6 +306,7 @@ class SearchIndex:
                 remapped.frombytes(new_gid[np.frombuffer(s.gids, dtype=np.int32)].tobytes())
             s.gids = remapped
         self._slots = live_slots
+        self._created = None
         self._session_ids = {}
         self._slot_session.replace(np.array([self._session_ids.setdefault(s.name, len(self._session_ids))
                                              for s in live_slots], dtype=np.int32))
@@ -356,9 +361,8 @@ class SearchIndex:
         doc_len = self._doc_len.view()
         keep_slot = by_turn = None
         if chosen is None:
-            chosen = [s for s in self._slots if s is not None]
             if turns is not None:
-                by_turn = TurnFilter(chosen, turns, self._slot_session.view(), len(self._session_ids),
+                by_turn = TurnFilter([s for s in self._slots if s is not None], turns, self._slot_session.view(), len(self._session_ids),
                                      self._doc_turn.view(), doc_len)
                 n_docs, total_len = by_turn.n_docs, by_turn.total_len
             else:
@@ -408,10 +412,10 @@ class SearchIndex:
 
         positive = scores > 0.0
         cand, scores = cand[positive], scores[positive]
-        factors = np.ones(len(self._slots) + 1)
-        for s in chosen:
-            factors[s.slot] = recency_factor(s.created_at, now)
-        scores = scores * factors[doc_slot[cand]]
+        if self._created is None:
+            self._created = np.array([np.nan if s is None or s.created_at is None else float(s.created_at)
+                                      for s in self._slots] + [np.nan])
+        scores = scores * recency_factors(self._created[doc_slot[cand]], now)
         passing = scores >= min_score
         cand, scores = cand[passing], scores[passing]
         if distinct:
@@ -435,6 +439,51 @@ class SearchIndex:
                 firsts.setdefault(r[2].name, r)
             ranked = list(firsts.values())
         return [_result(chunk_id, s, local, -neg) for neg, chunk_id, s, local in ranked[:max_results]]
+
+    # --- persistence (the file format is memfs.search.persist's) -----------------------------
+
+    def snapshot(self) -> dict:
+        """The index's state, copied under its lock: numpy columns, the vocabulary as tokens
+        with their postings concatenated, and per session slot (None: a removed one) its entry
+        with ``(facts, count)`` — the facts list is only read up to ``count`` later, as it only grows."""
+        with self._lock:
+            tokens = list(self._vocab)
+            lengths = np.fromiter((len(p) for p in self._vocab.values()), dtype=np.int64, count=len(tokens))
+            columns = {name: getattr(self, f"_{name}").view().copy()
+                       for name in ("doc_len", "doc_slot", "doc_local", "doc_turn", "slot_session")}
+            slots = [None if s is None else (s.name, s.session_id, s.created_at, s.source, s.total_len,
+                                             (s.facts, len(s.facts)), s.gids.tobytes())
+                     for s in self._slots]
+            return {"tokens": tokens, "postings": b"".join(self._vocab.values()), "token_ends": np.cumsum(lengths),
+                    "columns": columns, "slots": slots, "session_ids": list(self._session_ids), "live_docs": self._live_docs, "live_len": self._live_len,
+                    "dead_docs": self._dead_docs}
+
+    @classmethod
+    def from_snapshot(cls, state: dict, analyzer: Any = None) -> SearchIndex:
+        """An index holding ``state`` (what :meth:`snapshot` made; the slots' facts as lists of
+        ``(text, turn, offset)``). Restored sessions have no view generation: their first sync
+        compares texts (:meth:`sync_session`)."""
+        index = cls(analyzer)
+        postings = memoryview(state["postings"])
+        start = 0
+        for token, end in zip(state["tokens"], state["token_ends"].tolist()):
+            arr = array("i")
+            arr.frombytes(postings[4 * start: 4 * end])
+            index._vocab[token] = arr
+            start = end
+        for name, column in state["columns"].items():
+            getattr(index, f"_{name}").replace(np.asarray(column, dtype=np.int32))
+        index._session_ids = {name: i for i, name in enumerate(state["session_ids"])}
+        for slot, entry in enumerate(state["slots"]):
+            if entry is None:
+                index._slots.append(None)
+                continue
+            name, session_id, created_at, source, total_len, facts, gids = entry
+            s = _Session(name, session_id, created_at, slot, None, source, facts, array("i", gids), total_len)
+            index._slots.append(s)
+            index._sessions[_key(name, source)] = s
+        index._live_docs, index._live_len, index._dead_docs = state["live_docs"], state["live_len"], state["dead_docs"]
+        return index
 
     # --- introspection ---------------------------------------------------------------------
 

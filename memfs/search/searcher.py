@@ -44,14 +44,16 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, cast
 
 from memfs.errors import BadQuery, MemfsError, NotFound
+from memfs.search import persist as persist_file
 from memfs.search.analysis import analyzer
+from memfs.search.changes import ChangeSource, LogKey, NoticedChanges, log_key
 from memfs.search.corpora import Corpus, allowed_turns, sessions_matching, turn_table
 from memfs.search.index import DEFAULT_MAX_RESULTS, DEFAULT_MIN_SCORE, SearchIndex
 from memfs.search.options import SearchOptions, parse_options
 from memfs.search.outputs import OutputLog
 from memfs.search.tokenize import query_tokens
 from memfs.store.meta import parse_rfc3339
-from memfs.store.paths import EVENTS, MANIFEST, sanitize
+from memfs.store.paths import MANIFEST, sanitize
 from memfs.store.root import Store, StoreSettings
 from memfs.store.session import SessionHandle
 
@@ -62,8 +64,13 @@ class StoreSearcher(Protocol):
     """What :func:`store_searcher` returns: the search, and what the mount and tests look at."""
 
     index: SearchIndex  # the default index (SPEC §5's analysis, facts only)
-    warm: Callable[[list[str]], None]  # index these sessions ahead of the first whole-store query
+    warm: Callable[..., list[str]]  # index these sessions ahead of the first whole-store query
     stats: Callable[[], dict]  # per index made so far: its sizes
+    counters: Callable[[], dict]  # what it did: queries, sessions checked, re-indexed, loaded, saves
+    notice: Callable[[str], None]  # a session written, created or removed through this process
+    maintain: Callable[[], float]  # background upkeep (sweep, save); seconds until the next
+    save: Callable[..., bool]  # save the default index in the store if it changed
+    close: Callable[[], None]  # save what changed (persist="save")
 
     def __call__(self, query: str, session: str | None = None, k: int | None = None,
                  min_score: float | None = None, options: Any = None) -> list[dict]: ...
@@ -72,6 +79,7 @@ log = logging.getLogger("memfs.search")
 
 MEMO_SECONDS = 1.0  # how long an unchanged index may answer a repeated query from memory
 MEMO_ENTRIES = 64  # queries remembered at most (all forgotten when full)
+SAVE_EVERY = 30.0  # seconds between two background saves of a changing index, at least
 
 
 def created_at_of(handle: SessionHandle) -> float | None:
@@ -79,15 +87,6 @@ def created_at_of(handle: SessionHandle) -> float | None:
     if handle.read_only and not os.path.lexists(handle.path / MANIFEST):
         return None
     return parse_rfc3339(handle.manifest.get("created_at") or "")
-
-
-def _log_key(path: str) -> tuple | None:
-    """What changes when a log changes on disk: an append (size, mtime), a rewrite (inode)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def sync_from_handle(index: SearchIndex, handle: SessionHandle) -> None:
@@ -101,7 +100,8 @@ def sync_from_handle(index: SearchIndex, handle: SessionHandle) -> None:
 
 def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
                    min_score: float = DEFAULT_MIN_SCORE,
-                   defaults: SearchOptions | Mapping[str, str] | None = None) -> StoreSearcher:
+                   defaults: SearchOptions | Mapping[str, str] | None = None,
+                   changes: ChangeSource | None = None, persist: str = "none") -> StoreSearcher:
     """A thread-safe ``searcher(query, session, k, min_score, options=None) -> [result]`` over
     ``store``.
 
@@ -112,46 +112,67 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
     (:class:`~memfs.errors.BadQuery` for a bad one); ``defaults`` given as parameters (the
     config's ``[search]``) are parsed at each query, so an age (``since="7d"``) moves with
     time. Sessions that vanished from the store are dropped from the index.
+
+    ``changes`` tells a root query which sessions changed since the last one (default: a
+    :class:`~memfs.search.changes.NoticedChanges` sweeping in the background). ``persist``:
+    ``"none"`` (the index lives in memory only), ``"load"`` (it starts from the one saved in
+    the store, :mod:`memfs.search.persist`), ``"save"`` (and saves it: from :meth:`maintain`,
+    at most every :data:`SAVE_EVERY` seconds while it changes, and at :meth:`close`).
     """
+    if persist not in ("none", "load", "save"):
+        raise ValueError(f"persist must be none, load or save, not {persist!r}")
+    source: ChangeSource = changes if changes is not None else NoticedChanges(store.root, background=True)
     default = Corpus()
     corpora: dict[tuple, Corpus] = {default.key: default}  # made on first use (SPEC §5.1)
     outputs: dict[str, OutputLog] = {}  # each session's output documents, shared by the corpora
     turn_tables: dict[str, tuple] = {}  # name → (freshness, turn_table) for the turn filters
-    # per corpus, name → (the log's key on disk, (handle, version, rewrites)) when last indexed:
-    # a session is fresh while its log is unchanged on disk and, if this store holds it open, its
-    # handle's key is too (buffered appends not yet on disk); one the LRU closed is not
-    # reopened — so a root query does not reopen every session of a large store (SPEC §3.5:
-    # at most max_open_sessions are open)
+    # per corpus, name → (the log's key when last indexed, (handle, version, rewrites)): a session
+    # is fresh while the change source reports no new key for it and, if this store holds it
+    # open, its handle's key is unchanged too (buffered appends not yet on disk); one the LRU
+    # closed is not reopened — a root query opens only changed sessions (SPEC §3.5, §14)
+    known: dict[str, LogKey | None] = {}  # every session the change source reported, its log key
     sync_lock = threading.Lock()
     left_out: dict[str, str] = {}  # sessions that could not be opened → why (logged once)
-    changes = 0  # bumped (under sync_lock) whenever a refresh changes an index
+    changes_made = 0  # bumped (under sync_lock) whenever a refresh changes an index
     memo: dict[tuple, tuple[int, float, list[dict]]] = {}  # query args → (changes, when, results)
     root = os.fspath(store.root)
+    state: dict[str, Any] = {"cursor": 0, "started": False, "saved_changes": 0, "saved_at": 0.0}
+    activity = {"root_queries": 0, "checked_last": 0, "checked": 0, "reindexed": 0, "loaded": 0,
+                "saves": 0}
 
-    def fresh(name: str, last: tuple | None) -> tuple[bool, tuple | None]:
-        """Whether a session recorded as ``last`` is unchanged, and its log's key now."""
-        on_disk = _log_key(f"{root}/{name}/{EVENTS}")
+    def fresh(corpus: Corpus, name: str) -> bool:
+        last = corpus.seen.get(name)
         held = store.held(name)
-        return (last is not None and last[0] == on_disk
-                and (held is None or last[1] == (id(held), held.version, held.rewrites))), on_disk
+        return (last is not None and name in known and last[0] == known[name]
+                and (held is None or last[1] == (id(held), held.version, held.rewrites)))
 
-    def refresh(corpus: Corpus, names: list[str], whole_store: bool) -> None:
+    def refresh(corpus: Corpus, names, whole_store: bool) -> None:
         """Index ``names``; across the whole store, a session that cannot be opened or read
         (a hostile file in it) is left out and logged once: it never costs the others."""
-        nonlocal changes
+        nonlocal changes_made
         seen = corpus.seen
         for name in names:
             try:
-                unchanged, on_disk = fresh(name, seen.get(name))
-                if unchanged:
+                if fresh(corpus, name):
                     left_out.pop(name, None)
                     continue
+                if name not in known:  # held open here, not reported (yet) by the change source
+                    if not store.exists(name):
+                        forget({name})
+                        continue
+                    known[name] = log_key(root, name)
                 handle = store.open(name)
                 key = (id(handle), handle.version, handle.rewrites)
                 out = outputs.setdefault(name, OutputLog()) if corpus.outputs else None
                 corpus.sync(handle, created_at_of(handle), out)
-                seen[name] = (on_disk, key)
-                changes += 1
+                seen[name] = (known[name], key)
+                changes_made += 1
+                activity["reindexed"] += 1
+            except NotFound:
+                if not whole_store:
+                    raise
+                forget({name})
+                continue
             except (MemfsError, OSError) as exc:
                 if not whole_store:
                     raise
@@ -160,36 +181,74 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
                     log.warning("search: session %s left out: %s", name, exc)
                 if seen.pop(name, None) is not None:
                     corpus.index.remove_session(name)
-                    changes += 1
+                    changes_made += 1
                 continue
             left_out.pop(name, None)
 
     def forget(gone: set[str]) -> None:
-        nonlocal changes
+        nonlocal changes_made
         for name in gone:
+            known.pop(name, None)
             outputs.pop(name, None)
             turn_tables.pop(name, None)
             for corpus in corpora.values():
+                corpus.pending.discard(name)
                 if corpus.seen.pop(name, None) is not None:
                     corpus.index.remove_session(name)
-                    changes += 1
+                    changes_made += 1
 
-    def turns_of(corpus: Corpus, names: list[str], options: SearchOptions) -> dict:
+    def catch_up() -> None:
+        """Take what changed since the last root query (under ``sync_lock``): the first time,
+        the saved index and every session's key; then only the change source's news, and the
+        sessions this process writes whose handle moved (no listing, no ``stat`` of every one)."""
+        if not state["started"]:
+            state["started"] = True
+            loaded = persist_file.load(root, default.label.replace("/", "-")) if persist != "none" else None
+            if loaded is not None:
+                default.index, keys = loaded
+                made.index = default.index
+                default.seen = {name: (key, None) for name, key in keys.items()}
+                activity["loaded"] = len(keys)
+                log.info("search: %d sessions' index loaded from the store", len(keys))
+        cursor, changed, removed = source.changes_since(state["cursor"])
+        if not state["cursor"]:  # every session: what is not in it is gone
+            removed = set(removed) | {n for c in corpora.values() for n in c.seen if n not in changed}
+        state["cursor"] = cursor
+        forget(set(removed))
+        for name, key in changed.items():
+            known[name] = key
+            for corpus in corpora.values():
+                last = corpus.seen.get(name)
+                if last is None or last[0] != key:
+                    corpus.pending.add(name)
+        for name, handle in store.held_handles():
+            if not handle.writer:  # what others write reaches the change source through the disk
+                continue
+            try:  # (this process's writes through the store, noticed or not, buffered or not)
+                moved = (id(handle), handle.version, handle.rewrites)
+            except (MemfsError, OSError):
+                continue  # its log gone or unreadable: the change source reports it
+            for corpus in corpora.values():
+                last = corpus.seen.get(name)
+                if last is None or last[1] != moved:
+                    corpus.pending.add(name)
+
+    def turns_of(corpus: Corpus, names, options: SearchOptions) -> dict:
         """``{name: allowed turn ordinals}`` for the turn filters; a session's turn table is
         read again only when the refresh just now found its log changed (its record in
         ``corpus.seen`` moved)."""
         allowed = {}
         for name in names:
-            state = corpus.seen.get(name)
-            if state is None:
+            record = corpus.seen.get(name)
+            if record is None:
                 continue  # left out of the index (logged by the refresh)
-            known = turn_tables.get(name)
-            if known is None or known[0] != state:
+            known_table = turn_tables.get(name)
+            if known_table is None or known_table[0] != record:
                 try:
-                    turn_tables[name] = known = (state, turn_table(store.open(name)))
+                    turn_tables[name] = known_table = (record, turn_table(store.open(name)))
                 except (MemfsError, OSError):
                     continue
-            allowed[name] = allowed_turns(known[1], options)
+            allowed[name] = allowed_turns(known_table[1], options)
         return allowed
 
     def resolve(session: str | None, k: int | None, min_score_: float | None,
@@ -209,6 +268,13 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
             opts.min_score if opts.min_score is not None else min_score)
         return opts, session, k, min_score_
 
+    def corpus_for(key: tuple) -> Corpus:
+        corpus = corpora.get(key)
+        if corpus is None:  # a new index: every session is to be read into it
+            corpus = corpora[key] = Corpus(*key)
+            corpus.pending = set(known)
+        return corpus
+
     def searcher(query: str, session: str | None = None, k: int | None = None,
                  min_score_: float | None = None, options: SearchOptions | Mapping[str, str] | None = None
                  ) -> list[dict]:
@@ -218,24 +284,31 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
             raise NotFound(f"no search terms in {query!r}")
         args = (query, session, k, min_score_, opts)
         with sync_lock:
-            corpus = corpora.get(corpus_key)
-            if corpus is None:
-                corpus = corpora[corpus_key] = Corpus(*corpus_key)
             if session is None:
-                names = store.names()
-                forget(set(corpus.seen) - set(names))
+                catch_up()
+            corpus = corpus_for(corpus_key)
+            if session is None:
+                checked = sorted(corpus.pending)
+                corpus.pending.clear()
+                refresh(corpus, checked, whole_store=True)
+                activity["root_queries"] += 1
+                activity["checked_last"] = len(checked)
+                activity["checked"] += len(checked)
+                names = list(known)
             else:
                 if not store.exists(session):
                     raise NotFound(f"no session {session!r}")
+                known[session] = log_key(root, session)  # one session: its own key, now
+                corpus.pending.discard(session)
+                refresh(corpus, [session], whole_store=False)
                 names = [session]
             if opts.agent is not None or opts.project is not None:
                 matching = sessions_matching(root, opts)
                 names = [n for n in names if n in matching]
-            refresh(corpus, names, whole_store=session is None)
             turns = turns_of(corpus, names, opts) if opts.turn_filtered else None
-            state, now = changes, time.monotonic()
+            current, now = changes_made, time.monotonic()
             hit = memo.get(args)
-            if hit is not None and hit[0] == state and now - hit[1] < MEMO_SECONDS and turns is None:
+            if hit is not None and hit[0] == current and now - hit[1] < MEMO_SECONDS and turns is None:
                 return [dict(r) for r in hit[2]]
         whole = session is None and opts.agent is None and opts.project is None
         results = corpus.index.search(query, sessions=None if whole else names, max_results=k,
@@ -244,26 +317,86 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
         with sync_lock:
             if len(memo) >= MEMO_ENTRIES:
                 memo.clear()
-            memo[args] = (state, now, results)
+            memo[args] = (current, now, results)
         return [dict(r) for r in results]
 
-    def warm(names: list[str]) -> None:
-        """Index these sessions now (the mount warms the default index in the background at
-        start, so the first whole-store query does not pay for building it)."""
+    def warm(names: list[str] | None = None) -> list[str]:
+        """Index these sessions now; None: load the saved index and learn what changed since
+        (the first catch-up), and return the sessions still to index — the mount warms the
+        default index in the background at start, so the first root query does not build it."""
         with sync_lock:
+            if names is None:
+                catch_up()
+                return sorted(default.pending)
+            names = [n for n in names if n in default.pending]
+            default.pending.difference_update(names)
             refresh(default, names, whole_store=True)
+            return []
+
+    def save(force: bool = False) -> bool:
+        """Save the default index in the store if it changed since the last save (and, unless
+        ``force``, that was :data:`SAVE_EVERY` seconds ago); whether it was written. A session
+        not re-read yet keeps the log key it was indexed at: the next load re-reads it."""
+        if persist != "save" or not state["started"]:
+            return False
+        with sync_lock:
+            if changes_made == state["saved_changes"]:
+                return False
+            if not force and time.monotonic() - state["saved_at"] < SAVE_EVERY:
+                return False
+            snapshot = default.index.snapshot()
+            keys = {name: record[0] for name, record in default.seen.items()}
+            state["saved_changes"], state["saved_at"] = changes_made, time.monotonic()
+        try:
+            persist_file.save(root, default.label.replace("/", "-"), snapshot, keys)
+        except (OSError, MemfsError, ValueError) as exc:
+            log.warning("search: the index was not saved in the store: %s", exc)
+            return False
+        activity["saves"] += 1
+        return True
+
+    def maintain() -> float:
+        """Background upkeep (the mount calls it on a worker thread, then again after the
+        seconds it returns): a sweep for other processes' changes, when the change source
+        sweeps, and a save when one is due."""
+        sweep = getattr(source, "sweep", None)
+        if sweep is not None:
+            sweep()
+        save()
+        interval = getattr(source, "interval", None)
+        return interval() if interval is not None else SAVE_EVERY
+
+    def notice(name: str) -> None:
+        """Session ``name`` was written, created or removed through this process."""
+        note = getattr(source, "notice", None)
+        if note is not None:
+            note(name)
+
+    def close() -> None:
+        """Save the index if it changed (``persist="save"``)."""
+        save(force=True)
 
     def stats() -> dict:
         """Per index made so far (``"<stem>/<stopwords>/<facts|facts+output>"``): its sizes."""
         with sync_lock:
-            made = list(corpora.values())
-        return {"/".join((c.key[0], c.key[1], "facts+output" if c.key[2] else "facts")): c.index.stats()
-                for c in made}
+            made_ = list(corpora.values())
+        return {c.label: c.index.stats() for c in made_}
+
+    def counters() -> dict:
+        """What the searcher did: root queries, sessions the last one checked (``checked_last``)
+        and all did, sessions (re)indexed, loaded from the saved index, saves written."""
+        with sync_lock:
+            return dict(activity)
 
     made = cast(StoreSearcher, searcher)
     made.index = default.index  # for introspection (stats, tests)
     made.warm = warm
     made.stats = stats
+    made.counters = counters
+    made.notice = notice
+    made.maintain = maintain
+    made.save = save
+    made.close = close
     return made
 
 
@@ -278,6 +411,11 @@ def search_store(root: str | os.PathLike, query: str, *, session: str | None = N
     """
     store = Store(root, StoreSettings(read_only=True))
     try:
-        return store_searcher(store)(query, session, k, min_score, options)
+        search = store_searcher(store, changes=NoticedChanges(store.root),
+                                persist="none" if session is not None else "save" if os.access(root, os.W_OK) else "load")
+        try:
+            return search(query, session, k, min_score, options)
+        finally:
+            search.close()
     finally:
         store.close()

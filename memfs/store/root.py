@@ -82,6 +82,12 @@ class Store:
                 self._handles.move_to_end(name)
             return handle
 
+    def held_handles(self) -> list[tuple[str, SessionHandle]]:
+        """``(name, handle)`` of every session this store holds open now: no disk access, and
+        (unlike :meth:`held`) not counted as a use."""
+        with self._lock:
+            return list(self._handles.items())
+
     def open(self, name: str) -> SessionHandle:
         """The held handle of session ``name`` (opened on first use).
 

@@ -388,6 +388,12 @@ class SessionHandle:
         return self.writes.read_only
 
     @property
+    def writer(self) -> bool:
+        """This process is the session's writer now (it holds the liveness lock): its appends
+        here may not be on disk yet. No disk access."""
+        return self._s.lock_file is not None
+
+    @property
     def durability(self) -> str:
         """The durability mode in force (the strongest any open of this process asked for)."""
         return self._s.config.durability

@@ -1,0 +1,264 @@
+"""The root search without listing the store (SPEC §14, issue 54): the index saved in the
+store and loaded at the next start, kept up by change notices and a sweep for other processes'
+changes; a root query checks only the sessions reported changed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import orjson
+import pytest
+from memfs import open_session
+from memfs.search import persist, store_searcher
+from memfs.search.changes import NoticedChanges, log_key
+from memfs.store.root import Store, StoreSettings
+
+from mounting import event, mounted, needs_fuse
+
+QUERIES = ("retry loop", "socket pool module", "zeppelin", "fixed the retry socket m3")
+NOW = 1_900_000_000.0  # the recency factor's clock, fixed: scores compare exactly
+WAIT = 20.0  # seconds a poll waits before the test fails
+
+
+def turn_lines(*texts: str) -> str:
+    lines = [event("turn.started")]
+    lines += [event("item.completed", item={"id": f"m{i}", "type": "agent_message", "text": t})
+              for i, t in enumerate(texts)]
+    lines.append(event("turn.completed", usage={"input_tokens": 1}))
+    return "".join(line + "\n" for line in lines)
+
+
+def make_store(root, n: int = 12) -> list[str]:
+    names = [f"s{i:02d}" for i in range(n)]
+    for i, name in enumerate(names):
+        with open_session(root, name) as h:
+            for line in turn_lines(f"Fixed the retry loop in module m{i}.",
+                                   f"Replaced the socket pool {i % 3} of module m{i}.").splitlines():
+                h.append(line)
+    return names
+
+
+def memfs_append(root, session: str, data: str) -> None:
+    """``memfs append``: another process's validated append (it creates a new session)."""
+    subprocess.run([sys.executable, "-m", "memfs", "append", "--store", str(root), session],
+                   input=data, text=True, check=True, capture_output=True, timeout=60)
+
+
+def built(root, persist_mode: str):
+    """A searcher over ``root`` after one root query, and its store (the caller closes both)."""
+    store = Store(root)
+    search = store_searcher(store, max_results=50, persist=persist_mode)
+    search("retry")
+    return store, search
+
+
+def ranked(search) -> list[list[dict]]:
+    return [search.index.search(q, max_results=50, now=NOW) for q in QUERIES]
+
+
+def test_a_saved_index_loads_with_the_scores_of_a_fresh_build(tmp_path):
+    root = tmp_path / "sessions"
+    names = make_store(root)
+    store, first = built(root, "save")
+    first.close()
+    store.close()
+    assert persist.index_path(root, "none-none-facts").is_file()
+    store, loaded = built(root, "load")
+    fresh_store, fresh = built(root, "none")
+    try:
+        assert loaded.counters()["loaded"] == len(names) and loaded.counters()["reindexed"] == 0
+        assert ranked(loaded) == ranked(fresh)  # every field, every score exactly
+        assert any(ranked(fresh))
+        assert loaded.index.stats()["docs"] == fresh.index.stats()["docs"] == 2 * len(names)
+    finally:
+        store.close()
+        fresh_store.close()
+
+
+def test_a_store_changed_since_the_save_is_caught_up_session_by_session(tmp_path):
+    root = tmp_path / "sessions"
+    names = make_store(root)
+    store, first = built(root, "save")
+    first.close()
+    store.close()
+    memfs_append(root, names[3], turn_lines("The zeppelin landed in module m3."))
+    memfs_append(root, "newcomer", turn_lines("A zeppelin in a new session."))
+    (root / names[5] / "events.jsonl").unlink()  # a session gone: its directory no longer is one
+    os.unlink(root / names[5] / "manifest.json")
+    store, loaded = built(root, "save")
+    fresh_store, fresh = built(root, "none")
+    try:
+        counts = loaded.counters()
+        assert counts["loaded"] == len(names) and counts["reindexed"] == 2  # names[3] and the newcomer only
+        assert ranked(loaded) == ranked(fresh)
+        zeppelins = {r["chunk_id"].split(":")[0] for r in loaded("zeppelin")}
+        assert zeppelins == {names[3], "newcomer"}
+        assert not any(r["chunk_id"].startswith(names[5] + ":") for r in loaded("module"))
+    finally:
+        loaded.close()  # saves the caught-up index
+        store.close()
+        fresh_store.close()
+    store, again = built(root, "load")
+    try:
+        assert again.counters()["loaded"] == len(names) and again.counters()["reindexed"] == 0
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "flipped", "other format"])
+def test_an_unusable_index_file_is_ignored_and_rebuilt(tmp_path, damage, monkeypatch):
+    root = tmp_path / "sessions"
+    names = make_store(root)
+    store, first = built(root, "save")
+    first.close()
+    store.close()
+    path = persist.index_path(root, "none-none-facts")
+    data = bytearray(path.read_bytes())
+    if damage == "garbage":
+        data = bytearray(b"not an index at all")
+    elif damage == "truncated":
+        del data[len(data) // 2:]
+    elif damage == "flipped":
+        data[-3] ^= 0xFF
+    else:  # what a later memfs would write, read by this one
+        head = len(persist.MAGIC) + 8
+        size = int.from_bytes(data[len(persist.MAGIC): head], "little")
+        header = orjson.loads(data[head: head + size])
+        header["format"] = persist.FORMAT + 1
+        new = orjson.dumps(header).ljust(size)
+        assert len(new) == size
+        data[head: head + size] = new
+    path.write_bytes(bytes(data))
+    store, loaded = built(root, "save")
+    fresh_store, fresh = built(root, "none")
+    try:
+        assert loaded.counters()["loaded"] == 0 and loaded.counters()["reindexed"] == len(names)
+        assert ranked(loaded) == ranked(fresh)
+    finally:
+        loaded.close()  # the rebuilt index replaces the file
+        store.close()
+        fresh_store.close()
+    store, again = built(root, "load")
+    try:
+        assert again.counters()["loaded"] == len(names)
+    finally:
+        store.close()
+
+
+def test_noticed_changes_answers_what_changed_since_a_cursor(tmp_path):
+    """The change source's contract (what the store catalog's feed will answer too)."""
+    root = tmp_path / "sessions"
+    names = make_store(root, 4)
+    changes = NoticedChanges(root)
+    cursor, every, removed = changes.changes_since(0)
+    assert set(every) == set(names) and not removed and cursor > 0
+    assert every[names[0]] == log_key(str(root), names[0])
+    assert changes.changes_since(cursor) == (cursor, {}, set())  # nothing since
+    with open_session(root, names[1]) as h:  # written here, noticed
+        h.append(event("error", message="x"))
+    changes.notice(names[1])
+    cursor, changed, removed = changes.changes_since(cursor)
+    assert changed == {names[1]: log_key(str(root), names[1])} and not removed
+    memfs_append(root, names[2], turn_lines("Elsewhere."))  # another process: found by a sweep
+    memfs_append(root, "newcomer", turn_lines("New."))
+    for file in ("events.jsonl", "manifest.json"):
+        os.unlink(root / names[3] / file)
+    changes.sweep(paced=False)
+    cursor, changed, removed = changes.changes_since(cursor)
+    assert set(changed) == {names[2], "newcomer"} and removed == {names[3]}
+    assert changes.changes_since(cursor)[1:] == ({}, set())
+
+
+def test_memfs_search_uses_and_saves_the_index(tmp_path):
+    root = tmp_path / "sessions"
+    make_store(root)
+
+    def cli_search(query: str) -> list[dict]:
+        done = subprocess.run([sys.executable, "-m", "memfs", "search", "--store", str(root), "--json", "-k", "50",
+                               query], capture_output=True, text=True, check=True, timeout=60)
+        return orjson.loads(done.stdout)
+
+    first = cli_search("retry loop")
+    path = persist.index_path(root, "none-none-facts")
+    assert path.is_file() and len(first) == 12  # saved by the first memfs search
+    written = path.stat().st_mtime_ns
+    assert [r["chunk_id"] for r in cli_search("retry loop")] == [r["chunk_id"] for r in first]
+    assert path.stat().st_mtime_ns == written  # nothing changed: not written again
+
+
+# --- through a mount --------------------------------------------------------------------------------
+
+
+def root_xattr(mnt, name: str) -> int:
+    return int(os.getxattr(mnt, f"user.memfs.search_{name}"))
+
+
+def root_search(mnt, query: str) -> list[dict]:
+    return [orjson.loads(line) for line in (mnt / "search" / f"{query}?k=50").read_bytes().splitlines()]
+
+
+def until(predicate, what: str):
+    deadline = time.monotonic() + WAIT
+    while not (got := predicate()):
+        assert time.monotonic() < deadline, f"{what}: not within {WAIT} s"
+        time.sleep(0.02)
+    return got
+
+
+@needs_fuse
+def test_a_mount_keeps_up_without_listing_the_store(tmp_path):
+    store, mnt = tmp_path / "store", tmp_path / "mnt"
+    names = make_store(store)
+    with mounted(store, mnt) as m:
+        assert len(root_search(m.mnt, "retry")) == len(names)
+        checked = root_xattr(m.mnt, "checked")  # sessions checked by root queries so far
+        root_search(m.mnt, "socket")
+        assert root_xattr(m.mnt, "checked") == checked  # another root query checks no session
+        # written through the mount: the next root query checks that session alone
+        with open(m.mnt / "sessions" / names[0] / "events.jsonl", "a") as f:
+            f.write(turn_lines("Tuned the kraken in module m0."))
+        assert [r["chunk_id"] for r in root_search(m.mnt, "kraken")] == [f"{names[0]}:2"]
+        assert root_xattr(m.mnt, "checked") == checked + 1
+        # another process: an append, a new session; both found by a root search soon after
+        memfs_append(store, names[1], turn_lines("The zeppelin landed in module m1."))
+        memfs_append(store, "newcomer", turn_lines("A zeppelin in a new session."))
+        found = until(lambda: {r["chunk_id"].split(":")[0] for r in root_search(m.mnt, "zeppelin")} ==
+                      {names[1], "newcomer"}, "another process's changes found")
+        assert found
+        # those two sessions (each maybe once per step of its writer's commit), never the whole store
+        assert root_xattr(m.mnt, "checked") - checked <= 6 < len(names)
+        # a session removed by another process disappears from the results
+        for file in ("events.jsonl", "manifest.json"):
+            os.unlink(store / names[1] / file)
+        until(lambda: [r["chunk_id"] for r in root_search(m.mnt, "zeppelin")] == ["newcomer:0"],
+              "a removed session dropped")
+        assert root_xattr(m.mnt, "root_queries") >= 5
+
+
+@needs_fuse
+def test_a_restarted_mount_loads_the_index_and_catches_up(tmp_path):
+    store, mnt = tmp_path / "store", tmp_path / "mnt"
+    names = make_store(store)
+    with mounted(store, mnt) as m:
+        before = root_search(m.mnt, "retry socket")
+        assert root_xattr(m.mnt, "loaded") == 0
+    assert persist.index_path(store, "none-none-facts").is_file()  # saved at unmount
+    memfs_append(store, names[4], turn_lines("The zeppelin landed in module m4."))  # while unmounted
+    with mounted(store, mnt) as m:
+        (hit,) = root_search(m.mnt, "zeppelin")
+        assert hit["chunk_id"] == f"{names[4]}:2"
+        assert root_xattr(m.mnt, "loaded") == len(names)
+        assert root_xattr(m.mnt, "reindexed") == 1  # only the session appended to was read again
+        after = root_search(m.mnt, "retry socket")
+    assert len(before) == len(after) == 2 * len(names)
+    fresh_store = Store(store, StoreSettings(read_only=True))  # a build from the logs alone
+    try:
+        fresh = store_searcher(fresh_store, max_results=50)("retry socket")
+    finally:
+        fresh_store.close()
+    assert [r["chunk_id"] for r in after] == [r["chunk_id"] for r in fresh]
+    for a, b in zip(after, fresh):
+        assert a["score"] == pytest.approx(b["score"], rel=1e-6)  # (the recency factor's clock moved)
