@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 

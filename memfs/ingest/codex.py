@@ -65,26 +65,7 @@ from memfs.agents import CODEX, UNKNOWN, Origin
 from memfs.ingest import bounded_output, bounded_prompt, dumps, parse_object, request_entry, stamp_close, text_of
 from memfs.ingest import codex_shapes as shapes
 from memfs.ingest.changes import event_changes
-
-
-def turn_signature(event: dict) -> tuple | None:
-    """What identifies a Codex turn's close across captures of one thread (memfs.ingest.identity):
-    ``("failed", message)`` for a failed turn; ``("completed", input, cached, output)`` — the
-    thread's running token total at the turn's end — for a completed one. ``exec --json``'s
-    ``turn.completed`` reports that total as its ``usage``; a rollout's close carries it as
-    ``thread_usage`` (its ``usage`` being the turn's own). None for other events."""
-    etype = event.get("type")
-    if etype == "turn.failed":
-        message = event.get("message")
-        if type(message) is not str:
-            error = event.get("error")
-            message = error.get("message") if type(error) is dict else None
-        return ("failed", message if type(message) is str else "")
-    if etype == "turn.completed":
-        total = event.get("thread_usage", event.get("usage"))
-        total = total if type(total) is dict else {}
-        return ("completed", *(total.get(k) if type(total.get(k)) is int else 0 for k in shapes.USAGE_KEYS))
-    return None
+from memfs.ingest.codex_shapes import turn_signature  # noqa: F401  (identity's name for it)
 
 
 class ExecTranslator:
