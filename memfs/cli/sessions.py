@@ -9,39 +9,23 @@ import sys
 import orjson
 
 from memfs.cli.common import Commands, _config, _existing, _json, _out, _root, _size, _table, _Usage
-from memfs.store import listing, retention
+from memfs.store import listing
 from memfs.store.describe import describe
 from memfs.store.session import open_session
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
+    from memfs.usage.reporting import listed
+
     root = _root(args)
-    every = retention.list_sessions(root)
-    sessions = list(filter(listing.Filter(args.agent, args.project, args.status, args.since), every))
-    usage = _usage_totals(args, root, sessions)
+    every, sessions, usage = listed(root, listing.Filter(args.agent, args.project, args.status, args.since))
     if args.json:
         _json([listing.entry(s, usage.get(s.name)) for s in sessions])
     elif not sessions:
-        _out(f"no sessions in {root}" if not every else f"none of the {len(every)} sessions in {root} match")
+        _out(f"no sessions in {root}" if not every else f"none of the {every} sessions in {root} match")
     else:
         _table(listing.rows(sessions, shutil.get_terminal_size((100, 24)).columns, usage), right=listing.RIGHT)
     return 0
-
-
-def _usage_totals(args: argparse.Namespace, root, sessions) -> dict:
-    """``{name: derived/usage.json's total}`` (SPEC §12) of the listed sessions that have one."""
-    from memfs.errors import MemfsError
-    from memfs.usage.reporting import usage_of
-    from memfs.views import persist
-
-    out = {}
-    for s in sessions:
-        try:
-            out[s.name] = usage_of(root, s.name)["total"]
-        except (MemfsError, OSError, KeyError):
-            continue  # unreadable: its row says '-'
-    persist.flush()
-    return out
 
 
 def _since(text: str) -> float:

@@ -24,15 +24,13 @@ Safe from any thread; one lock guards the sums (held while a touched session is 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 
 import orjson
 
 from memfs.errors import MemfsError
-from memfs.store.catalog import is_session_dir, is_session_entry, root_entries
-from memfs.usage.reporting import Contribution, Groups, contribution, contributions, markdown, stamp_now
+from memfs.usage.reporting import Contribution, Groups, contribution, contributions, markdown
 
 log = logging.getLogger("memfs.usage")
 
@@ -149,24 +147,16 @@ class Aggregator:
 
     def _sweep(self) -> None:
         try:
-            root = self.store.root
-            top = os.fspath(root)
             known = dict(self._contrib)
             names, changed = set(), []
-            work, t = 0.0, time.perf_counter()
-            for i, entry in enumerate(root_entries(root)):
-                name = entry.name
-                if is_session_entry(entry) and is_session_dir(root / name):
-                    names.add(name)
-                    c = known.get(name)
-                    if c is None or c.stamp != stamp_now(os.path.join(top, name)):
-                        changed.append(name)
-                if i % SWEEP_BATCH == SWEEP_BATCH - 1:
-                    spent = time.perf_counter() - t
-                    work += spent
-                    time.sleep(spent * (1 / SWEEP_DUTY - 1))
-                    t = time.perf_counter()
-            work += time.perf_counter() - t
+            t = time.perf_counter()
+            catalog = self.store.catalog().current()  # (its stat of each log, at most every VERIFY_SECONDS)
+            for name in catalog.names():
+                names.add(name)
+                c, row = known.get(name), catalog.row(name)
+                if c is None or row is None or c.stamp != row.stamp:
+                    changed.append(name)
+            work = time.perf_counter() - t
             self._interval = max(SWEEP, work / SWEEP_DUTY)
             changed += [n for n in known if n not in names]
             if changed:
