@@ -91,6 +91,7 @@ def find_session(root: str | os.PathLike, session: str) -> Path:
 
 # --- the catalog ------------------------------------------------------------------------------
 
+_GENERATION = 1 << 40  # a cursor is generation × this + seq (a rebuilt catalog has another generation)
 VERIFY_SECONDS = 30.0  # a reader stats every session's log when the last check is older than this
 
 
@@ -286,6 +287,11 @@ class Catalog:
             self._changed()
 
         self._guarded(work)
+        if not self._guarded(lambda: self.db.query("SELECT 1 FROM sessions LIMIT 1")) and not session_names(self.root):
+            with _CATALOGS_LOCK:  # the store is left empty: so is the catalog (made again by the next session)
+                if _CATALOGS.get(os.path.realpath(self.root)) is self:
+                    del _CATALOGS[os.path.realpath(self.root)]
+                self.db.drop()
 
     def sync(self) -> bool:
         """The cheap check (one ``stat`` of the root): when the root's mtime moved, list its
@@ -407,20 +413,24 @@ class Catalog:
         out.sort(key=lambda r: r.last_ts, reverse=True)
         return out
 
-    def changes_since(self, cursor: int) -> tuple[int, list[Row], list[str]]:
+    def changes_since(self, cursor: int) -> tuple[int, list[Row], list[str] | None]:
         """The change feed: ``(new_cursor, rows changed since cursor, names removed since)``.
-        Start with cursor 0 (every row); pass the returned cursor next time. A session removed
-        and made again comes back as changed only."""
+        Start with cursor 0; pass the returned cursor next time. A session removed and made again
+        comes back as changed only. When ``cursor`` is not of this catalog (0, or the catalog was
+        deleted and rebuilt since), every row comes as changed and ``removed`` is None: drop
+        whatever is not among them."""
         from memfs.store.catalog_db import COLUMNS
 
         def work():
             with self.db._lock:
-                seq = self.db.meta("seq")
+                seq, generation = self.db.meta("seq"), self.db.meta("generation")
+                since = cursor - generation * _GENERATION if cursor // _GENERATION == generation else None
                 rows = self.db.query(f"SELECT {', '.join(COLUMNS)} FROM sessions WHERE seq > ? AND seq <= ? "
-                                     "ORDER BY seq", (cursor, seq))
+                                     "ORDER BY seq", (since or 0, seq))
                 removed = self.db.query("SELECT name FROM removed WHERE seq > ? AND seq <= ? ORDER BY seq",
-                                        (cursor, seq))
-            return seq, [Row(*r) for r in rows], [r[0] for r in removed]
+                                        (since, seq)) if since is not None else None
+            return (generation * _GENERATION + seq, [Row(*r) for r in rows],
+                    [r[0] for r in removed] if removed is not None else None)
 
         return self._guarded(work)
 

@@ -28,7 +28,7 @@ log = logging.getLogger("memfs.store")
 
 DIR = ".memfs"  # hidden: never a session name
 FILE = "catalog.sqlite"
-SCHEMA = 2
+SCHEMA = 3
 BUSY_MS = 5000  # how long a writer waits for another process's transaction
 
 #: The columns of a row, in order (``about`` and ``usage`` are JSON text).
@@ -50,7 +50,8 @@ CREATE INDEX IF NOT EXISTS sessions_project ON sessions (project);
 CREATE INDEX IF NOT EXISTS sessions_agent ON sessions (agent);
 CREATE INDEX IF NOT EXISTS sessions_seq ON sessions (seq);
 CREATE TABLE IF NOT EXISTS removed (name TEXT PRIMARY KEY, seq INTEGER NOT NULL);
-INSERT OR IGNORE INTO meta VALUES ('schema', {SCHEMA}), ('seq', 0), ('root_mtime_ns', -1), ('verified', 0);
+INSERT OR IGNORE INTO meta VALUES ('schema', {SCHEMA}), ('seq', 0), ('root_mtime_ns', -1), ('verified', 0),
+  ('generation', 1 + abs(random()) % 1000000000);
 """
 
 _UPSERT = (f"INSERT OR REPLACE INTO sessions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})")
@@ -128,6 +129,16 @@ class CatalogDB:
     def close(self) -> None:
         with self._lock, contextlib.suppress(sqlite3.Error):
             self.conn.close()
+
+    def drop(self) -> None:
+        """Close and delete the catalog (its store has no session left: a store left empty
+        holds nothing of memfs's)."""
+        with self._lock:
+            self.close()
+            if self.path is not None:
+                self._delete_files()
+                with contextlib.suppress(OSError):
+                    os.rmdir(self.path.parent)
 
     # --- reading -------------------------------------------------------------------------
 
