@@ -92,7 +92,8 @@ def find_session(root: str | os.PathLike, session: str) -> Path:
 # --- the catalog ------------------------------------------------------------------------------
 
 _GENERATION = 1 << 40  # a cursor is generation × this + seq (a rebuilt catalog has another generation)
-VERIFY_SECONDS = 30.0  # a reader stats every session's log when the last check is older than this
+VERIFY_SECONDS = 30.0
+FRESH_SECONDS = 0.05  # rows read from the catalog are trusted this long before asking SQLite whether another process wrote  # a reader stats every session's log when the last check is older than this
 
 
 @dataclass(slots=True)
@@ -240,7 +241,9 @@ class Catalog:
         self._rows: dict[str, Row] | None = None  # the rows as last read, by name
         self._read_key: tuple | None = None
         self._own = 0  # this process's changes (data_version counts only the others')
+        self._looked = 0.0  # when _all last asked SQLite whether another process changed it (monotonic)
         self._lock = threading.RLock()
+        self.dropped = False  # deleted (its store was left empty): catalog_of makes a new one
 
     # --- keeping it current ----------------------------------------------------------------
 
@@ -291,6 +294,7 @@ class Catalog:
             with _CATALOGS_LOCK:  # the store is left empty: so is the catalog (made again by the next session)
                 if _CATALOGS.get(os.path.realpath(self.root)) is self:
                     del _CATALOGS[os.path.realpath(self.root)]
+                self.dropped = True
                 self.db.drop()
 
     def sync(self) -> bool:
@@ -370,6 +374,11 @@ class Catalog:
 
         def work() -> dict[str, Row]:
             with self._lock:
+                now = time.monotonic()
+                if self._rows is not None and self._read_key is not None and now - self._looked < FRESH_SECONDS \
+                        and self._read_key[1] == self._own:
+                    return self._rows
+                self._looked = now
                 key = (self.db.data_version(), self._own, id(self.db.conn))
                 if self._rows is None or key != self._read_key:
                     rows = self.db.query(f"SELECT {', '.join(COLUMNS)} FROM sessions")
@@ -442,13 +451,21 @@ _CATALOGS: dict[str, Catalog] = {}
 _CATALOGS_LOCK = threading.Lock()
 
 
+_BY_PATH: dict[str, Catalog] = {}  # the same, by the path as given (no realpath per call)
+
+
 def catalog_of(root: str | os.PathLike) -> Catalog:
     """This process's :class:`Catalog` of the sessions root ``root``."""
+    given = os.fspath(root)
+    found = _BY_PATH.get(given)
+    if found is not None and not found.dropped:
+        return found
     key = os.path.realpath(root)
     with _CATALOGS_LOCK:
         found = _CATALOGS.get(key)
         if found is None:
             found = _CATALOGS[key] = Catalog(root)
+        _BY_PATH[given] = found
         return found
 
 
@@ -478,7 +495,8 @@ def list_sessions(root: str | os.PathLike):
 
 def _after_fork_in_child() -> None:
     global _CATALOGS_LOCK
-    _CATALOGS.clear()  # the parent's connections are not this process's to use
+    _CATALOGS.clear()
+    _BY_PATH.clear()  # the parent's connections are not this process's to use
     _CATALOGS_LOCK = threading.Lock()  # (the parent may have held it at the fork)
 
 

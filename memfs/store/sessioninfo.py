@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -60,8 +60,11 @@ class SessionInfo:
     last_ts: float = 0.0
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        del d["updated_ts"], d["described_len"], d["about"], d["first_ts"], d["last_ts"]
+        # Spelled out: dataclasses.asdict deep-copies every field (about.json) and costs most of a listing.
+        d = {"name": self.name, "session_id": self.session_id, "status": self.status, "turn_count": self.turn_count,
+             "event_count": self.event_count, "created_at": self.created_at, "updated_at": self.updated_at,
+             "readable": self.readable, "imported": self.imported, "pinned": self.pinned, "live": self.live,
+             "agent": self.agent, "thread_id": self.thread_id, "in_turn": self.in_turn}
         d["first_record_at"] = format_rfc3339(self.first_ts) if self.first_ts else None
         d["last_record_at"] = format_rfc3339(self.last_ts) if self.last_ts else None
         return d
