@@ -139,6 +139,10 @@ def test_sessions_since_uses_the_records_times_of_imported_sessions(tmp_path):
     day = stamps[0][:10]
     assert {s["name"] for s in memfs_json("sessions", "--json", "--store", root, "--since", day)} == {"native", name}
     assert list(every) == ["native", name]  # most recent record first
+    done = cli("show", "--json", "--store", str(root), name)  # its turns: the records' clock, not the import's
+    assert done.returncode == 0, done.stderr
+    (turn,) = json.loads(done.stdout)["turns"]
+    assert first - 1 <= memfs.store.meta.parse_rfc3339(turn["started_at"]) <= last + 1
 
 
 @needs_fuse

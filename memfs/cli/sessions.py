@@ -57,6 +57,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                     _out(orjson.dumps(event).decode())
             return 0
         info = describe(handle)
+        _record_times(handle, info["turns"])
     if args.json:
         _json(info)
         return 0
@@ -86,6 +87,23 @@ def cmd_show(args: argparse.Namespace) -> int:
                          f"{t['start_offset']}-{t['end_offset']}", t["started_at"] or "-", t["completed_at"] or "-"])
         _table(rows, right={0, 2})
     return 0
+
+
+def _record_times(handle, turns: list[dict]) -> None:
+    """The turns' times as their records tell them (SPEC §4.2 ``trajectory.jsonl``: the agent's
+    own clock when its events carry one — an imported session's original times — else when memfs
+    received them), never the two mixed: a turn whose start its records tell but not its end
+    has no end (the arrival of an imported turn is the import's time)."""
+    from memfs.views import render_view
+
+    told = {}
+    for line in render_view(handle, "trajectory.jsonl").splitlines():
+        t = orjson.loads(line)
+        told[t["turn"]] = (t.get("started_at"), t.get("completed_at"))
+    for t in turns:
+        started, completed = told.get(t["turn_number"], (None, None))
+        if started is not None and started != t["started_at"]:  # the records' clock, not memfs's
+            t["started_at"], t["completed_at"] = started, completed if completed != t["completed_at"] else None
 
 
 # memfs search's option flags: SPEC §5.1's names (``--in`` is stored as ``in_``)
