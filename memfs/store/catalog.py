@@ -32,7 +32,7 @@ import sqlite3
 import stat
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 import orjson
@@ -244,14 +244,18 @@ class Catalog:
         self._looked = 0.0  # when _all last asked SQLite whether another process changed it (monotonic)
         self._lock = threading.RLock()
         self.dropped = False  # deleted (its store was left empty): catalog_of makes a new one
+        self._verifier: threading.Thread | None = None
 
     # --- keeping it current ----------------------------------------------------------------
 
     def _guarded(self, work):
-        """Run ``work()``; a catalog that fails under use (corrupt) is deleted, rebuilt, and
-        ``work`` run again."""
+        """Run ``work()``; a catalog that fails under use as a file that is not (or no longer) a
+        database is deleted, rebuilt, and ``work`` run again. Other errors (a lock held past
+        the busy timeout, a full disk) are raised: the file is fine."""
         try:
             return work()
+        except sqlite3.OperationalError:
+            raise
         except sqlite3.DatabaseError:
             with self._lock:
                 self.db.reset()
@@ -273,10 +277,12 @@ class Catalog:
                 was = old[name]
                 row = scan(self.root, name, (was.usage_key, was.usage) if was is not None else None)
                 if row is None:
-                    gone.append(name)
-                else:
+                    if was is not None:
+                        gone.append(name)
+                elif was is None or row[:-1] != astuple(was)[:-1]:  # (unchanged: no write, no new seq)
                     rows.append(row)
-            self.db.put(rows, gone)
+            if rows or gone:
+                self.db.put(rows, gone)
             self._changed()
 
         self._guarded(work)
@@ -341,11 +347,26 @@ class Catalog:
 
         return self._guarded(work)
 
-    def maybe_verify(self, every: float = VERIFY_SECONDS) -> None:
-        """:meth:`verify` when the last one (of any process) is older than ``every`` seconds."""
+    def maybe_verify(self, every: float = VERIFY_SECONDS, background: bool = False) -> None:
+        """:meth:`verify` when the last one (of any process) is older than ``every`` seconds;
+        ``background``: on a thread of its own (a server's request does not wait for it)."""
         last = self._guarded(lambda: self.db.meta("verified")) or 0
-        if time.time() - last >= every:
+        if time.time() - last < every:
+            return
+        if not background:
             self.verify()
+            return
+        with self._lock:
+            if self._verifier is not None and self._verifier.is_alive():
+                return
+            self._verifier = threading.Thread(target=self._verify_quietly, name="memfs-catalog-verify", daemon=True)
+            self._verifier.start()
+
+    def _verify_quietly(self) -> None:
+        try:
+            self.verify()
+        except Exception:  # a check of a cache: the next one tries again
+            log.exception("store catalog check of %s failed", self.root)
 
     def set_usage(self, name: str, stamp: tuple, total: dict) -> None:
         """The usage ``total`` of session ``name`` computed at ``stamp`` (:mod:`memfs.usage`)."""
@@ -386,13 +407,18 @@ class Catalog:
                     self._read_key = key
                 return self._rows
 
-        return self._guarded(work)
+        try:
+            return self._guarded(work)
+        except sqlite3.Error as exc:  # (busy past the timeout): what it said last, rather than fail a reader
+            log.warning("store catalog of %s not read: %s", self.root, exc)
+            return self._rows or {}
 
-    def current(self, verify: bool = True) -> Catalog:
-        """:meth:`sync`, and :meth:`maybe_verify` unless ``verify`` is false; returns itself."""
+    def current(self, verify: bool = True, background: bool = False) -> Catalog:
+        """:meth:`sync`, and :meth:`maybe_verify` unless ``verify`` is false (on a thread of its
+        own with ``background``); returns itself."""
         self.sync()
         if verify:
-            self.maybe_verify()
+            self.maybe_verify(background=background)
         return self
 
     def names(self) -> list[str]:

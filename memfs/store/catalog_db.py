@@ -30,6 +30,7 @@ DIR = ".memfs"  # hidden: never a session name
 FILE = "catalog.sqlite"
 SCHEMA = 3
 BUSY_MS = 5000  # how long a writer waits for another process's transaction
+WAL_PAGES = 32  # the WAL is checkpointed (and cut back) past this many pages
 
 #: The columns of a row, in order (``about`` and ``usage`` are JSON text).
 COLUMNS = ("name", "session_id", "agent", "project", "cwd", "model", "title", "status", "manifest_status",
@@ -99,6 +100,8 @@ class CatalogDB:
             if conn.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
                 raise sqlite3.DatabaseError("WAL mode refused")
             conn.execute("PRAGMA synchronous = NORMAL")  # a cache: a crash may lose the last commits, never the file
+            conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_PAGES}")  # a small WAL: the store's disk is the logs'
+            conn.execute(f"PRAGMA journal_size_limit = {WAL_PAGES * 4096}")
             if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise sqlite3.DatabaseError("quick_check failed")
             conn.executescript(_DDL)

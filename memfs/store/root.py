@@ -72,8 +72,8 @@ class Store:
     def names(self) -> list[str]:
         """Session directory names, sorted, from the store catalog brought up to date (one
         ``stat`` of the root; a ``stat`` per session at most every
-        :data:`~memfs.store.catalog.VERIFY_SECONDS`). Symlinks and stray files are not sessions."""
-        return catalog_of(self.root).current().names()
+        :data:`~memfs.store.catalog.VERIFY_SECONDS`, on a thread of its own). Symlinks and stray files are not sessions."""
+        return catalog_of(self.root).current(background=True).names()
 
     def exists(self, name: str) -> bool:
         return name in self._handles or is_session_dir(self.root / name)
