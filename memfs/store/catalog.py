@@ -205,7 +205,7 @@ def scan(root: Path, name: str, usage: tuple | None = None) -> tuple | None:
     from memfs.store.sessioninfo import info_of
 
     path = root / name
-    if not is_session_dir(path):
+    if name.startswith(".") or not is_session_dir(path):  # (a hidden folder is never a session: a migration's)
         return None
     top = os.fspath(path)
     log_st, about_st = _lstat(os.path.join(top, EVENTS)), _lstat(os.path.join(top, "index", "about.json"))
@@ -499,6 +499,8 @@ def noted(session_dir: Path) -> None:
     """Session ``session_dir`` changed (a commit's metadata persist, a lock release, an
     about.json merge, a pin): its row is read again. Never fails its caller: a catalog that
     cannot be written is only a slower listing (the next check reads the folder)."""
+    if session_dir.name.startswith("."):
+        return  # not a session (memfs migrate assembles one in a hidden folder): its rename into place is seen
     try:
         catalog_of(session_dir.parent).refresh([session_dir.name])
     except Exception as exc:  # a cache: nothing of the caller's depends on it
