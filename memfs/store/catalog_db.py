@@ -99,7 +99,7 @@ class CatalogDB:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
             if conn.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
                 raise sqlite3.DatabaseError("WAL mode refused")
-            conn.execute("PRAGMA synchronous = NORMAL")  # a cache: a crash may lose the last commits, never the file
+            conn.execute("PRAGMA synchronous = OFF")  # a cache: no fsync (a file a crash spoiled is deleted and rebuilt)
             conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_PAGES}")  # a small WAL: the store's disk is the logs'
             conn.execute(f"PRAGMA journal_size_limit = {WAL_PAGES * 4096}")
             if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
