@@ -120,6 +120,25 @@ def test_changes_made_without_memfs_are_noticed(tmp_path):
     assert answers(root)[0][:6] == before[0][:6]
 
 
+def test_several_processes_write_the_catalog_at_once(tmp_path):
+    root = tmp_path / "store"
+    write(root, "first")
+    data = "\n".join(TURN * 3) + "\n"
+    procs = [subprocess.Popen([*MEMFS, "append", "--store", str(root), f"p{i}"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
+    try:
+        outs = [p.communicate(data, timeout=60) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
+    assert all(p.returncode == 0 for p in procs), outs
+    rows = {r.name: r for r in catalog_of(root).rows()}  # (their rows came from their commits)
+    assert sorted(rows) == ["first", "p0", "p1", "p2", "p3"]
+    assert all(rows[f"p{i}"].turns == 3 and rows[f"p{i}"].events == 6 for i in range(4))
+
+
 def test_sessions_since_uses_the_records_times_of_imported_sessions(tmp_path):
     root = tmp_path / "store"
     write(root, "native")
