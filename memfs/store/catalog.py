@@ -15,9 +15,10 @@ it current:
   sweep too; a removal calls :func:`forgotten`;
 * :meth:`Catalog.sync` (every read; one ``stat``): the root's mtime changed → the names are
   listed again and the added and removed sessions noted (a session copied in, a folder deleted);
-* :meth:`Catalog.verify` (rarely: :data:`VERIFY_SECONDS`, or a background thread of the mount):
-  one ``lstat`` of each session's log and ``about.json``; a session whose log or metadata
-  another process or a copy changed is read again.
+* :meth:`Catalog.verify` (rarely: a command every :data:`VERIFY_SECONDS`, a server every
+  :data:`BACKGROUND_VERIFY_SECONDS` on a thread of its own): the names listed again, and an
+  ``lstat`` of each session's log, manifest and ``about.json``; a session whose log or
+  metadata another process or a copy changed is read again.
 
 A cache: delete it and the next reader rebuilds it from the folders (manifests, about.json,
 the logs' heads). Readers: the mount's ``sessions/``, ``memfs sessions``, MCP ``list_sessions``,
@@ -92,8 +93,9 @@ def find_session(root: str | os.PathLike, session: str) -> Path:
 # --- the catalog ------------------------------------------------------------------------------
 
 _GENERATION = 1 << 40  # a cursor is generation × this + seq (a rebuilt catalog has another generation)
-VERIFY_SECONDS = 30.0
-FRESH_SECONDS = 0.05  # rows read from the catalog are trusted this long before asking SQLite whether another process wrote  # a reader stats every session's log when the last check is older than this
+VERIFY_SECONDS = 300.0  # a reader (a command) checks every session when the last check is older than this
+BACKGROUND_VERIFY_SECONDS = 30.0  # a server checks this often, on a thread of its own
+FRESH_SECONDS = 0.05  # rows read are trusted this long before asking SQLite whether another process wrote
 
 
 @dataclass(slots=True)
@@ -271,6 +273,10 @@ class Catalog:
             return
 
         def work() -> None:
+            with self._lock:  # (this process's notes of one session never race each other)
+                changes()
+
+        def changes() -> None:
             old = {n: self._db_row(n) for n in names}
             rows, gone = [], []
             for name in names:
@@ -303,17 +309,17 @@ class Catalog:
                 self.dropped = True
                 self.db.drop()
 
-    def sync(self) -> bool:
-        """The cheap check (one ``stat`` of the root): when the root's mtime moved, list its
-        names again and note the sessions added and removed. A catalog never checked (new or
-        rebuilt) is also verified. Returns whether it looked at the names."""
+    def sync(self, force: bool = False) -> bool:
+        """The cheap check (one ``stat`` of the root): when the root's mtime moved (or
+        ``force``), list its names again and note the sessions added and removed. A catalog
+        never checked (new or rebuilt) is also verified. Returns whether it looked at the names."""
         def work() -> bool:
             try:
                 mtime = os.stat(self.root).st_mtime_ns
             except FileNotFoundError:
                 mtime = -2
             stored = self.db.meta("root_mtime_ns")
-            if stored == mtime:
+            if stored == mtime and not force:
                 return False
             names = set(session_names(self.root)) if mtime != -2 else set()
             known = {r[0] for r in self.db.query("SELECT name FROM sessions")}
@@ -327,9 +333,13 @@ class Catalog:
         return self._guarded(work)
 
     def verify(self) -> int:
-        """Stat each session's log, manifest and ``about.json`` and read again the sessions whose stat
-        differs from the row's (another process's or a copy's change), and those shown as
-        running (a writer may have died); returns how many were read again."""
+        """List the root's names again (a folder that became a session after the last listing:
+        a copy in progress then), stat each session's log, manifest and ``about.json`` and read
+        again the sessions whose stat differs from the row's (another process's or a copy's
+        change), and those shown as running (a writer may have died); returns how many were
+        read again."""
+        self.sync(force=True)
+
         def work() -> int:
             stale = []
             top = os.fspath(self.root)
@@ -347,9 +357,12 @@ class Catalog:
 
         return self._guarded(work)
 
-    def maybe_verify(self, every: float = VERIFY_SECONDS, background: bool = False) -> None:
-        """:meth:`verify` when the last one (of any process) is older than ``every`` seconds;
-        ``background``: on a thread of its own (a server's request does not wait for it)."""
+    def maybe_verify(self, every: float | None = None, background: bool = False) -> None:
+        """:meth:`verify` when the last one (of any process) is older than ``every`` seconds
+        (default :data:`VERIFY_SECONDS`, or :data:`BACKGROUND_VERIFY_SECONDS` with
+        ``background``: on a thread of its own, a server's request does not wait for it)."""
+        if every is None:
+            every = BACKGROUND_VERIFY_SECONDS if background else VERIFY_SECONDS
         last = self._guarded(lambda: self.db.meta("verified")) or 0
         if time.time() - last < every:
             return

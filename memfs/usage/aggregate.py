@@ -11,12 +11,11 @@ contribution swapped for its new one in every grouping — a cost of that sessio
 * the filesystem calls :meth:`Aggregator.touch` for a session written through this mount (or
   created or removed); the next read of a ``usage/`` file refreshes the sessions touched since;
 * sessions changed by another process (``memfs record``, ``import --follow``, another mount) are
-  found by a sweep of two ``lstat`` per session (the log's length, ``index/about.json``'s
-  identity against what the contribution was computed from), run on a background thread at
-  most every :data:`SWEEP` seconds while ``usage/`` is being read, in small batches with pauses
-  between them (its work at most :data:`SWEEP_DUTY` of its time, and of the time between two
-  sweeps: a large store is swept less often), so that the requests the mount serves meanwhile
-  do not wait behind it; a read shows what the last sweep found.
+  found by comparing each contribution's stamp (the log's length, ``index/about.json``'s
+  identity) with the store catalog's row (:mod:`memfs.store.catalog`: kept by every writer's
+  commit, checked against the disk now and then), on a background thread at most every
+  :data:`SWEEP` seconds while ``usage/`` is being read (less often when that work is long:
+  :data:`SWEEP_DUTY`); a read shows what the last sweep found.
 
 Safe from any thread; one lock guards the sums (held while a touched session is refreshed).
 """
@@ -39,7 +38,6 @@ TITLES = {"daily": "Usage by day (UTC)", "by-model": "Usage by model", "by-proje
           "by-agent": "Usage by agent"}
 NAMES = tuple(f"{stem}.{ext}" for stem in FILES for ext in ("json", "md"))
 SWEEP = 2.0  # seconds between two sweeps for other processes' changes
-SWEEP_BATCH = 32  # sessions stat'ed between two pauses of a sweep (it never holds the GIL long)
 SWEEP_DUTY = 0.1  # a sweep works at most this share of its time, and of the time between two sweeps
 
 
@@ -150,7 +148,7 @@ class Aggregator:
             known = dict(self._contrib)
             names, changed = set(), []
             t = time.perf_counter()
-            catalog = self.store.catalog().current()  # (its stat of each log, at most every VERIFY_SECONDS)
+            catalog = self.store.catalog().current(background=True)  # (a stat of each log, now and then)
             for name in catalog.names():
                 names.add(name)
                 c, row = known.get(name), catalog.row(name)
