@@ -270,7 +270,7 @@ def test_gc_policy_flags_and_preserve(capsys, store):
     code, out, _ = run(capsys, "gc", "--max-sessions", "1", "--preserve", "s2", "--yes", "--store", store)
     assert code == 0
     assert "remove s1 (beyond max_sessions 1;" in out and "removed 1 session" in out
-    assert sorted(p.name for p in store.iterdir()) == ["s0", "s2"]
+    assert sorted(p.name for p in store.iterdir() if not p.name.startswith(".")) == ["s0", "s2"]
     assert run(capsys, "gc", "--max-sessions", "-1", "--store", store)[0] == 2
 
 

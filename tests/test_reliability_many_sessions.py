@@ -96,14 +96,15 @@ WAVES, HELD = 3, 40  # writers holding their files open at once, per wave
 
 
 def store_fds(pid: int, store: Path) -> list[str]:
-    """The daemon's descriptors on files of the store (session logs and locks)."""
+    """The daemon's descriptors on files of the store's sessions (logs and locks; not the store
+    catalog's few, in its hidden folder)."""
     inside = []
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except FileNotFoundError:  # closed meanwhile
             continue
-        if target.startswith(f"{store}/"):
+        if target.startswith(f"{store}/") and not target.startswith(f"{store}/."):
             inside.append(target)
     return inside
 

@@ -60,7 +60,7 @@ def test_removes_the_oldest_beyond_the_cap(tmp_path):
         make_session(tmp_path, f"s{i}", age_days=i + 1)
     report = gc(tmp_path, Policy(max_sessions=3, max_age_days=30))
     assert names(report) == {"s3": "count", "s4": "count"}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["s0", "s1", "s2"]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["s0", "s1", "s2"]
     assert report.bytes_freed == sum(r.bytes for r in report.removed) > 0
 
 

@@ -84,7 +84,9 @@ def table(store: Path, *filters) -> tuple[list[str], dict[str, str]]:
 def test_the_table_shows_agent_project_title_status_and_fits_100_columns(store):
     lines, rows = table(store)
     assert lines[0].split() == ["UPDATED", "AGENT", "PROJECT", "TITLE", "TURNS", "STATUS", "TOKENS", "COST", "SESSION"]
-    assert list(rows) == ["claude-1", "old-claude", "gemini-1", "codex-exec", "left-open", "vt-native", "codex-1"]
+    # dated by their records: claude-1's end on 2026-01-01 (about.json's ended_at), whenever it was captured
+    assert list(rows) == ["old-claude", "gemini-1", "codex-exec", "left-open", "vt-native", "codex-1", "claude-1"]
+    assert rows["claude-1"].startswith("2026-01-01 00:05")
     assert all(len(line) <= 100 for line in lines), "\n".join(lines)
     cells = {name: line.split()[2:] for name, line in rows.items()}  # past the date and time
     # tokens and cost: derived/usage.json's totals (SPEC §12): 3 input tokens of claude-sonnet-4-5 at $3/M
@@ -134,10 +136,13 @@ def test_json_carries_every_about_field_and_the_listing_fields(store):
     (["--status", "completed"], {"claude-1", "codex-exec", "vt-native"}),
     (["--status", "failed"], {"codex-1"}),
     (["--status", "abandoned"], {"left-open"}),
-    (["--since", "7d"], {"claude-1", "old-claude", "gemini-1", "codex-exec", "left-open", "vt-native"}),
-    (["--since", "36h"], {"claude-1", "old-claude", "gemini-1", "codex-exec"}),
+    # claude-1's records ended on 2026-01-01: never "since" a recent time, though captured today
+    (["--since", "7d"], {"old-claude", "gemini-1", "codex-exec", "left-open", "vt-native"}),
+    (["--since", "36h"], {"old-claude", "gemini-1", "codex-exec"}),
     (["--since", time.strftime("%Y-%m-%d", time.gmtime(time.time() - 5 * DAY))],
-     {"claude-1", "old-claude", "gemini-1", "codex-exec", "left-open", "vt-native"}),
+     {"old-claude", "gemini-1", "codex-exec", "left-open", "vt-native"}),
+    (["--since", "2026-01-01T00:04:00Z"], {"claude-1", "old-claude", "gemini-1", "codex-exec", "left-open",
+                                            "vt-native", "codex-1"}),
     (["--agent", "codex", "--status", "failed", "--since", "30d"], {"codex-1"}),
 ])
 def test_filters(store, flags, names):

@@ -274,7 +274,7 @@ def test_summary_markdown(session):
         "Added the retry loop.\n"
     )
     session.append_many([STARTED])
-    assert "- **Status:** active, turn 3 open\n" in views.summary_markdown(session)
+    assert "- **Status:** running, turn 3 open\n" in views.summary_markdown(session)  # as memfs sessions says
 
 
 def test_summary_markdown_of_an_empty_session(session):

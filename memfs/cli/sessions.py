@@ -8,39 +8,23 @@ import shutil
 import orjson
 
 from memfs.cli.common import Commands, _config, _existing, _json, _out, _out_bytes, _root, _size, _table, _Usage
-from memfs.store import listing, retention
+from memfs.store import listing
 from memfs.store.describe import describe
 from memfs.store.session import open_session
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
+    from memfs.usage.reporting import listed
+
     root = _root(args)
-    every = retention.list_sessions(root)
-    sessions = list(filter(listing.Filter(args.agent, args.project, args.status, args.since), every))
-    usage = _usage_totals(args, root, sessions)
+    every, sessions, usage = listed(root, listing.Filter(args.agent, args.project, args.status, args.since))
     if args.json:
         _json([listing.entry(s, usage.get(s.name)) for s in sessions])
     elif not sessions:
-        _out(f"no sessions in {root}" if not every else f"none of the {len(every)} sessions in {root} match")
+        _out(f"no sessions in {root}" if not every else f"none of the {every} sessions in {root} match")
     else:
         _table(listing.rows(sessions, shutil.get_terminal_size((100, 24)).columns, usage), right=listing.RIGHT)
     return 0
-
-
-def _usage_totals(args: argparse.Namespace, root, sessions) -> dict:
-    """``{name: derived/usage.json's total}`` (SPEC §12) of the listed sessions that have one."""
-    from memfs.errors import MemfsError
-    from memfs.usage.reporting import usage_of
-    from memfs.views import persist
-
-    out = {}
-    for s in sessions:
-        try:
-            out[s.name] = usage_of(root, s.name)["total"]
-        except (MemfsError, OSError, KeyError):
-            continue  # unreadable: its row says '-'
-    persist.flush()
-    return out
 
 
 def _since(text: str) -> float:
@@ -69,6 +53,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                     _out(orjson.dumps(event).decode())
             return 0
         info = describe(handle)
+        _record_times(handle, info["turns"])
     if args.json:
         _json(info)
         return 0
@@ -98,6 +83,23 @@ def cmd_show(args: argparse.Namespace) -> int:
                          f"{t['start_offset']}-{t['end_offset']}", t["started_at"] or "-", t["completed_at"] or "-"])
         _table(rows, right={0, 2})
     return 0
+
+
+def _record_times(handle, turns: list[dict]) -> None:
+    """The turns' times as their records tell them (SPEC §4.2 ``trajectory.jsonl``: the agent's
+    own clock when its events carry one — an imported session's original times — else when memfs
+    received them), never the two mixed: a turn whose start its records tell but not its end
+    has no end (the arrival of an imported turn is the import's time)."""
+    from memfs.views import render_view
+
+    told = {}
+    for line in render_view(handle, "trajectory.jsonl").splitlines():
+        t = orjson.loads(line)
+        told[t["turn"]] = (t.get("started_at"), t.get("completed_at"))
+    for t in turns:
+        started, completed = told.get(t["turn_number"], (None, None))
+        if started is not None and started != t["started_at"]:  # the records' clock, not memfs's
+            t["started_at"], t["completed_at"] = started, completed if completed != t["completed_at"] else None
 
 
 # memfs search's option flags: SPEC §5.1's names (``--in`` is stored as ``in_``)

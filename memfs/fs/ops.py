@@ -154,13 +154,16 @@ class Operations(pyfuse3.Operations):
     def _inline(self, node: Node) -> bool:
         """Whether a request about ``node`` can be served on the event loop: it belongs to no
         session, or its session is held open and no other thread holds it busy (a cap rewrite,
-        an append waiting for its lock). Otherwise the request runs on a worker thread, where
+        an append waiting for its lock), or it is a session's folder that the store catalog has
+        a row of (its attributes are the row's: ``ls -l sessions/`` opens no session). Otherwise the request runs on a worker thread, where
         opening the session (a rescan, maybe) or waiting for it blocks nobody else (SPEC §6)."""
         name = node.session
         if name is None:
             return True
         handle = self.store.held(name)
-        return handle is not None and handle.reads.free()
+        if handle is None:  # a session's own folder not open here: the store catalog's row answers
+            return node.kind is K.SESSION and self.store.catalog().row(name) is not None
+        return handle.reads.free()
 
     async def _served(self, node: Node, fn: Callable, *args: Any) -> Any:
         """``fn(*args)``, inline when :meth:`_inline` says so, else on a worker thread."""
@@ -459,6 +462,8 @@ class Operations(pyfuse3.Operations):
     @guarded
     async def getxattr(self, inode, name, ctx):
         node = self._node(inode)
+        if not name.startswith(b"user.memfs."):  # (ls -l asks each entry for ACLs: never open a session for that)
+            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
         value = (await self._served(node, self.xattrs.of, node)).get(name)
         if value is None:
             raise pyfuse3.FUSEError(pyfuse3.ENOATTR)

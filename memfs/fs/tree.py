@@ -144,8 +144,13 @@ class Tree:
             st = refuse_symlink(self.backing(node))  # ELOOP, as its open: not the size of a link planted there
             return (st.st_size, st.st_mtime_ns) if st is not None else (0, started)
         if kind is K.SESSION:
+            held = self.store.held(node.session)
+            if held is None:  # not open here: the store catalog's row (readdir never opens each session)
+                row = self.store.catalog().row(node.session)
+                if row is not None:
+                    return 0, _rfc3339_ns(row.updated_at, started)
             try:  # a session that cannot be opened (a planted link) is still listed, as before
-                updated = self.session(node).manifest["updated_at"]
+                updated = (held or self.session(node)).manifest["updated_at"]
             except (MemfsError, OSError):
                 return 0, started
             return 0, _rfc3339_ns(updated, started)

@@ -8,6 +8,7 @@ the reason of the session's last refused line in this server, ``user.memfs.last_
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from memfs.fs.nodes import K, Node
@@ -37,7 +38,8 @@ class Xattrs:
     def _mount(self) -> dict[bytes, bytes]:
         """The mount's own state (the root's attributes)."""
         ops = self.ops
-        values = {b"user.memfs.writes_gated": str(ops.gate.gated).encode(),  # memfs.fs.gate
+        values = {b"user.memfs.store": os.fsencode(os.path.abspath(ops.store.root)),  # MCP --mount lists from its catalog
+                  b"user.memfs.writes_gated": str(ops.gate.gated).encode(),  # memfs.fs.gate
                   b"user.memfs.background_waits": str(ops.pacer.waits).encode(),  # memfs.pace
                   b"user.memfs.background_waited_ms": str(ops.pacer.waited_ns // 1_000_000).encode(),
                   b"user.memfs.attr_ticked": str(ops.ticks.ticked).encode(),  # memfs.fs.ticks

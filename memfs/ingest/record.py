@@ -58,6 +58,7 @@ from memfs.errors import MemfsError, ValidationError
 from memfs.ingest import AutoTranslator, Untranslatable, dumps, identity
 from memfs.ingest.importer import reject
 from memfs.store.batch import append_tolerant
+from memfs.store.catalog import forgotten
 from memfs.store.config import DEFAULT_EVICT_TO, DEFAULT_MAX_LINE_BYTES, line_too_long
 from memfs.store.lines import LineSplitter, LongLine
 from memfs.store.paths import remove_tree, sanitize
@@ -207,6 +208,7 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
         handle.close()
         if new_session:  # nothing was recorded: leave nothing behind
             remove_tree(root / sanitize(session))
+            forgotten(root, sanitize(session))  # (the catalog of a store left empty goes too)
             if new_root:
                 os.rmdir(root)
         raise NotRunnable(f"{cmd[0]}: {exc.strerror}", 127 if exc.errno == errno.ENOENT else 126) from None

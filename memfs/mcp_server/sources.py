@@ -28,7 +28,7 @@ import orjson
 from memfs.config import Config
 from memfs.errors import InvalidName, MemfsError, NotFound
 from memfs.mcp_server.args import AppendNoteArgs, GetUsageArgs, ListSessionsArgs, SearchArgs
-from memfs.store import listing, retention
+from memfs.store import listing
 from memfs.store.paths import EVENTS, MANIFEST, REJECTED, new_session_name_error, read_file, sanitize
 
 MAX_RESULT_BYTES = 4 << 20  # a tool result or resource larger than this is refused (see docs/design.md)
@@ -98,6 +98,15 @@ def listing_filter(args: ListSessionsArgs) -> listing.Filter:
     return listing.Filter(args.agent, args.project, args.status, since_of(args))
 
 
+def session_entries(root: Path, args: ListSessionsArgs) -> list[dict]:
+    """``list_sessions``: the entries of ``memfs sessions --json`` (usage totals included), from
+    the store catalog of ``root`` — for a store and a mount alike."""
+    from memfs.usage.reporting import listed
+
+    _, sessions, usage = listed(root, listing_filter(args), args.limit)
+    return [listing.entry(s, usage.get(s.name)) for s in sessions]
+
+
 def search_options(args: SearchArgs):
     """The §5.1 options of a call, validated by their one validator
     (:func:`memfs.search.options.parse_options`: :class:`BadQuery` with its reason)."""
@@ -133,8 +142,7 @@ class StoreSource:
         return self.store.names()
 
     def sessions(self, args: ListSessionsArgs) -> list[dict]:
-        keep = listing_filter(args)
-        return [listing.entry(s) for s in retention.list_sessions(self.root) if keep(s)][:args.limit]
+        return session_entries(self.root, args)
 
     def search(self, args: SearchArgs) -> list[dict]:
         search_options(args)  # (a bad option is refused before the store is touched)
@@ -253,8 +261,16 @@ class MountSource:
         return ToolFailure(f"{what}: {told or os.strerror(exc.errno or errno.EIO)}")
 
     def sessions(self, args: ListSessionsArgs) -> list[dict]:
-        keep = listing_filter(args)
-        return [listing.entry(s) for s in retention.list_sessions(self.sessions_dir) if keep(s)][:args.limit]
+        """The mount's store catalog, read where the mount names its store (``user.memfs.store``
+        on its root): the same entries as ``--store`` (``memfs sessions --json``)."""
+        try:
+            store = Path(os.fsdecode(os.getxattr(self.mnt, "user.memfs.store")))
+        except OSError as exc:
+            raise ToolFailure(f"list_sessions: the mount does not name its store ({os.strerror(exc.errno or 0)}); "
+                              f"serve the store (--store)") from None
+        if not store.is_dir():
+            raise ToolFailure(f"list_sessions: the mount's store {store} is not readable here; serve it (--store)")
+        return session_entries(store, args)
 
     def search(self, args: SearchArgs) -> list[dict]:
         search_options(args)  # refused here with the option's reason, before the mount is asked

@@ -107,4 +107,7 @@ def merge(session_dir: Path, new: dict) -> dict:
     if out != old:
         ensure_private_dir(session_dir / INDEX_DIR)
         atomic_write(session_dir / ABOUT, orjson.dumps(out))
+        from memfs.store.catalog import noted
+
+        noted(session_dir)  # agent, project, title, record times: the catalog's row
     return out

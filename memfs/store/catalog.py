@@ -1,19 +1,47 @@
-"""The catalog of a sessions root: what a session directory is, listing and lookup (SPEC §1, §7).
+"""The store catalog (SPEC §14): which sessions a sessions root holds, and what they are.
 
-The one place that knows it. A session is a direct child directory of the sessions root that
-is a real directory (never a symlink), whose name is not hidden (``sanitize`` strips leading
-dots, and ``memfs migrate`` assembles sessions in hidden folders), and that holds a log or a
-manifest. The mount, the CLI, retention, fsck and pack all list and look up through here.
+What a session directory is: a direct child directory of the sessions root that is a real
+directory (never a symlink), whose name is not hidden (``sanitize`` strips leading dots, and
+``memfs migrate`` assembles sessions in hidden folders), and that holds a log or a manifest.
+
+:class:`Catalog` keeps one :class:`Row` per session — name, §10 metadata (agent, project, cwd,
+model, title), the listing's status, first and last record time, turns, events, tokens and
+cost, the log's size, mtime and inode — in SQLite (:mod:`memfs.store.catalog_db`). Who keeps
+it current:
+
+* every metadata persist of a session (:class:`memfs.store.metadata.MetadataWriter`, the end of
+  the one commit path: create, append, import, record, the cluster applier, fork) and the
+  release of a writer's lock call :func:`noted`; an ``about.json`` merge, a pin and ``memfs gc``'s
+  sweep too; a removal calls :func:`forgotten`;
+* :meth:`Catalog.sync` (every read; one ``stat``): the root's mtime changed → the names are
+  listed again and the added and removed sessions noted (a session copied in, a folder deleted);
+* :meth:`Catalog.verify` (rarely: a command every :data:`VERIFY_SECONDS`, a server every
+  :data:`BACKGROUND_VERIFY_SECONDS` on a thread of its own): the names listed again, and an
+  ``lstat`` of each session's log, manifest and ``about.json``; a session whose log or
+  metadata another process or a copy changed is read again.
+
+A cache: delete it and the next reader rebuilds it from the folders (manifests, about.json,
+the logs' heads). Readers: the mount's ``sessions/``, ``memfs sessions``, MCP ``list_sessions``,
+the usage aggregates, and the root search's feed (:meth:`Catalog.changes_since`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import sqlite3
 import stat
+import threading
+import time
+from dataclasses import astuple, dataclass
 from pathlib import Path
+
+import orjson
 
 from memfs.errors import NotFound
 from memfs.store.paths import EVENTS, MANIFEST, refuse_symlink, sanitize
+
+log = logging.getLogger("memfs.store")
 
 
 def is_session_dir(path: Path) -> bool:
@@ -60,3 +88,457 @@ def find_session(root: str | os.PathLike, session: str) -> Path:
     if not path.is_dir():
         raise NotFound(f"no session {session!r} in {root}")
     return path
+
+
+# --- the catalog ------------------------------------------------------------------------------
+
+_GENERATION = 1 << 40  # a cursor is generation × this + seq (a rebuilt catalog has another generation)
+VERIFY_SECONDS = 300.0  # a reader (a command) checks every session when the last check is older than this
+BACKGROUND_VERIFY_SECONDS = 30.0  # a server checks this often, on a thread of its own
+FRESH_SECONDS = 0.05  # rows read are trusted this long before asking SQLite whether another process wrote
+
+
+@dataclass(slots=True)
+class Row:
+    """One session as the catalog has it (the columns of :data:`memfs.store.catalog_db.COLUMNS`).
+
+    Times are seconds since the epoch: ``first_ts``/``last_ts`` are the first and last record
+    times (:func:`memfs.store.sessioninfo.record_times`), ``updated_ts`` the store's last
+    activity. ``status`` is the listing's (:func:`memfs.store.listing.status`),
+    ``manifest_status`` the manifest's ``active``/``completed``. ``about`` and ``usage`` are JSON
+    text; use :attr:`about_dict`, :attr:`tokens`, :attr:`cost_usd`."""
+
+    name: str
+    session_id: str
+    agent: str
+    project: str | None
+    cwd: str | None
+    model: str | None
+    title: str | None
+    status: str
+    manifest_status: str
+    first_ts: float
+    last_ts: float
+    created_at: str
+    updated_at: str
+    updated_ts: float
+    turns: int
+    events: int
+    in_turn: int
+    readable: int
+    imported: int
+    pinned: int
+    live: int
+    thread_id: str | None
+    about: str
+    log_size: int  # -1: no log
+    log_mtime_ns: int
+    log_ino: int
+    about_key: str | None  # the (inode, size, mtime_ns) of about.json, JSON
+    manifest_key: str | None  # the same of manifest.json
+    usage_key: str | None  # the stamp the usage was computed at (memfs.usage.reporting.stamp_now), JSON
+    usage: str | None  # derived/usage.json's ``total``, JSON
+    seq: int
+
+    @property
+    def about_dict(self) -> dict:
+        return orjson.loads(self.about) if self.about else {}
+
+    @property
+    def stamp(self) -> tuple:
+        """``(log length, about.json identity)`` — the stamp :mod:`memfs.usage.reporting` keys
+        a session's usage with."""
+        about = orjson.loads(self.about_key) if self.about_key else None
+        return (self.log_size if self.log_size >= 0 else None), (tuple(about) if about else None)
+
+    @property
+    def usage_total(self) -> dict | None:
+        """The session's usage total when it was computed for the log and about.json as they
+        are (else None: to compute)."""
+        if self.usage is None or self.usage_key is None:
+            return None
+        events_len, about = orjson.loads(self.usage_key)
+        if (events_len, tuple(about) if about else None) != self.stamp:
+            return None
+        return orjson.loads(self.usage)
+
+    @property
+    def tokens(self) -> int | None:
+        total = self.usage_total
+        return total["tokens"]["total"] if total else None
+
+    @property
+    def cost_usd(self) -> float | None:
+        total = self.usage_total
+        return total.get("cost_usd") if total else None
+
+    def info(self):
+        """The row as a :class:`memfs.store.sessioninfo.SessionInfo` (what :mod:`memfs.store.listing`
+        shows); its ``updated_ts`` is the last record time (the listing sorts and filters on it)."""
+        from memfs.store.sessioninfo import SessionInfo
+
+        return SessionInfo(self.name, self.session_id, self.manifest_status, self.turns, self.events,
+                           self.created_at, self.updated_at, self.last_ts, bool(self.readable),
+                           imported=bool(self.imported), pinned=bool(self.pinned), live=bool(self.live),
+                           agent=self.agent, thread_id=self.thread_id, in_turn=bool(self.in_turn),
+                           about=self.about_dict, first_ts=self.first_ts, last_ts=self.last_ts)
+
+
+def _key(st: os.stat_result | None) -> list[int] | None:
+    return [st.st_ino, st.st_size, st.st_mtime_ns] if st is not None else None
+
+
+def _lstat(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None
+
+
+def _json_key(path: str) -> str | None:
+    st = _lstat(path)
+    return orjson.dumps(_key(st)).decode() if st is not None else None
+
+
+def scan(root: Path, name: str, usage: tuple | None = None) -> tuple | None:
+    """The row of session ``name`` read from its folder now (a tuple in column order, ``seq``
+    0), or None when it is not a session. ``usage``: ``(usage_key, usage)`` to keep."""
+    from memfs.store import listing
+    from memfs.store.sessioninfo import info_of
+
+    path = root / name
+    if name.startswith(".") or not is_session_dir(path):  # (a hidden folder is never a session: a migration's)
+        return None
+    top = os.fspath(path)
+    log_st, about_st = _lstat(os.path.join(top, EVENTS)), _lstat(os.path.join(top, "index", "about.json"))
+    manifest_st = _lstat(os.path.join(top, MANIFEST))
+    info = info_of(path)
+    about = info.about
+    model = about.get("model")
+    return (name, info.session_id, info.agent, listing.project(info), _text(about.get("cwd")),
+            model if type(model) is str else None, listing.title(info), listing.status(info), info.status,
+            info.first_ts, info.last_ts, info.created_at, info.updated_at, info.updated_ts, info.turn_count,
+            info.event_count, int(info.in_turn), int(info.readable), int(info.imported), int(info.pinned),
+            int(info.live), info.thread_id, orjson.dumps(about).decode(),
+            log_st.st_size if log_st is not None else -1, log_st.st_mtime_ns if log_st is not None else 0,
+            log_st.st_ino if log_st is not None else 0,
+            orjson.dumps(_key(about_st)).decode() if about_st is not None else None,
+            orjson.dumps(_key(manifest_st)).decode() if manifest_st is not None else None,
+            *(usage or (None, None)), 0)
+
+
+def _text(value) -> str | None:
+    return value if type(value) is str and value else None
+
+
+class Catalog:
+    """The catalog of one sessions root (one per root and process: :func:`catalog_of`).
+    Thread-safe; every method may be called from any thread."""
+
+    def __init__(self, root: str | os.PathLike):
+        from memfs.store.catalog_db import CatalogDB
+
+        self.root = Path(root)
+        self.db = CatalogDB(self.root)
+        self._rows: dict[str, Row] | None = None  # the rows as last read, by name
+        self._read_key: tuple | None = None
+        self._own = 0  # this process's changes (data_version counts only the others')
+        self._looked = 0.0  # when _all last asked SQLite whether another process changed it (monotonic)
+        self._lock = threading.RLock()
+        self.dropped = False  # deleted (its store was left empty): catalog_of makes a new one
+        self._verifier: threading.Thread | None = None
+
+    # --- keeping it current ----------------------------------------------------------------
+
+    def _guarded(self, work):
+        """Run ``work()``; a catalog that fails under use as a file that is not (or no longer) a
+        database is deleted, rebuilt, and ``work`` run again. Other errors (a lock held past
+        the busy timeout, a full disk) are raised: the file is fine."""
+        try:
+            return work()
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.DatabaseError:
+            with self._lock:
+                self.db.reset()
+                self._rows = None
+                self._own += 1
+            self.sync()
+            return work()
+
+    def refresh(self, names) -> None:
+        """Read sessions ``names`` from their folders again (a session that is gone is forgotten)."""
+        names = list(names)
+        if not names:
+            return
+
+        def work() -> None:
+            with self._lock:  # (this process's notes of one session never race each other)
+                changes()
+
+        def changes() -> None:
+            old = {n: self._db_row(n) for n in names}
+            rows, gone = [], []
+            for name in names:
+                was = old[name]
+                row = scan(self.root, name, (was.usage_key, was.usage) if was is not None else None)
+                if row is None:
+                    if was is not None:
+                        gone.append(name)
+                elif was is None or row[:-1] != astuple(was)[:-1]:  # (unchanged: no write, no new seq)
+                    rows.append(row)
+            if rows or gone:
+                self.db.put(rows, gone)
+            self._changed()
+
+        self._guarded(work)
+
+    def forget(self, names) -> None:
+        """Sessions ``names`` were removed."""
+        names = list(names)
+
+        def work() -> None:
+            self.db.put([], names)
+            self._changed()
+
+        self._guarded(work)
+        if not self._guarded(lambda: self.db.query("SELECT 1 FROM sessions LIMIT 1")) and not session_names(self.root):
+            with _CATALOGS_LOCK:  # the store is left empty: so is the catalog (made again by the next session)
+                if _CATALOGS.get(os.path.realpath(self.root)) is self:
+                    del _CATALOGS[os.path.realpath(self.root)]
+                self.dropped = True
+                self.db.drop()
+
+    def sync(self, force: bool = False) -> bool:
+        """The cheap check (one ``stat`` of the root): when the root's mtime moved (or
+        ``force``), list its names again and note the sessions added and removed. A catalog
+        never checked (new or rebuilt) is also verified. Returns whether it looked at the names."""
+        def work() -> bool:
+            try:
+                mtime = os.stat(self.root).st_mtime_ns
+            except FileNotFoundError:
+                mtime = -2
+            stored = self.db.meta("root_mtime_ns")
+            if stored == mtime and not force:
+                return False
+            names = set(session_names(self.root)) if mtime != -2 else set()
+            known = {r[0] for r in self.db.query("SELECT name FROM sessions")}
+            rows = [row for n in sorted(names - known) if (row := scan(self.root, n)) is not None]
+            self.db.put(rows, sorted(known - names), {"root_mtime_ns": mtime})
+            self._changed()
+            if stored == -1:
+                self.verify()
+            return True
+
+        return self._guarded(work)
+
+    def verify(self) -> int:
+        """List the root's names again (a folder that became a session after the last listing:
+        a copy in progress then), stat each session's log, manifest and ``about.json`` and read
+        again the sessions whose stat differs from the row's (another process's or a copy's
+        change), and those shown as running (a writer may have died); returns how many were
+        read again."""
+        self.sync(force=True)
+
+        def work() -> int:
+            stale = []
+            top = os.fspath(self.root)
+            for name, size, mtime, ino, about_key, manifest_key, live in self.db.query(
+                    "SELECT name, log_size, log_mtime_ns, log_ino, about_key, manifest_key, live FROM sessions"):
+                d = os.path.join(top, name)
+                st = _lstat(os.path.join(d, EVENTS))
+                now = (st.st_size, st.st_mtime_ns, st.st_ino) if st is not None else (-1, 0, 0)
+                if live or now != (size, mtime, ino) or _json_key(os.path.join(d, "index", "about.json")) != about_key \
+                        or _json_key(os.path.join(d, MANIFEST)) != manifest_key:
+                    stale.append(name)
+            self.db.put([], [], {"verified": time.time()})
+            self.refresh(stale)
+            return len(stale)
+
+        return self._guarded(work)
+
+    def maybe_verify(self, every: float | None = None, background: bool = False) -> None:
+        """:meth:`verify` when the last one (of any process) is older than ``every`` seconds
+        (default :data:`VERIFY_SECONDS`, or :data:`BACKGROUND_VERIFY_SECONDS` with
+        ``background``: on a thread of its own, a server's request does not wait for it)."""
+        if every is None:
+            every = BACKGROUND_VERIFY_SECONDS if background else VERIFY_SECONDS
+        last = self._guarded(lambda: self.db.meta("verified")) or 0
+        if time.time() - last < every:
+            return
+        if not background:
+            self.verify()
+            return
+        with self._lock:
+            if self._verifier is not None and self._verifier.is_alive():
+                return
+            self._verifier = threading.Thread(target=self._verify_quietly, name="memfs-catalog-verify", daemon=True)
+            self._verifier.start()
+
+    def _verify_quietly(self) -> None:
+        try:
+            self.verify()
+        except Exception:  # a check of a cache: the next one tries again
+            log.exception("store catalog check of %s failed", self.root)
+
+    def set_usage(self, name: str, stamp: tuple, total: dict) -> None:
+        """The usage ``total`` of session ``name`` computed at ``stamp`` (:mod:`memfs.usage`)."""
+        events_len, about = stamp
+        key = orjson.dumps([events_len, list(about) if about else None]).decode()
+        self._guarded(lambda: self.db.set_columns(name, {"usage_key": key, "usage": orjson.dumps(total).decode()}))
+        with self._lock:
+            self._own += 1
+
+    def _changed(self) -> None:
+        with self._lock:
+            self._own += 1
+
+    # --- reading -------------------------------------------------------------------------
+
+    def _db_row(self, name: str) -> Row | None:
+        from memfs.store.catalog_db import COLUMNS
+
+        rows = self.db.query(f"SELECT {', '.join(COLUMNS)} FROM sessions WHERE name = ?", (name,))
+        return Row(*rows[0]) if rows else None
+
+    def _all(self) -> dict[str, Row]:
+        """Every row, read again only when the catalog changed since (this process's changes,
+        or another's: SQLite's ``data_version``)."""
+        from memfs.store.catalog_db import COLUMNS
+
+        def work() -> dict[str, Row]:
+            with self._lock:
+                now = time.monotonic()
+                if self._rows is not None and self._read_key is not None and now - self._looked < FRESH_SECONDS \
+                        and self._read_key[1] == self._own:
+                    return self._rows
+                self._looked = now
+                key = (self.db.data_version(), self._own, id(self.db.conn))
+                if self._rows is None or key != self._read_key:
+                    rows = self.db.query(f"SELECT {', '.join(COLUMNS)} FROM sessions")
+                    self._rows = {r[0]: Row(*r) for r in rows}
+                    self._read_key = key
+                return self._rows
+
+        try:
+            return self._guarded(work)
+        except sqlite3.Error as exc:  # (busy past the timeout): what it said last, rather than fail a reader
+            log.warning("store catalog of %s not read: %s", self.root, exc)
+            return self._rows or {}
+
+    def current(self, verify: bool = True, background: bool = False) -> Catalog:
+        """:meth:`sync`, and :meth:`maybe_verify` unless ``verify`` is false (on a thread of its
+        own with ``background``); returns itself."""
+        self.sync()
+        if verify:
+            self.maybe_verify(background=background)
+        return self
+
+    def names(self) -> list[str]:
+        """The session names, sorted (as the catalog has them: call :meth:`sync` first)."""
+        return sorted(self._all())
+
+    def row(self, name: str) -> Row | None:
+        return self._all().get(name)
+
+    def rows(self, agent: str | None = None, project: str | None = None, since: float | None = None,
+             until: float | None = None, status: str | None = None) -> list[Row]:
+        """The rows, most recent last record first (ties by name), filtered as ``memfs sessions``
+        filters (:class:`memfs.store.listing.Filter`; ``until`` bounds the last record time)."""
+        from memfs.store import listing
+
+        keep = listing.Filter(agent, project, status, since)
+        out = []
+        for r in self._all().values():
+            if until is not None and r.last_ts > until:
+                continue
+            if since is not None and r.last_ts < since:
+                continue
+            if (agent is not None or project is not None or status is not None) and not keep(r.info()):
+                continue
+            out.append(r)
+        out.sort(key=lambda r: r.name)
+        out.sort(key=lambda r: r.last_ts, reverse=True)
+        return out
+
+    def changes_since(self, cursor: int) -> tuple[int, list[Row], list[str] | None]:
+        """The change feed: ``(new_cursor, rows changed since cursor, names removed since)``.
+        Start with cursor 0; pass the returned cursor next time. A session removed and made again
+        comes back as changed only. When ``cursor`` is not of this catalog (0, or the catalog was
+        deleted and rebuilt since), every row comes as changed and ``removed`` is None: drop
+        whatever is not among them."""
+        from memfs.store.catalog_db import COLUMNS
+
+        def work():
+            with self.db._lock:
+                seq, generation = self.db.meta("seq"), self.db.meta("generation")
+                since = cursor - generation * _GENERATION if cursor // _GENERATION == generation else None
+                rows = self.db.query(f"SELECT {', '.join(COLUMNS)} FROM sessions WHERE seq > ? AND seq <= ? "
+                                     "ORDER BY seq", (since or 0, seq))
+                removed = self.db.query("SELECT name FROM removed WHERE seq > ? AND seq <= ? ORDER BY seq",
+                                        (since, seq)) if since is not None else None
+            return (generation * _GENERATION + seq, [Row(*r) for r in rows],
+                    [r[0] for r in removed] if removed is not None else None)
+
+        return self._guarded(work)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+_CATALOGS: dict[str, Catalog] = {}
+_CATALOGS_LOCK = threading.Lock()
+
+
+_BY_PATH: dict[str, Catalog] = {}  # the same, by the path as given (no realpath per call)
+
+
+def catalog_of(root: str | os.PathLike) -> Catalog:
+    """This process's :class:`Catalog` of the sessions root ``root``."""
+    given = os.fspath(root)
+    found = _BY_PATH.get(given)
+    if found is not None and not found.dropped:
+        return found
+    key = os.path.realpath(root)
+    with _CATALOGS_LOCK:
+        found = _CATALOGS.get(key)
+        if found is None:
+            found = _CATALOGS[key] = Catalog(root)
+        _BY_PATH[given] = found
+        return found
+
+
+def noted(session_dir: Path) -> None:
+    """Session ``session_dir`` changed (a commit's metadata persist, a lock release, an
+    about.json merge, a pin): its row is read again. Never fails its caller: a catalog that
+    cannot be written is only a slower listing (the next check reads the folder)."""
+    if session_dir.name.startswith("."):
+        return  # not a session (memfs migrate assembles one in a hidden folder): its rename into place is seen
+    try:
+        catalog_of(session_dir.parent).refresh([session_dir.name])
+    except Exception as exc:  # a cache: nothing of the caller's depends on it
+        log.debug("store catalog not updated for %s: %s", session_dir, exc)
+
+
+def forgotten(root: str | os.PathLike, name: str) -> None:
+    """Session ``name`` was removed from ``root``."""
+    try:
+        catalog_of(root).forget([name])
+    except Exception as exc:
+        log.debug("store catalog not updated for %s/%s: %s", root, name, exc)
+
+
+def list_sessions(root: str | os.PathLike):
+    """Every session of the store as :class:`memfs.store.sessioninfo.SessionInfo`, most recent
+    last record first (ties by name), from the catalog brought up to date (:meth:`Catalog.current`)."""
+    return [r.info() for r in catalog_of(root).current().rows()]
+
+
+def _after_fork_in_child() -> None:
+    global _CATALOGS_LOCK
+    _CATALOGS.clear()
+    _BY_PATH.clear()  # the parent's connections are not this process's to use
+    _CATALOGS_LOCK = threading.Lock()  # (the parent may have held it at the fork)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

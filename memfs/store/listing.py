@@ -66,16 +66,23 @@ def cut(text: str, chars: int) -> str:
 
 def status(info) -> str:
     """The session's status as listed (see the module docstring)."""
-    told = _text(info.about.get("status"))
+    return status_of(info.about, info.status, info.in_turn, info.live, info.readable)
+
+
+def status_of(about: dict, manifest_status: str, in_turn: bool, live: bool = False, readable: bool = True) -> str:
+    """The one status of a session (the module docstring's rule) — the listing's, the store
+    catalog's and the views' (``summary.md``, ``context.md``: ``live`` False, a view being a
+    function of the records)."""
+    told = _text(about.get("status"))
     if told is not None:
         return told
-    if not info.readable:
+    if not readable:
         return "unknown"
-    if info.status == "completed":
-        return "abandoned" if info.in_turn else "completed"
-    if info.status == "active":
-        return "running" if info.in_turn or info.live else "completed"
-    return info.status
+    if manifest_status == "completed":
+        return "abandoned" if in_turn else "completed"
+    if manifest_status == "active":
+        return "running" if in_turn or live else "completed"
+    return manifest_status
 
 
 def project(info) -> str | None:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from memfs.store import catalog
 from memfs.store.meta import IndexSnapshot, file_key
 from memfs.store.paths import (
     CAP_MARKER,
@@ -127,6 +128,7 @@ class MetadataWriter:
             self.last_persist = now = _monotonic()
             if self.interval:
                 self.gap = max(self.interval, PERSIST_SHARE * (now - snap.taken))
+        catalog.noted(self.dir)  # the store catalog's row, as part of the commit (SPEC §14)
         return True
 
     def write_marker(self, tmp: Path) -> None:

@@ -27,9 +27,7 @@ Decisions: ``docs/design.md`` ("Retention").
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
-import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -37,15 +35,10 @@ from pathlib import Path
 
 import orjson
 
-from memfs.agents import HEAD_BYTES, Origin, agent_name
 from memfs.errors import SessionBusy, SymlinkRefused
-from memfs.events import decode_stored
 from memfs.store import lock as liveness
-from memfs.store.about import read as read_about
-from memfs.store.catalog import find_session, is_session_entry, root_entries, session_names
-from memfs.store.lines import split_lines
-from memfs.store.machine import TurnState
-from memfs.store.meta import TurnIndex, format_rfc3339, now_rfc3339, parse_rfc3339, read_manifest
+from memfs.store.catalog import find_session, forgotten, is_session_entry, list_sessions, noted, root_entries
+from memfs.store.meta import format_rfc3339, now_rfc3339, parse_rfc3339
 from memfs.store.paths import (
     EVENTS,
     MANIFEST,
@@ -61,8 +54,9 @@ from memfs.store.paths import (
     sanitize,
     tree_bytes,
 )
-from memfs.store.recovery import recover, scan_into
+from memfs.store.recovery import recover
 from memfs.store.session import open_session
+from memfs.store.sessioninfo import SessionInfo, _manifest_info, is_pinned
 
 Progress = Callable[[int, int], None]  # (done, total)
 DAY = 86400.0
@@ -76,22 +70,21 @@ class Policy:
     max_age_days: float = 30
 
 
-def is_pinned(session_dir: Path) -> bool:
-    """Whether ``retention-pin.json`` exists (any kind of entry: fail safe)."""
-    return os.path.lexists(session_dir / PIN)
-
-
 def pin(root: str | os.PathLike, session: str, reason: str) -> dict:
     """Pin a session against retention; return the pin record written."""
     path = find_session(root, session)
     record = {"session_id": _raw_id(path), "reason": reason, "pinned_at": now_rfc3339()}
     atomic_write(path / PIN, orjson.dumps(record, option=orjson.OPT_INDENT_2) + b"\n")
+    noted(path)
     return record
 
 
 def unpin(root: str | os.PathLike, session: str) -> bool:
     """Remove a session's pin; False when it was not pinned."""
-    return remove_file(find_session(root, session) / PIN)
+    path = find_session(root, session)
+    removed = remove_file(path / PIN)
+    noted(path)
+    return removed
 
 
 def read_pin(session_dir: Path) -> dict | None:
@@ -103,98 +96,6 @@ def read_pin(session_dir: Path) -> dict | None:
     except (OSError, SymlinkRefused, orjson.JSONDecodeError):
         return {}
     return record if isinstance(record, dict) else {}
-
-
-# --- reading manifests -------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class SessionInfo:
-    """One session of a store as its manifest on disk describes it."""
-
-    name: str  # directory name
-    session_id: str
-    status: str
-    turn_count: int
-    event_count: int
-    created_at: str
-    updated_at: str
-    updated_ts: float  # seconds since the epoch (manifest mtime when updated_at is unreadable)
-    readable: bool  # False: no usable manifest (fields are placeholders)
-    imported: bool = False
-    pinned: bool = False
-    live: bool = False
-    agent: str = "unknown"  # which agent wrote it (memfs.agents), from the log's head
-    thread_id: str | None = None
-    in_turn: bool = False  # a turn is open
-    described_len: int = -1  # the log length the manifest describes (-1: unknown)
-    about: dict = field(default_factory=dict)  # index/about.json (memfs.store.about; listings only)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        del d["updated_ts"], d["described_len"], d["about"]
-        return d
-
-
-def _manifest_info(session_dir: Path) -> tuple[SessionInfo, dict | None]:
-    """Read ``manifest.json`` afresh: the info and the raw object (None when unreadable)."""
-    name = session_dir.name
-    path = session_dir / MANIFEST
-    raw = None
-    try:
-        data = read_file(path)
-        mtime = os.lstat(path).st_mtime
-        parsed = read_manifest(data, name)
-        if parsed is not None:
-            raw = orjson.loads(data)
-    except (OSError, SymlinkRefused):
-        parsed, mtime = None, 0.0
-    if parsed is None:
-        return SessionInfo(name, name, "unknown", 0, 0, "", "", mtime, readable=False), None
-    m = parsed.manifest
-    updated = raw.get("updated_at") if type(raw.get("updated_at")) is str else ""
-    ts = parse_rfc3339(updated) if updated else None
-    status = raw["status"] if type(raw.get("status")) is str else "unknown"
-    info = SessionInfo(name, m.session_id, status, m.turn_count, m.event_count, m.created_at,
-                       updated, ts if ts is not None else mtime, readable=True,
-                       imported="imported_from" in raw or _has_import(session_dir), in_turn=m.in_turn,
-                       described_len=m.persisted_file_len if parsed.complete else -1)
-    return info, raw
-
-
-def follow_tail(session_dir: Path, info: SessionInfo) -> None:
-    """Bring ``info`` up to the log as it is now (SPEC §3.5, a follower's read): the lines past
-    the length the manifest describes — another process's appends it has not persisted yet —
-    are folded with the rescan's rules (:func:`memfs.store.recovery.scan_into`) into the
-    manifest's counts, so ``event_count``, ``turn_count``, ``in_turn`` and ``status`` are
-    current; ``updated_at`` becomes the log's mtime. Cost: the new bytes only. A log shorter
-    than described (rewritten meanwhile), an incomplete manifest or an unreadable log leave
-    ``info`` as the manifest says; an unterminated last line (being written) is left out."""
-    if not info.readable or info.described_len < 0:
-        return
-    path = session_dir / EVENTS
-    try:
-        fd = open_nofollow(path, os.O_RDONLY)
-    except (OSError, SymlinkRefused):
-        return
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size <= info.described_len:
-            return
-        index = TurnIndex(info.turn_count + 1)  # the next turn to open is turn_count + 1
-        if info.in_turn:
-            index.open_turn(0, 0, "")  # stands for the open turn: the tail extends or closes it
-        state = TurnState(index, info.turn_count, info.event_count, info.status, info.in_turn)
-        end = scan_into(state, fd, info.described_len, st.st_size)
-    except OSError:
-        return
-    finally:
-        os.close(fd)
-    if end > info.described_len:
-        info.turn_count, info.event_count = state.turn_count, state.event_count
-        info.status, info.in_turn = state.status, state.in_turn
-        info.updated_ts = max(info.updated_ts, st.st_mtime)
-        info.updated_at = format_rfc3339(info.updated_ts)
 
 
 def session_now(session_dir: Path, info: SessionInfo) -> int:
@@ -244,106 +145,9 @@ def is_empty(session_dir: Path, info: SessionInfo, log_len: int) -> bool:
         return True
 
 
-def _has_import(session_dir: Path) -> bool:
-    """The ``imported/`` copy ``memfs migrate`` leaves; it outlives the manifest's
-    ``imported_from``, which the log's own metadata rewrites drop."""
-    try:
-        return stat.S_ISDIR(os.lstat(session_dir / "imported").st_mode)
-    except OSError:
-        return False
-
-
 def _raw_id(session_dir: Path) -> str:
     info, _ = _manifest_info(session_dir)
     return info.session_id
-
-
-# A cache of manifest reads for listings, keyed by path and invalidated whenever the
-# manifest's identity or timestamps change (an atomic replace always gives a new inode).
-_CACHE: dict[str, tuple[tuple, SessionInfo]] = {}
-
-
-def _cached_info(session_dir: Path) -> SessionInfo:
-    try:
-        st = os.lstat(session_dir / MANIFEST)
-        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    except OSError:
-        key = None
-    hit = _CACHE.get(str(session_dir))
-    if key is not None and hit is not None and hit[0] == key:
-        info = hit[1]
-    else:
-        info, _ = _manifest_info(session_dir)
-        if key is not None:
-            _CACHE[str(session_dir)] = (key, info)
-    return dataclasses.replace(info)
-
-
-_ORIGINS: dict[str, tuple[tuple, tuple[str, str | None]]] = {}
-
-
-def _origin(session_dir: Path) -> tuple[str, str | None]:
-    """``(agent, thread_id)`` of a session from the lines that start in its log's first
-    :data:`~memfs.agents.HEAD_BYTES`; unreadable reads as unknown."""
-    path = session_dir / EVENTS
-    try:
-        st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode):
-            return "unknown", None
-        key = (st.st_dev, st.st_ino, min(st.st_size, 2 * HEAD_BYTES))
-        hit = _ORIGINS.get(str(session_dir))
-        if hit is not None and hit[0] == key:
-            return hit[1]
-        fd = open_nofollow(path, os.O_RDONLY)
-        try:
-            head = os.pread(fd, 2 * HEAD_BYTES, 0)  # the lines that start in the head, whole
-        finally:
-            os.close(fd)
-    except (OSError, SymlinkRefused):
-        return "unknown", None
-    origin = Origin()
-    offset = 0
-    for line in split_lines(head)[0]:
-        if offset >= HEAD_BYTES:
-            break
-        offset += len(line) + 1
-        decoded = decode_stored(line)
-        if decoded is not None:
-            origin.feed(decoded[1])
-            if origin.settled:
-                break
-    result = (origin.agent, origin.thread_id)
-    _ORIGINS[str(session_dir)] = (key, result)
-    return result
-
-
-def list_sessions(root: str | os.PathLike) -> list[SessionInfo]:
-    """Every session of the store, most recently updated first (ties by name).
-
-    The sessions are what the mount lists (:func:`memfs.store.catalog.session_names`: real
-    directories holding a log or a manifest); symlinked entries and stray files are not
-    sessions. Manifest reads are cached until the manifest changes; the counts and status
-    are live: the log's lines past what the manifest describes are followed
-    (:func:`follow_tail`), so a session another process is writing shows its real counts.
-    """
-    root = Path(root)
-    sessions = []
-    for name in session_names(root):
-        path = root / name
-        info = _cached_info(path)
-        follow_tail(path, info)
-        info.pinned = is_pinned(path)
-        info.live = liveness.is_live(path)
-        info.about = read_about(path)
-        agent, conversation = info.about.get("agent"), info.about.get("conversation_id")
-        told = agent_name(agent) if type(agent) is str and agent else None
-        told_all = told is not None and type(conversation) is str  # then the log is not read
-        info.agent, info.thread_id = (told, conversation) if told_all else _origin(path)
-        info.agent = told or info.agent
-        sessions.append(info)
-    sessions.sort(key=lambda s: s.name)
-    sessions.sort(key=lambda s: s.updated_ts, reverse=True)
-    return sessions
 
 
 # --- retention ---------------------------------------------------------------------------
@@ -447,7 +251,8 @@ def mark_completed(path: Path, cutoff: float | None = None) -> bool:
             raw["updated_at"] = format_rfc3339(last)
         raw["status"] = "completed"
         atomic_write(path / MANIFEST, orjson.dumps(raw))
-        return True
+    noted(path)  # (after the lock's release: a live row is read again)
+    return True
 
 
 def _remove(path: Path, log_len: int) -> int | None:
@@ -467,6 +272,7 @@ def _remove(path: Path, log_len: int) -> int | None:
         # a hidden trash folder, never a half-deleted session that still lists as one
         trash = path.with_name(f"{TRASH_PREFIX}{os.getpid()}-{os.urandom(4).hex()}-{path.name}")
         os.rename(path, trash)
+    forgotten(path.parent, path.name)
     remove_tree(trash)
     return size
 
@@ -597,3 +403,7 @@ def _detail(reason: str, last: float, policy: Policy, now: float) -> str:
                 f"({shown} days > max_age_days {policy.max_age_days:g})")
     return {"empty": "empty: no events", "count": f"beyond max_sessions {policy.max_sessions}",
             "half-created": "half-created: an empty log and no manifest"}[reason]
+
+
+__all__ = ["GcReport", "Policy", "Removed", "SessionInfo", "gc", "is_pinned", "list_sessions", "mark_completed", "pin",
+           "read_pin", "remove_trash", "session_now", "unpin"]

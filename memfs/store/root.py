@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memfs.errors import AlreadyExists, NotEmpty, NotFound, SessionBusy
-from memfs.store.catalog import is_session_dir, session_names
+from memfs.store.catalog import catalog_of, forgotten, is_session_dir
 from memfs.store.config import DEFAULT_EVICT_TO, DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES
 from memfs.store.lock import is_live
 from memfs.store.paths import EVENTS, REJECTED, ensure_private_dir, new_session_name_error, remove_tree
@@ -65,9 +65,15 @@ class Store:
         if not settings.read_only:
             ensure_private_dir(self.root)
 
+    def catalog(self):
+        """The store catalog of this root (:mod:`memfs.store.catalog`)."""
+        return catalog_of(self.root)
+
     def names(self) -> list[str]:
-        """Session directory names, sorted. Symlinks and stray files are not sessions."""
-        return session_names(self.root)
+        """Session directory names, sorted, from the store catalog brought up to date (one
+        ``stat`` of the root; a ``stat`` per session at most every
+        :data:`~memfs.store.catalog.BACKGROUND_VERIFY_SECONDS`, on a thread of its own). Symlinks and stray files are not sessions."""
+        return catalog_of(self.root).current(background=True).names()
 
     def exists(self, name: str) -> bool:
         return name in self._handles or is_session_dir(self.root / name)
@@ -217,6 +223,7 @@ class Store:
                 except FileNotFoundError:
                     pass
             remove_tree(path)
+            forgotten(self.root, name)
 
     def close(self) -> None:
         """Close every held handle (flushing and persisting each)."""

@@ -39,7 +39,7 @@ from typing import BinaryIO
 from memfs.errors import SessionBusy, SessionClosed
 from memfs.store import lock as liveness
 from memfs.store import persister
-from memfs.store.catalog import is_session_dir
+from memfs.store.catalog import is_session_dir, noted
 from memfs.store.config import (
     BUFFER_LIMIT,
     DEFAULT_EVICT_TO,
@@ -233,6 +233,7 @@ class Session:
         lock_file, self.lock_file = self.lock_file, None
         self.times.stopped_writing()
         liveness.release(lock_file)
+        noted(self.dir)  # no longer live: the catalog's status of it may change
 
     @property
     def name(self) -> str:

@@ -11,12 +11,11 @@ contribution swapped for its new one in every grouping — a cost of that sessio
 * the filesystem calls :meth:`Aggregator.touch` for a session written through this mount (or
   created or removed); the next read of a ``usage/`` file refreshes the sessions touched since;
 * sessions changed by another process (``memfs record``, ``import --follow``, another mount) are
-  found by a sweep of two ``lstat`` per session (the log's length, ``index/about.json``'s
-  identity against what the contribution was computed from), run on a background thread at
-  most every :data:`SWEEP` seconds while ``usage/`` is being read, in small batches with pauses
-  between them (its work at most :data:`SWEEP_DUTY` of its time, and of the time between two
-  sweeps: a large store is swept less often), so that the requests the mount serves meanwhile
-  do not wait behind it; a read shows what the last sweep found.
+  found by comparing each contribution's stamp (the log's length, ``index/about.json``'s
+  identity) with the store catalog's row (:mod:`memfs.store.catalog`: kept by every writer's
+  commit, checked against the disk now and then), on a background thread at most every
+  :data:`SWEEP` seconds while ``usage/`` is being read (less often when that work is long:
+  :data:`SWEEP_DUTY`); a read shows what the last sweep found.
 
 Safe from any thread; one lock guards the sums (held while a touched session is refreshed).
 """
@@ -24,15 +23,13 @@ Safe from any thread; one lock guards the sums (held while a touched session is 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 
 import orjson
 
 from memfs.errors import MemfsError
-from memfs.store.catalog import is_session_dir, is_session_entry, root_entries
-from memfs.usage.reporting import Contribution, Groups, contribution, contributions, markdown, stamp_now
+from memfs.usage.reporting import Contribution, Groups, contribution, contributions, markdown
 
 log = logging.getLogger("memfs.usage")
 
@@ -41,7 +38,6 @@ TITLES = {"daily": "Usage by day (UTC)", "by-model": "Usage by model", "by-proje
           "by-agent": "Usage by agent"}
 NAMES = tuple(f"{stem}.{ext}" for stem in FILES for ext in ("json", "md"))
 SWEEP = 2.0  # seconds between two sweeps for other processes' changes
-SWEEP_BATCH = 32  # sessions stat'ed between two pauses of a sweep (it never holds the GIL long)
 SWEEP_DUTY = 0.1  # a sweep works at most this share of its time, and of the time between two sweeps
 
 
@@ -149,24 +145,16 @@ class Aggregator:
 
     def _sweep(self) -> None:
         try:
-            root = self.store.root
-            top = os.fspath(root)
             known = dict(self._contrib)
             names, changed = set(), []
-            work, t = 0.0, time.perf_counter()
-            for i, entry in enumerate(root_entries(root)):
-                name = entry.name
-                if is_session_entry(entry) and is_session_dir(root / name):
-                    names.add(name)
-                    c = known.get(name)
-                    if c is None or c.stamp != stamp_now(os.path.join(top, name)):
-                        changed.append(name)
-                if i % SWEEP_BATCH == SWEEP_BATCH - 1:
-                    spent = time.perf_counter() - t
-                    work += spent
-                    time.sleep(spent * (1 / SWEEP_DUTY - 1))
-                    t = time.perf_counter()
-            work += time.perf_counter() - t
+            t = time.perf_counter()
+            catalog = self.store.catalog().current(background=True)  # (a stat of each log, now and then)
+            for name in catalog.names():
+                names.add(name)
+                c, row = known.get(name), catalog.row(name)
+                if c is None or row is None or c.stamp != row.stamp:
+                    changed.append(name)
+            work = time.perf_counter() - t
             self._interval = max(SWEEP, work / SWEEP_DUTY)
             changed += [n for n in known if n not in names]
             if changed:

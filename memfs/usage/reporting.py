@@ -31,7 +31,6 @@ import orjson
 
 from memfs.errors import MemfsError
 from memfs.store.about import ABOUT
-from memfs.store.catalog import session_names
 from memfs.store.listing import usd
 from memfs.store.meta import parse_rfc3339
 from memfs.store.paths import DERIVED_DIR, EVENTS, atomic_write, open_nofollow, read_fd
@@ -165,6 +164,44 @@ def usage_of(root: Path, name: str) -> dict:
     """A session's ``usage.json`` content: the current stored copy, else computed."""
     data = stored(root / name)
     return data if data is not None else compute(root, name)
+
+
+def session_totals(catalog, rows) -> dict:
+    """``{name: derived/usage.json's total}`` of catalog ``rows``: the catalog's copy where it was
+    computed for the log as it is, else the session's usage (stored or computed), which the
+    catalog then keeps (:meth:`memfs.store.catalog.Catalog.set_usage`). Unreadable sessions are
+    left out."""
+    from memfs.views import persist
+
+    out = {}
+    for row in rows:
+        total = row.usage_total
+        if total is None:
+            try:
+                data = usage_of(catalog.root, row.name)
+                total = data["total"]
+            except (MemfsError, OSError, KeyError):
+                continue  # unreadable: its row says '-'
+            source = data.get("source") or {}
+            about = source.get("about")
+            catalog.set_usage(row.name, (source.get("events_len"), tuple(about) if about else None), total)
+        out[row.name] = total
+    persist.flush()
+    return out
+
+
+def listed(root: Path, keep=None, limit: int | None = None) -> tuple[int, list, dict]:
+    """What ``memfs sessions`` and MCP ``list_sessions`` list: ``(how many sessions the store
+    has, the :class:`~memfs.store.sessioninfo.SessionInfo` of those ``keep`` lets through — most
+    recent last record first, at most ``limit`` — and their usage totals by name)``, from the store
+    catalog brought up to date."""
+    from memfs.store.catalog import catalog_of
+
+    catalog = catalog_of(root).current()
+    rows = catalog.rows()
+    picked = [(r, r.info()) for r in rows]
+    picked = [p for p in picked if keep is None or keep(p[1])][:limit]
+    return len(rows), [info for _, info in picked], session_totals(catalog, [r for r, _ in picked])
 
 
 def load(root: Path, name: str, write: bool = True) -> Contribution:
@@ -317,15 +354,17 @@ def contributions(root: Path, write: bool = True) -> dict[str, Contribution]:
     """Every session's contribution now: from the store-level index where its stamp still holds,
     else from its ``derived/usage.json`` (or its log); the index and the copies are rewritten
     where they were stale, unless ``write`` is false (a read-only mount writes nothing)."""
+    from memfs.store.catalog import catalog_of
     from memfs.views import persist
 
     index = _read_index(root)
     out: dict[str, Contribution] = {}
     redone = False
-    top = os.fspath(root)
-    for name in session_names(root):
+    catalog = catalog_of(root).current()  # the names, and each log's length and about.json's identity
+    for name in catalog.names():
         c = index.get(name)
-        if c is None or c.stamp != stamp_now(os.path.join(top, name)):
+        row = catalog.row(name)
+        if c is None or row is None or c.stamp != row.stamp:
             try:
                 c = load(root, name, write)
             except (MemfsError, OSError):

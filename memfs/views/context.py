@@ -46,6 +46,7 @@ Decisions (the spec leaves the view to memfs):
 
 from __future__ import annotations
 
+from memfs.store.listing import status_of
 from memfs.store.meta import ABANDONED, COMPLETED, FAILED, OPEN
 from memfs.views.header import block
 from memfs.views.progress import _MARK, DONE
@@ -134,7 +135,7 @@ def render(session_id: str, fold, ledger: dict, budget: int = DEFAULT_BUDGET, ab
     progress += f", confidence {ledger['confidence']:.2f}"
     if ledger["stalled_since"] is not None:
         progress += f", stalled since {ledger['stalled_since']}"
-    status = turns.status + (f", turn {turns.index.last_ordinal} open" if turns.in_turn else "")
+    status = status_of(about or {}, turns.status, turns.in_turn) + (f", turn {turns.index.last_ordinal} open" if turns.in_turn else "")
     closed = len(outcomes) - outcomes.count(OPEN)
     header = (f"# Context: session {_one_line(session_id)}\n\n{block(about or {})}"
               f"**Goal:** {_one_line(ledger['goal']) or '_none recorded_'}\n"

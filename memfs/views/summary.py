@@ -28,7 +28,9 @@ Layout (the bold lines after the title: what ``index/about.json`` says, see
     Added the retry loop.
 
 Decisions recorded here where the spec is silent: the agent and thread id are told from the
-log as :mod:`memfs.agents` says (``unknown``, ``no thread id`` when it cannot tell); status and counts come from the fold of the
+log as :mod:`memfs.agents` says (``unknown``, ``no thread id`` when it cannot tell); the status
+is the one ``memfs sessions`` shows (:func:`memfs.store.listing.status_of` on about.json and the
+fold's state, never live: a view is a function of the records); counts come from the fold of the
 retained log (an open turn adds "turn N open" to the status; evicted turns add "turns 1–K
 evicted"); tokens sum the retained turns' usage; at most the first 50 files (sorted) and the
 last 20 errors are listed, with a count of the rest; the last agent message is the latest one
@@ -37,6 +39,7 @@ in the log, open turn included (``memory.json``'s ``summary`` is the last *close
 
 from __future__ import annotations
 
+from memfs.store.listing import status_of
 from memfs.store.meta import ABANDONED, COMPLETED, FAILED, OPEN
 from memfs.views.fold import Fold
 from memfs.views.header import block
@@ -57,7 +60,7 @@ def render(session_id: str, fold: Fold, events_len: int, created_at: str, about:
     n_open = outcomes.count(OPEN)
     completed, failed, abandoned = outcomes.count(COMPLETED), outcomes.count(FAILED), outcomes.count(ABANDONED)
     closed = len(index) - n_open
-    status = turns.status
+    status = status_of(about or {}, turns.status, turns.in_turn)
     if turns.in_turn:
         status += f", turn {index.last_ordinal} open"
     head = block(about or {})
