@@ -13,7 +13,8 @@ import orjson
 import pytest
 from memfs import open_session
 from memfs.search import persist, store_searcher
-from memfs.search.changes import NoticedChanges, log_key
+from memfs.search.changes import CatalogChanges, log_key
+from memfs.store.catalog import catalog_of
 from memfs.store.root import Store, StoreSettings
 
 from mounting import event, mounted, needs_fuse
@@ -148,11 +149,11 @@ def test_an_unusable_index_file_is_ignored_and_rebuilt(tmp_path, damage, monkeyp
         store.close()
 
 
-def test_noticed_changes_answers_what_changed_since_a_cursor(tmp_path):
-    """The change source's contract (what the store catalog's feed will answer too)."""
+def test_the_catalog_answers_what_changed_since_a_cursor(tmp_path):
+    """The change source's contract, answered by the store catalog's feed."""
     root = tmp_path / "sessions"
     names = make_store(root, 4)
-    changes = NoticedChanges(root)
+    changes = CatalogChanges(root)
     cursor, every, removed = changes.changes_since(0)
     assert set(every) == set(names) and not removed and cursor > 0
     assert every[names[0]] == log_key(str(root), names[0])
@@ -162,11 +163,11 @@ def test_noticed_changes_answers_what_changed_since_a_cursor(tmp_path):
     changes.notice(names[1])
     cursor, changed, removed = changes.changes_since(cursor)
     assert changed == {names[1]: log_key(str(root), names[1])} and not removed
-    memfs_append(root, names[2], turn_lines("Elsewhere."))  # another process: found by a sweep
+    memfs_append(root, names[2], turn_lines("Elsewhere."))  # another process: its commit writes the catalog
     memfs_append(root, "newcomer", turn_lines("New."))
-    for file in ("events.jsonl", "manifest.json"):
+    for file in ("events.jsonl", "manifest.json"):  # without memfs: found by the catalog's check
         os.unlink(root / names[3] / file)
-    changes.sweep(paced=False)
+    catalog_of(root).verify()
     cursor, changed, removed = changes.changes_since(cursor)
     assert set(changed) == {names[2], "newcomer"} and removed == {names[3]}
     assert changes.changes_since(cursor)[1:] == ({}, set())

@@ -32,7 +32,7 @@ from memfs.fs.ops import MountOptions, Operations
 from memfs.fs.syncer import Durability
 from memfs.pace import background, lower_workers, worker_started
 from memfs.search import store_searcher
-from memfs.search.changes import NoticedChanges
+from memfs.search.changes import CatalogChanges
 from memfs.store import rescanner
 from memfs.store.paths import pid_alive, sanitize
 from memfs.store.rejected import set_max_rejected_bytes
@@ -123,10 +123,10 @@ def build(config) -> tuple[Store, Operations]:
     options = MountOptions(single_session=single, read_only=config.read_only,
                            uid=os.getuid() if config.uid is None else config.uid,
                            gid=os.getgid() if config.gid is None else config.gid)
-    # the root search's index: kept up by this mount's notices and a sweep for other processes'
-    # changes (memfs.search.changes), saved in the store unless the mount is read-only
+    # the root search's index: kept up by this mount's notices and the store catalog's change
+    # feed (memfs.search.changes), saved in the store unless the mount is read-only
     searcher = store_searcher(store, max_results=config.max_results, min_score=config.min_score,
-                              defaults=config.search.params(), changes=NoticedChanges(store.root),
+                              defaults=config.search.params(), changes=CatalogChanges(store.root),
                               persist="load" if config.read_only else "save")
     return store, Operations(store, options, searcher=searcher)
 

@@ -117,8 +117,9 @@ def allowed_turns(table: dict[int, tuple[str | None, float | None]], options: Se
 
 
 def sessions_matching(root: str | os.PathLike, options: SearchOptions) -> set[str]:
-    """The names of the sessions that pass ``options``' ``agent`` and ``project``."""
-    from memfs.store import listing, retention
+    """The names of the sessions that pass ``options``' ``agent`` and ``project`` (the store
+    catalog's rows, filtered as ``memfs sessions`` filters)."""
+    from memfs.store.catalog import catalog_of
 
-    keep = listing.Filter(agent=options.agent, project=options.project)
-    return {info.name for info in retention.list_sessions(root) if keep(info)}
+    rows = catalog_of(root).current(background=True).rows(agent=options.agent, project=options.project)
+    return {row.name for row in rows}

@@ -46,7 +46,7 @@ from typing import Any, Protocol, cast
 from memfs.errors import BadQuery, MemfsError, NotFound
 from memfs.search import persist as persist_file
 from memfs.search.analysis import analyzer
-from memfs.search.changes import ChangeSource, LogKey, NoticedChanges, log_key
+from memfs.search.changes import CatalogChanges, ChangeSource, LogKey, log_key
 from memfs.search.corpora import Corpus, allowed_turns, sessions_matching, turn_table
 from memfs.search.index import DEFAULT_MAX_RESULTS, DEFAULT_MIN_SCORE, SearchIndex
 from memfs.search.options import SearchOptions, parse_options
@@ -114,14 +114,14 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
     time. Sessions that vanished from the store are dropped from the index.
 
     ``changes`` tells a root query which sessions changed since the last one (default: a
-    :class:`~memfs.search.changes.NoticedChanges` sweeping in the background). ``persist``:
+    :class:`~memfs.search.changes.CatalogChanges`: the store catalog's change feed). ``persist``:
     ``"none"`` (the index lives in memory only), ``"load"`` (it starts from the one saved in
     the store, :mod:`memfs.search.persist`), ``"save"`` (and saves it: from :meth:`maintain`,
     at most every :data:`SAVE_EVERY` seconds while it changes, and at :meth:`close`).
     """
     if persist not in ("none", "load", "save"):
         raise ValueError(f"persist must be none, load or save, not {persist!r}")
-    source: ChangeSource = changes if changes is not None else NoticedChanges(store.root, background=True)
+    source: ChangeSource = changes if changes is not None else CatalogChanges(store.root)
     default = Corpus()
     corpora: dict[tuple, Corpus] = {default.key: default}  # made on first use (SPEC §5.1)
     outputs: dict[str, OutputLog] = {}  # each session's output documents, shared by the corpora
@@ -411,7 +411,7 @@ def search_store(root: str | os.PathLike, query: str, *, session: str | None = N
     """
     store = Store(root, StoreSettings(read_only=True))
     try:
-        search = store_searcher(store, changes=NoticedChanges(store.root),
+        search = store_searcher(store, changes=CatalogChanges(store.root),
                                 persist="none" if session is not None else "save" if os.access(root, os.W_OK) else "load")
         try:
             return search(query, session, k, min_score, options)

@@ -15,8 +15,8 @@ it current:
   sweep too; a removal calls :func:`forgotten`;
 * :meth:`Catalog.sync` (every read; one ``stat``): the root's mtime changed → the names are
   listed again and the added and removed sessions noted (a session copied in, a folder deleted);
-* :meth:`Catalog.verify` (rarely: a command every :data:`VERIFY_SECONDS`, a server every
-  :data:`BACKGROUND_VERIFY_SECONDS` on a thread of its own): the names listed again, and an
+* :meth:`Catalog.verify` (rarely: a command every :data:`VERIFY_SECONDS`, a server on a thread
+  of its own as often as its cost allows, see :meth:`Catalog.maybe_verify`): the names listed again, and an
   ``lstat`` of each session's log, manifest and ``about.json``; a session whose log or
   metadata another process or a copy changed is read again.
 
@@ -94,7 +94,9 @@ def find_session(root: str | os.PathLike, session: str) -> Path:
 
 _GENERATION = 1 << 40  # a cursor is generation × this + seq (a rebuilt catalog has another generation)
 VERIFY_SECONDS = 300.0  # a reader (a command) checks every session when the last check is older than this
-BACKGROUND_VERIFY_SECONDS = 30.0  # a server checks this often, on a thread of its own
+BACKGROUND_VERIFY_SECONDS = 30.0  # a server checks at least this often, on a thread of its own…
+BACKGROUND_VERIFY_MIN = 1.0  # …and at most this often…
+BACKGROUND_VERIFY_DUTY = 0.1  # …its check taking at most this share of the time between two
 FRESH_SECONDS = 0.05  # rows read are trusted this long before asking SQLite whether another process wrote
 
 
@@ -247,6 +249,7 @@ class Catalog:
         self._lock = threading.RLock()
         self.dropped = False  # deleted (its store was left empty): catalog_of makes a new one
         self._verifier: threading.Thread | None = None
+        self._verify_work = 0.0  # seconds the last check took (a server's pace of checks)
 
     # --- keeping it current ----------------------------------------------------------------
 
@@ -338,6 +341,7 @@ class Catalog:
         again the sessions whose stat differs from the row's (another process's or a copy's
         change), and those shown as running (a writer may have died); returns how many were
         read again."""
+        started = time.perf_counter()
         self.sync(force=True)
 
         def work() -> int:
@@ -355,14 +359,21 @@ class Catalog:
             self.refresh(stale)
             return len(stale)
 
-        return self._guarded(work)
+        try:
+            return self._guarded(work)
+        finally:
+            self._verify_work = time.perf_counter() - started
 
     def maybe_verify(self, every: float | None = None, background: bool = False) -> None:
         """:meth:`verify` when the last one (of any process) is older than ``every`` seconds
-        (default :data:`VERIFY_SECONDS`, or :data:`BACKGROUND_VERIFY_SECONDS` with
-        ``background``: on a thread of its own, a server's request does not wait for it)."""
+        (default :data:`VERIFY_SECONDS`; with ``background``, on a thread of its own so that a
+        server's request does not wait for it, as often as its cost allows: its work at most
+        :data:`BACKGROUND_VERIFY_DUTY` of the time, between :data:`BACKGROUND_VERIFY_MIN` and
+        :data:`BACKGROUND_VERIFY_SECONDS` apart — a small store's hand-made changes are seen
+        within seconds, a large one's within half a minute)."""
         if every is None:
-            every = BACKGROUND_VERIFY_SECONDS if background else VERIFY_SECONDS
+            every = min(BACKGROUND_VERIFY_SECONDS, max(BACKGROUND_VERIFY_MIN, self._verify_work / BACKGROUND_VERIFY_DUTY)) \
+                if background else VERIFY_SECONDS
         last = self._guarded(lambda: self.db.meta("verified")) or 0
         if time.time() - last < every:
             return

@@ -71,8 +71,8 @@ class Store:
 
     def names(self) -> list[str]:
         """Session directory names, sorted, from the store catalog brought up to date (one
-        ``stat`` of the root; a ``stat`` per session at most every
-        :data:`~memfs.store.catalog.BACKGROUND_VERIFY_SECONDS`, on a thread of its own). Symlinks and stray files are not sessions."""
+        ``stat`` of the root; a ``stat`` per session now and then, on a thread of its own:
+        :meth:`~memfs.store.catalog.Catalog.maybe_verify`). Symlinks and stray files are not sessions."""
         return catalog_of(self.root).current(background=True).names()
 
     def exists(self, name: str) -> bool:
