@@ -197,7 +197,7 @@ def _skip(f, n: int, hasher=None) -> int:
 
 # --- one source file ---------------------------------------------------------------------------
 
-AGENT_OF_KIND = {"claude": "claude", "rollout": "codex", "gemini": "gemini"}
+AGENT_OF_KIND = {"claude": "claude", "rollout": "codex", "gemini": "gemini", "opencode": "opencode"}
 
 
 def identify(path: Path, fmt: str, limit: int = MAX_DECOMPRESSED) -> tuple[str | None, str | None]:
@@ -486,11 +486,16 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
                  max_events: int = 0, evict_to: float = DEFAULT_EVICT_TO,
                  progress: Callable[[int, int], None] | None = None,
                  max_decompressed: int = MAX_DECOMPRESSED) -> list[ImportItem]:
-    """Import each source file once (see the module docstring); one item per file."""
+    """Import each source file once (see the module docstring); one item per file. OpenCode's
+    store (a SQLite database, not lines) goes to :func:`memfs.ingest.opencode.import_store`:
+    one item per OpenCode session."""
+    from memfs.ingest import opencode
+
+    stores, paths = opencode.split_stores(paths)
+    items = opencode.import_stores(root, stores, dry_run=dry_run, max_events=max_events, evict_to=evict_to)
     files = discover(paths)
     total = sum(f.stat().st_size for f in files)
     done = 0
-    items = []
     for path in files:
         item = ImportItem(str(path))
         items.append(item)
