@@ -1,4 +1,4 @@
-"""The real agent CLIs, offline (docs/agents.md): Claude Code, Codex and Gemini CLI run against
+"""The real agent CLIs, offline (docs/agents.md): Claude Code, Codex, Gemini CLI and OpenCode run against
 the scripted model server (tests/agents/model_server.py), and the fixtures captured from them
 (tests/fixtures/agents/, scripts/capture_fixtures.py) are complete.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -379,3 +380,37 @@ def test_format_opencode_reads_its_stream_only_and_the_others_name_it(tmp_path):
     assert report["refused"] > 0 and report["appended"] == 0
     rejected = next((tmp_path / "b").rglob("rejected.jsonl")).read_text()
     assert "Gemini CLI stream-json" in rejected
+
+
+def test_record_of_the_real_cli_then_import_of_its_store_is_one_session(tmp_path):
+    """The real ``opencode run --format json`` (offline, scripted model server) under ``memfs
+    record``, then ``memfs import`` of the data directory it wrote: one session, nothing twice,
+    and what only the store says (the prompt, the model, the cwd) added."""
+    sys.path.insert(0, str(Path(__file__).parent / "agents"))
+    from clis import OpenCode, installed
+    from model_server import ModelServer
+
+    why = installed()
+    if why:
+        if os.environ.get("MEMFS_REQUIRE_AGENTS") == "1":
+            pytest.fail(f"MEMFS_REQUIRE_AGENTS=1 but {why}")
+        pytest.skip(why)
+    script = {"steps": [{"tool": {"name": "bash", "arguments": {"command": "false", "description": "Fail"}}},
+                        {"text": "The command failed."}], "side": OpenCode.side}
+    store = tmp_path / "store"
+    with ModelServer(script, tmp_path / "requests.jsonl") as server:
+        agent = OpenCode(tmp_path / "sandbox", server.url)
+        argv = agent.argv("Run false")
+        proc = subprocess.run([*MEMFS, "record", "--store", str(store), "live", "--", *argv], cwd=agent.proj,
+                              env={**agent.env(), "PATH": os.environ["PATH"]}, capture_output=True, timeout=180,
+                              stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
+    recorded = events_of(store, "live")
+    assert closes(recorded) == ["turn.completed"]
+    (cmd,) = of_type(recorded, "command_execution")
+    assert (cmd["command"], cmd["status"], cmd["exit_code"]) == ("false", "failed", 1)
+    reports = import_(store, agent.home / ".local" / "share" / "opencode")
+    assert [r["session"] for r in reports] == ["live"]
+    assert events_of(store, "live") == recorded
+    s = listing(store)["live"]
+    assert (s["agent"], s["model"], s["cwd"], s["first_prompt"]) == ("opencode", "gpt-5.5", str(agent.proj), quoted("Run false"))
