@@ -5,8 +5,9 @@ server (tests/agents/model_server.py) in a sandbox under --root (HOME, CODEX_HOM
 tiny git repository as the project; stable paths, so re-captures differ only in ids and times),
 then copies, unchanged: the CLI's stdout stream (stream.jsonl, or stream.N.jsonl for the Nth run
 of a resumed conversation), its stderr when not empty, the files the CLI wrote in its own store
-(under home/, at the same relative paths), the requests the server received with the bulky
-tool and system-prompt definitions cut down (requests.jsonl), and capture.json (CLI, version,
+(under home/, at the same relative paths; OpenCode's database as a SQLite backup:
+docs/agents.md), the requests the server received with the bulky tool and system-prompt
+definitions cut down (requests.jsonl), and capture.json (CLI, version,
 date, sandbox root, script, command lines, exit codes, file list). docs/agents.md lists the
 scenarios.
 
