@@ -171,8 +171,15 @@ def resume_two_turns(agent):
 
 
 def compact(agent):
-    if agent == "opencode":
-        return None  # not captured yet (docs/agents.md)
+    summary = "The user asked which files the project has; the answer was README.md."
+    if agent == "opencode":  # automatic: the first turn used more than the model's context less its output
+        return {"about": "auto-compaction: the first answer reports more tokens than the model's context (20,000), "
+                         "so OpenCode at once asks for a summary, adds a synthetic 'Continue…' message and answers "
+                         "it; then a continued run (run --session) with a second prompt",
+                "prompts": ["What files are in the project?", "What is the project about?"],
+                "options": {"context": 20000},
+                "script": {"steps": [text("The project has one file: README.md.", usage={"input": 30000, "output": 50}),
+                                     text(summary), text("Nothing more to do."), text("It is a tiny demo project.")]}}
     summary = "The user asked which files the project has; the answer was README.md."
     if agent == "claude":  # /compact works in -p mode: a resumed run whose prompt is /compact
         return {"about": "a turn, then `/compact` (a summarization request), then a turn after the compaction",

@@ -30,7 +30,7 @@ SCENARIOS = {
     "gemini": ["ok_failing_command", "api_error", "http_500_then_ok", "mcp_call", "tasks", "subagent",
                "resume_two_turns", "compact"],
     "opencode": ["plain", "ok_failing_command", "api_error", "http_500_then_ok", "mcp_call", "tasks", "subagent",
-                 "resume_two_turns", "interrupted"],
+                 "resume_two_turns", "compact", "interrupted"],
 }
 
 
@@ -222,6 +222,7 @@ EVIDENCE = {  # (agent, scenario): (a file glob, a string that shows the scenari
     ("opencode", "tasks"): ("stream.jsonl", '"tool":"todowrite"'),
     ("opencode", "subagent"): ("stream.jsonl", '"subagent_type":"general"'),
     ("opencode", "resume_two_turns"): ("stream.2.jsonl", "It is a tiny demo project."),
+    ("opencode", "compact"): ("stream.1.jsonl", '"compaction_continue":true'),
     ("opencode", "interrupted"): ("requests.jsonl", '"status": 0'),  # the request it was interrupted in
 }
 

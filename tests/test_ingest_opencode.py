@@ -15,14 +15,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import memfs
 import pytest
 
 from agent_helpers import MEMFS, cli, events_of, facts, items, of_type, view
+from mounting import mounted, needs_fuse, sh
 
 OPENCODE = Path(__file__).parent / "fixtures" / "agents" / "opencode"
 SCENARIOS = sorted(p.name for p in OPENCODE.iterdir() if p.is_dir())
 REPLAY = Path(__file__).parent / "agents" / "replay.py"
-FAMILY = {"thread.started", "turn.started", "turn.completed", "turn.failed", "item.started", "item.completed"}
+FAMILY = {"thread.started", "turn.started", "turn.completed", "turn.failed", "item.started", "item.completed",
+          "thread.completed", "thread.compact_boundary"}
 
 
 def capture(scenario: str) -> dict:
@@ -90,8 +93,9 @@ def test_each_store_gives_one_session_per_opencode_session_and_a_second_import_a
     ev = events_of(store, sid)
     assert {e["type"] for e in ev} <= FAMILY
     assert ev[0] == {"type": "thread.started", "thread_id": sid, "agent": "opencode"}
-    assert [c["prompt"] for c in started(ev)] == [quoted(p) for p in prompts(scenario)]
-    assert all(c["origin"] == "user" and c["turn_id"].startswith("msg_") for c in started(ev))
+    users = [c for c in started(ev) if "prompt" in c]  # (compact: its summary turn and the synthetic one have none)
+    assert [c["prompt"] for c in users] == [quoted(p) for p in prompts(scenario)]
+    assert all(c["origin"] == "user" for c in users) and all(c["turn_id"].startswith("msg_") for c in started(ev))
     again = import_(store, data)
     assert [(r["status"], r["appended"]) for r in again] == [("up-to-date", 0)] * len(ids)
     assert events_of(store, sid) == ev
@@ -138,9 +142,8 @@ def test_usage_is_per_turn_with_each_request_and_its_model(tmp_path):
                    for s in steps]
     assert end["requests"] == [{"model": "gpt-5.5", "usage": u} for u in per_request]
     assert end["usage"] == {"input_tokens": 2100, "cached_input_tokens": 0, "output_tokens": 45}
-    assert end["model"] == "gpt-5.5" and "total_cost_usd" not in end  # the scripted model costs nothing
+    assert end["model"] == "gpt-5.5" and end["completed_at"].endswith("Z")
     # the title request (a side request, answered outside the turn) is not the turn's
-    assert end["completed_at"].endswith("Z")
 
 
 def test_an_api_error_is_a_failed_turn_with_the_providers_message(tmp_path):
@@ -214,7 +217,7 @@ def test_a_turn_imported_while_open_gets_its_new_items_and_its_close_once(tmp_pa
     import_(store, full)
     ev = events_of(store, sid)
     assert [e["type"] for e in ev] == ["thread.started", "turn.started", "item.completed", "item.completed",
-                                       "turn.completed"]
+                                       "turn.completed", "thread.completed"]
     assert [i["type"] for i in items(ev)] == ["command_execution", "agent_message"]
     assert listing(store)[sid]["status"] == "completed"
 
@@ -341,7 +344,8 @@ def test_the_stream_and_the_store_in_either_order_store_each_thing_once(tmp_path
         assert len(closes(ev)) == len(prompts(scenario)), order
         ids = [i["id"] for i in items(ev)]
         assert len(ids) == len(set(ids)), order
-        logs[order] = [(e["type"], e.get("item", {}).get("id")) for e in ev]
+        # (OpenCode's own cost is in its store only: thread.completed when the store came first)
+        logs[order] = [(e["type"], e.get("item", {}).get("id")) for e in ev if e["type"] != "thread.completed"]
         # the prompt only the store has: a turn field when the store came first, a note otherwise
         assert listing(store)[sid]["first_prompt"] == quoted(prompts(scenario)[0]), order
     assert logs["stream-first"] == logs["store-first"]
@@ -419,3 +423,68 @@ def test_record_of_the_real_cli_then_import_of_its_store_is_one_session(tmp_path
 def test_follow_of_the_database_is_refused_with_the_reason(tmp_path):
     proc = cli("import", "--store", str(tmp_path / "store"), "--follow", str(data_dir(tmp_path, "plain")))
     assert proc.returncode != 0 and "--follow does not watch OpenCode's database" in proc.stderr
+
+
+# --- what the next agent reads: usage with OpenCode's own cost, the views through the mount -------
+
+
+def test_usage_per_turn_and_opencodes_own_cost_beside_memfs_computed_one(tmp_path):
+    """resume_two_turns: requests of 1000/20 and 1100/25 tokens (run 1), then 1200/30 (run 2); the
+    capture priced the scripted model at $1.25 / $10 per million (clis.OpenCode), so OpenCode's
+    own cost is 1000*1.25e-6 + 20*1e-5 + 1100*1.25e-6 + 25*1e-5 = $0.003075, then $0.0018;
+    memfs prices gpt-5.5 at $5 / $30: $0.01185, then $0.0069."""
+    from memfs.usage import session_usage
+
+    store = tmp_path / "store"
+    import_(store, data_dir(tmp_path, "resume_two_turns"))
+    with memfs.open_session(store, capture("resume_two_turns")["session_id"], read_only=True) as h:
+        doc = session_usage(h)
+    assert [(t["tokens"]["input"], t["tokens"]["output"], t["cost_usd"]) for t in doc["turns"]] == [
+        (2100, 45, 0.01185), (1200, 30, 0.0069)]
+    assert [t["agent_cost_usd"] for t in doc["turns"]] == [0.003075, 0.0018]
+    assert doc["total"]["agent_cost_usd"] == 0.004875 and doc["total"]["cost_usd"] == 0.01875
+    assert [t["model"] for t in doc["turns"]] == ["gpt-5.5", "gpt-5.5"]
+
+
+@needs_fuse
+def test_the_views_of_an_opencode_session_through_the_mount(tmp_path):
+    store = tmp_path / "store"
+    import_(store, data_dir(tmp_path, "ok_failing_command"))
+    sid = capture("ok_failing_command")["session_id"]
+    with mounted(store, tmp_path / "mnt") as m:
+        s = m.mnt / "sessions" / sid
+        memory = json.loads(sh("cat derived/memory.json", s).stdout)
+        context = sh("cat derived/context.md", s).stdout
+        summary = sh("cat derived/summary.md", s).stdout
+    assert "ran cat CHANGELOG.md (exit 1)" in [f["fact"] for f in memory["grounded_facts"]]
+    assert '**Goal:** "Show me the changelog"' in context
+    assert "- **Turns:** 1 closed (1 completed, 0 failed, 0 abandoned)" in summary
+    assert "There is no CHANGELOG.md in this project." in summary
+
+
+def test_auto_compaction_is_a_boundary_and_a_summary_fact_in_a_turn_of_its_own(tmp_path):
+    """compact: the first answer reports 30,000 input tokens (the model's context is 20,000), so in
+    the same run OpenCode asks for a summary (a user message with a ``compaction`` part, answered
+    by the summary) and answers a synthetic "Continue…" message; then the continued run."""
+    doc = capture("compact")
+    sid = doc["session_id"]
+    summary = doc["script"]["steps"][1]["text"]
+    store = tmp_path / "store"
+    import_(store, data_dir(tmp_path, "compact"))
+    ev = events_of(store, sid)
+    (boundary,) = [e for e in ev if e["type"] == "thread.compact_boundary"]
+    assert (boundary["trigger"], boundary["mode"], boundary["thread_id"]) == ("auto", "summary", sid)
+    (fact,) = [i for i in items(ev) if i["type"] == "harness"]
+    assert (fact["event"], fact["message"]) == ("compact_summary", summary)
+    assert [c.get("prompt") for c in started(ev)] == [quoted(prompts("compact")[0]), None, None,
+                                                      quoted(prompts("compact")[1])]
+    assert "Continue if you have next steps" not in json.dumps(ev)  # synthetic: neither prompt nor answer
+    assert [i["text"] for i in of_type(ev, "agent_message")] == [
+        "The project has one file: README.md.", "Nothing more to do.", "It is a tiny demo project."]
+    assert [e["usage"]["input_tokens"] for e in ev if e["type"] == "turn.completed"] == [30000, 1100, 1200, 1300]
+    # from the stream in either order: the same turns, each thing once (the boundary: the store's)
+    streamed = tmp_path / "streamed"
+    for source in [*streams("compact"), data_dir(tmp_path / "again", "compact")]:
+        import_(streamed, source)
+    ids = [i["id"] for i in items(events_of(streamed, sid))]
+    assert len(ids) == len(set(ids)) and len(closes(events_of(streamed, sid))) == 4

@@ -17,10 +17,15 @@ not 0 or the tool erred; output bounded), ``todowrite`` → ``todo_list``, file 
 split at the first ``_``), others → ``tool_invocation``. The turn closes with ``turn.completed``
 or, when an assistant message has an ``error``, ``turn.failed`` with its message (``API Error:
 400 …``; an aborted run: ``interrupted``) and no item of its own (the stream has no id for it:
-the identity layer pairs the two captures' failed closes). The close carries the turn's usage (its
+the identity layer pairs the two captures' failed closes). A user message holding a
+``compaction`` part (OpenCode's automatic or ``/compact`` summary) is a turn without a prompt:
+``thread.compact_boundary``, then the summary as a ``harness`` ``compact_summary`` item (a
+fact), its request's usage on its close; the synthetic "Continue…" message after it is a turn
+without a prompt either (synthetic text is never a prompt nor an answer). The close carries the turn's usage (its
 ``step-finish`` parts: one per request, summed; :func:`opencode_shapes.usage_of`), the model,
-``requests`` (each request's model and usage), and OpenCode's own running cost as
-``total_cost_usd`` (kept beside memfs's). A last turn still going (no error, its last
+``requests`` (each request's model and usage); when OpenCode priced it, a ``thread.completed``
+after the close carries OpenCode's own running cost as ``total_cost_usd`` (kept beside memfs's,
+as Claude's is). A last turn still going (no error, its last
 assistant message not completed: still running, or the process was killed — the record does
 not say which) stays open; the next import goes on with it (its new items and its close: the
 open turn is remembered in the session's ``index/import-sources.json``, key ``opencode:<id>``). An
@@ -135,14 +140,18 @@ class Translation:
         """The session's events; ``open_turn``: the turn a previous import left open (its
         ``turn.started`` is not repeated: its new items and its close go on from it)."""
         self.open_turn, self.open = open_turn, None
+        self.seen: list[dict] = []  # the messages before the turn being translated
+        self.turns = 0
         out = [dumps({"type": "thread.started", "thread_id": self.session["id"], "agent": AGENT})]
         users = [m for m in messages if m.get("role") == "user"]
         answers: dict[str, list[dict]] = {}
         for m in messages:
             if m.get("role") == "assistant" and isinstance(m.get("parentID"), str):
                 answers.setdefault(m["parentID"], []).append(m)
+        position = {id(m): n for n, m in enumerate(messages)}
         for n, user in enumerate(users):
             last = n == len(users) - 1
+            self.seen = messages[:position[id(user)]]
             self._turn(out, user, answers.get(user["id"], []), parts, last)
         return out
 
@@ -157,6 +166,7 @@ class Translation:
         prompt = "\n".join(_str(p.get("text")) for p in parts.get(user["id"], [])
                            if p.get("type") == "text" and not p.get("synthetic")).strip()
         context: dict = {"turn_id": user["id"]}
+        compaction = next((p for p in parts.get(user["id"], []) if p.get("type") == "compaction"), None)
         if prompt:
             context.update(origin="user", prompt=bounded_prompt(prompt))
             self.meta.setdefault("first_prompt", bounded_prompt(prompt))
@@ -166,6 +176,11 @@ class Translation:
             context["timestamp"] = at
         if user["id"] != self.open_turn:
             out.append(dumps({"type": "turn.started", "context": context}))
+            if compaction is not None:  # OpenCode's compaction: a request for a summary, in a turn of its own
+                history = sum(1 for m in self.seen if m.get("role") in ("user", "assistant"))
+                out.append(dumps({"type": "thread.compact_boundary", "thread_id": self.session["id"],
+                                  "trigger": "auto" if compaction.get("auto") else "manual", "mode": "summary",
+                                  "original_message_count": history, "compacted_message_count": 1}))
         usage: dict = {}
         requests = []
         model = None
@@ -177,8 +192,11 @@ class Translation:
             for part in parts.get(reply["id"], []):
                 kind = part.get("type")
                 if kind == "text" and _str(part.get("text")).strip() and not part.get("synthetic"):
-                    out.append(dumps({"type": "item.completed", "item": {
-                        "id": part["id"], "type": "agent_message", "text": part["text"]}}))
+                    item = {"id": part["id"], "type": "agent_message", "text": part["text"]}
+                    if compaction is not None or reply.get("summary") is True:  # the summary, as a fact
+                        item = {"id": part["id"], "type": "harness", "event": "compact_summary",
+                                "message": bounded_output(part["text"].strip())}
+                    out.append(dumps({"type": "item.completed", "item": item}))
                 elif kind == "reasoning" and _str(part.get("text")).strip():
                     out.append(dumps({"type": "item.completed", "item": {
                         "id": part["id"], "type": "reasoning", "text": part["text"]}}))
@@ -202,8 +220,6 @@ class Translation:
             event["model"] = model
         if requests:
             event["requests"] = requests
-        if self.cost:
-            event["total_cost_usd"] = round(self.cost, 10)
         times = [t for r in replies for t in ((r.get("time") or {}).get("completed"),) if type(t) in (int, float)]
         end = iso(max(times)) if times else at
         if end:
@@ -211,6 +227,15 @@ class Translation:
             self.meta["ended_at"] = end
         out.append(dumps(event))
         self.meta["status"] = "failed" if failed is not None else "completed"
+        self.turns += 1
+        if self.cost:  # OpenCode's own running cost, as Claude's result carries it (memfs.views.fold)
+            done = {"type": "thread.completed", "thread_id": self.session["id"], "session_id": self.session["id"],
+                    "subtype": "error_during_execution" if failed is not None else "success",
+                    "outcome_code": "error" if failed is not None else "completed", "num_turns": self.turns,
+                    "usage": usage, "total_cost_usd": round(self.cost, 10)}
+            if end:
+                done["completed_at"] = end
+            out.append(dumps(done))
 
 
 # --- the runner ------------------------------------------------------------------------------------
@@ -388,7 +413,7 @@ class StreamTranslator:
             self._close(out, error_message(obj.get("error")) or "error", ts)
         elif not isinstance(pid, str) or not pid:
             return out
-        elif kind == "text" and _str(part.get("text")).strip():
+        elif kind == "text" and _str(part.get("text")).strip() and not part.get("synthetic"):
             out.append(dumps({"type": "item.completed", "item": {"id": pid, "type": "agent_message",
                                                                  "text": part["text"]}}))
         elif kind == "reasoning" and _str(part.get("text")).strip():

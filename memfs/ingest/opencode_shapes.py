@@ -137,8 +137,8 @@ def list_sessions(db: Path) -> list[dict]:
 
 
 def read_session(db: Path, sid: str) -> tuple[list[dict], dict[str, list[dict]]]:
-    """One session's messages (``id``, ``time_created`` and the decoded ``data``) in order, and
-    each message's parts (``id`` and decoded ``data``) in order — in one read transaction, so
+    """One session's messages (the decoded ``data``, ``id``, ``time_created``) in order, and
+    each message's parts (decoded ``data`` and ``id``) in order — in one read transaction, so
     the two agree."""
     conn = connect(db)
     try:
@@ -152,11 +152,11 @@ def read_session(db: Path, sid: str) -> tuple[list[dict], dict[str, list[dict]]]
         raise StoreError(f"{db}: cannot read session {sid}: {exc}") from None
     finally:
         conn.close()
-    messages = [{"id": mid, "time": t, **_json(data)} for mid, t, data in msgs if isinstance(mid, str)]
+    messages = [{**_json(data), "id": mid, "time_created": t} for mid, t, data in msgs if isinstance(mid, str)]
     by_message: dict[str, list[dict]] = {}
     for pid, mid, data in parts:
         if isinstance(pid, str) and isinstance(mid, str):
-            by_message.setdefault(mid, []).append({"id": pid, **_json(data)})
+            by_message.setdefault(mid, []).append({**_json(data), "id": pid})
     return messages, by_message
 
 

@@ -291,8 +291,11 @@ class OpenCode(Agent):
                   "autoupdate": False, "share": "disabled", "permission": "allow",
                   "provider": {"scripted": {"npm": "@ai-sdk/openai-compatible", "name": "Scripted",
                                             "options": {"baseURL": f"{self.url}/v1", "apiKey": "dummy"},
+                                            # a price (USD per million tokens), so that its own cost is not 0
                                             "models": {self.model: {"name": self.model, "tool_call": True,
-                                                                    "limit": {"context": 200000, "output": 8192}}}}}}
+                                                                    "cost": {"input": 1.25, "output": 10},
+                                                                    "limit": {"context": self.options.get("context", 200000),
+                                                                              "output": 8192}}}}}}
         if self.options.get("mcp"):
             config["mcp"] = {"notes": {"type": "local", "command": mcp_server_command(),
                                        "environment": {"NOTES_MCP_LOG": str(self.mcp_log)}}}
