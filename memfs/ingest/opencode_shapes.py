@@ -12,8 +12,8 @@ tables read here: ``session`` (id, ``parent_id`` of a sub-agent's session, ``dir
 
 The database is opened read-only through SQLite (``file:…?mode=ro``; never a copy of the main
 file alone, which would lose the WAL's rows), one short read transaction per session, and
-closed at once: OpenCode may be writing to it meanwhile. Only a regular file reached without a
-symbolic link is opened. No other I/O here.
+closed at once: OpenCode may be writing to it meanwhile. Only a regular file, not a symbolic
+link, is opened. No other I/O here.
 """
 
 from __future__ import annotations
@@ -64,16 +64,14 @@ def default_store() -> Path:
 
 
 def _check_file(db: Path) -> None:
-    """A regular file, reached without a symbolic link, that starts like a SQLite database."""
-    for p in [db, *db.parents]:
-        if p == p.parent:
-            break
-        try:
-            st = os.lstat(p)
-        except OSError as exc:
-            raise StoreError(f"{db}: {exc.strerror}") from None
-        if stat.S_ISLNK(st.st_mode):
-            raise StoreError(f"{db}: {p} is a symbolic link; refused")
+    """A regular file, not a symbolic link (as every file import reads), that starts like a
+    SQLite database."""
+    try:
+        st = os.lstat(db)
+    except OSError as exc:
+        raise StoreError(f"{db}: {exc.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise StoreError(f"{db}: a symbolic link; refused")
     fd = os.open(db, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
