@@ -105,3 +105,37 @@ def test_opencode_imports_the_file_and_continues_the_conversation_with_its_histo
     ev = events_of(store, report["session"])
     assert [e["type"] for e in ev].count("turn.completed") == 3
     assert ev[0] == {"type": "thread.started", "thread_id": res["conversation_id"], "agent": "opencode"}
+
+
+def test_resume_in_opencode_continues_the_session_and_brings_each_new_turn_back_once(tmp_path):
+    why = installed()
+    if why:
+        if os.environ.get("MEMFS_REQUIRE_AGENTS") == "1":
+            pytest.fail(f"MEMFS_REQUIRE_AGENTS=1 but {why}")
+        pytest.skip(why)
+    store = tmp_path / "store"
+    session = codex_session(store)
+    before = events_of(store, session)
+    script = {"steps": [{"text": "It is still a tiny demo project."}, {"text": "Nothing else."}],
+              "side": OpenCode.side}
+    with ModelServer(script, tmp_path / "requests.jsonl") as server:
+        agent = OpenCode(tmp_path / "sandbox", server.url)
+        bin_dir = str(Path(agent.argv("x")[0]).parent)
+        env = {**agent.env(), "PATH": f"{bin_dir}:{os.path.dirname(sys.executable)}:{agent.env()['PATH']}"}
+        for prompt in ("Anything else?", "And now?"):  # the second resume: no second opencode import
+            proc = subprocess.run([*MEMFS, "resume", "--store", str(store), session, "--in", "opencode", "--", prompt],
+                                  cwd=agent.proj, env=env, capture_output=True, timeout=180, stdin=subprocess.DEVNULL)
+            assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
+        requests = [r for r in server.requests() if r["answer"].startswith("step")]
+    ev = events_of(store, session)
+    assert ev[:len(before)] == before  # the session's own history untouched
+    new = ev[len(before):]
+    assert [e["type"] for e in new if e["type"].startswith("turn.")] == ["turn.started", "turn.completed"] * 2
+    assert [e["context"]["prompt"] for e in new if e["type"] == "turn.started"] == ['"Anything else?"', '"And now?"']
+    assert [e["item"]["text"] for e in new if e["type"] == "item.completed"] == [
+        "It is still a tiny demo project.", "Nothing else."]
+    # the second run's request carries the first resume's turn too, in order, after the exported ones
+    users = [m["content"] for m in requests[-1]["body"]["messages"] if m["role"] == "user"]
+    assert users == ["What files are in the project?", "What is the project about?", '"Anything else?"', '"And now?"']
+    about = json.loads(cli("sessions", "--store", str(store), "--json").stdout)[0]
+    assert about["conversation_id"] == SID and about["name"] == session  # still the conversation it was

@@ -136,13 +136,16 @@ class Translation:
         if title and not title.startswith(DEFAULT_TITLE):
             self.meta["title"] = title
 
-    def lines(self, messages: list[dict], parts: dict[str, list[dict]], open_turn: str | None = None) -> list[bytes]:
+    def lines(self, messages: list[dict], parts: dict[str, list[dict]], open_turn: str | None = None,
+              skip: frozenset = frozenset(), thread: bool = True) -> list[bytes]:
         """The session's events; ``open_turn``: the turn a previous import left open (its
-        ``turn.started`` is not repeated: its new items and its close go on from it)."""
+        ``turn.started`` is not repeated: its new items and its close go on from it); ``skip``:
+        the user messages whose turns the memfs session already holds (``memfs resume --in
+        opencode`` exported them); ``thread``: start with ``thread.started``."""
         self.open_turn, self.open = open_turn, None
         self.seen: list[dict] = []  # the messages before the turn being translated
         self.turns = 0
-        out = [dumps({"type": "thread.started", "thread_id": self.session["id"], "agent": AGENT})]
+        out = [dumps({"type": "thread.started", "thread_id": self.session["id"], "agent": AGENT})] if thread else []
         users = [m for m in messages if m.get("role") == "user"]
         answers: dict[str, list[dict]] = {}
         for m in messages:
@@ -152,7 +155,8 @@ class Translation:
         for n, user in enumerate(users):
             last = n == len(users) - 1
             self.seen = messages[:position[id(user)]]
-            self._turn(out, user, answers.get(user["id"], []), parts, last)
+            if user["id"] not in skip:
+                self._turn(out, user, answers.get(user["id"], []), parts, last)
         return out
 
     def _turn(self, out: list, user: dict, replies: list[dict], parts: dict[str, list[dict]], last: bool) -> None:
@@ -260,9 +264,10 @@ def import_stores(root: Path, stores: list[Path], **kw) -> list:
 
 
 def import_store(root: Path, db: Path, *, dry_run: bool = False, max_events: int = 0,
-                 evict_to: float = DEFAULT_EVICT_TO) -> list:
-    """Import every session of OpenCode's database ``db``; one :class:`ImportItem` per session
-    (``source``: ``<db>#<session id>``)."""
+                 evict_to: float = DEFAULT_EVICT_TO, only: str | None = None, into: str | None = None) -> list:
+    """Import every session of OpenCode's database ``db`` (``only``: that one; ``into``: into
+    that memfs session, whose conversation it continues — ``memfs resume --in opencode``); one
+    :class:`ImportItem` per session (``source``: ``<db>#<session id>``)."""
     from memfs.ingest.importer import ImportItem
 
     root = Path(root)
@@ -274,21 +279,24 @@ def import_store(root: Path, db: Path, *, dry_run: bool = False, max_events: int
     items = []
     for s in sessions:
         sid = s["id"]
+        if only is not None and sid != only:
+            continue
         item = ImportItem(f"{db}#{sid}", format=AGENT)
         items.append(item)
         try:
-            _import_one(root, db, s, names, item, dry_run=dry_run, max_events=max_events, evict_to=evict_to)
+            _import_one(root, db, s, names, item, dry_run=dry_run, max_events=max_events, evict_to=evict_to,
+                        into=into)
         except (StoreError, OSError, ValueError) as exc:
             item.status, item.reason = "error", str(exc)
     return items
 
 
 def _import_one(root: Path, db: Path, s: dict, names: dict[str, str], item, *, dry_run: bool,
-                max_events: int, evict_to: float) -> None:
+                max_events: int, evict_to: float, into: str | None = None) -> None:
     sid = s["id"]
-    parent = names.get(s.get("parent_id")) if s.get("parent_id") else None
+    parent = names.get(s.get("parent_id")) if s.get("parent_id") and not into else None
     extra = {"parent_session": parent} if parent else {}
-    found = conversations.find_conversation(root, sid, AGENT, write=not dry_run)
+    found = into or conversations.find_conversation(root, sid, AGENT, write=not dry_run)
     name = found or (child_session_name(parent, sid) if parent else None) or conversations.new_session_name(root, sid)
     names[sid] = name
     item.session = name
@@ -305,13 +313,17 @@ def _import_one(root: Path, db: Path, s: dict, names: dict[str, str], item, *, d
     key = f"opencode:{sid}"  # (the conversation's, wherever its database is read from)
     existed = is_session_dir(root / name)
     entry = read_sources(root / name).get(key) if existed else None
+    entry = entry or {}
     tr = Translation(s, children)
-    lines = tr.lines(messages, parts, (entry or {}).get("open_turn"))
+    skip = frozenset(i for i in entry.get("skip") or () if isinstance(i, str))
+    lines = tr.lines(messages, parts, entry.get("open_turn"), skip, thread=not into)
+    if into:  # the session keeps its own conversation (the one exported to OpenCode)
+        tr.meta.pop("conversation_id", None)
     item.lines = len(messages)
-    if len(lines) <= 1:  # a thread.started only: nothing finished to import yet
+    if len(lines) <= (0 if into else 1):  # a thread.started only: nothing finished to import yet
         item.status, item.reason = "empty", "no finished turn in it yet"
         return
-    capture = identity.Capture(root, agent=AGENT, conversation_id=sid, extra=extra, parent=parent)
+    capture = identity.Capture(root, agent=AGENT, conversation_id=None if into else sid, extra=extra, parent=parent)
     if dry_run:
         if existed:
             handle = open_session(root, name, read_only=True)
@@ -335,7 +347,7 @@ def _import_one(root: Path, db: Path, s: dict, names: dict[str, str], item, *, d
         handle.flush()
         capture.after(handle, tr.meta)
         sources = read_sources(handle.path)
-        sources[key] = {"path": str(db.resolve()), "format": AGENT, "open_turn": tr.open, "messages": len(messages),
+        sources[key] = {**entry, "path": str(db.resolve()), "format": AGENT, "open_turn": tr.open, "messages": len(messages),
                         "updated_at": now_rfc3339()}
         write_sources(handle.path, sources)
     finally:
