@@ -5,7 +5,7 @@ translated by ``memfs record``/``memfs import``, by Claude Code. :class:`Origin`
 decoded events in order and settles on the first decisive sign:
 
 1. an explicit ``agent`` string on ``thread.started`` (a memfs extension, ignored by other
-   readers: ``"codex"``, ``"vtcode"``, ``"claude"``, ``"gemini"``, or any other name). The ingest
+   readers: ``"codex"``, ``"vtcode"``, ``"claude"``, ``"gemini"``, ``"opencode"``, or any other name). The ingest
    writes it for the streams it translates, since a translated stream has no shape of its own.
    Older memfs versions wrote ``"claude-code"``: it reads as ``"claude"`` (:func:`agent_name`);
 2. a shape only Codex writes: its item ids (``item_0``, ``item_1``, … — Codex numbers the items

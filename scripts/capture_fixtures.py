@@ -5,12 +5,13 @@ server (tests/agents/model_server.py) in a sandbox under --root (HOME, CODEX_HOM
 tiny git repository as the project; stable paths, so re-captures differ only in ids and times),
 then copies, unchanged: the CLI's stdout stream (stream.jsonl, or stream.N.jsonl for the Nth run
 of a resumed conversation), its stderr when not empty, the files the CLI wrote in its own store
-(under home/, at the same relative paths), the requests the server received with the bulky
-tool and system-prompt definitions cut down (requests.jsonl), and capture.json (CLI, version,
+(under home/, at the same relative paths; OpenCode's database as a SQLite backup:
+docs/agents.md), the requests the server received with the bulky tool and system-prompt
+definitions cut down (requests.jsonl), and capture.json (CLI, version,
 date, sandbox root, script, command lines, exit codes, file list). docs/agents.md lists the
 scenarios.
 
-Usage: .venv/bin/python scripts/capture_fixtures.py [--agent claude|codex|gemini]... [--scenario NAME]...
+Usage: .venv/bin/python scripts/capture_fixtures.py [--agent claude|codex|gemini|opencode]... [--scenario NAME]...
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from clis import AGENTS, BIN, VERSIONS, installed  # noqa: E402
 from model_server import ModelServer  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "agents"
-PACKAGES = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex", "gemini": "@google/gemini-cli"}
+PACKAGES = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex", "gemini": "@google/gemini-cli",
+            "opencode": "opencode-ai"}
 
 
 def shell(agent: str, command: str, description: str = "") -> dict:
@@ -38,6 +40,8 @@ def shell(agent: str, command: str, description: str = "") -> dict:
         return {"name": "Bash", "arguments": {"command": command, "description": description}}
     if agent == "codex":
         return {"name": "exec_command", "arguments": {"cmd": command}}
+    if agent == "opencode":
+        return {"name": "bash", "arguments": {"command": command, "description": description}}
     return {"name": "run_shell_command", "arguments": {"command": command, "description": description}}
 
 
@@ -60,6 +64,11 @@ def ok_failing_command(agent):
 
 
 def api_error(agent):
+    if agent == "opencode":  # it retries a 5xx (or 429) without end, backing off: a 400 is not retried
+        return {"about": "the API answers HTTP 400 (OpenCode retries a 5xx without a limit); the run fails",
+                "prompts": ["Summarize the README"], "expect_failure": True,
+                "script": {"steps": [{"error": {"status": 400, "message": "Invalid request: model is not available"},
+                                      "repeat": 50}]}}
     return {"about": "the API answers HTTP 500 until the CLI's retries are exhausted; the run fails",
             "prompts": ["Summarize the README"], "expect_failure": True,
             "options": {"retries": {"claude": 2, "codex": 1, "gemini": 1}[agent]},
@@ -85,6 +94,7 @@ def mcp_call(agent):
                                  "arguments": {"query": "notes lookup", "limit": 3}}}),
                   call({"name": "lookup", "namespace": "mcp__notes", "arguments": lookup})],
         "gemini": [call({"name": "mcp_notes_lookup", "arguments": lookup})],
+        "opencode": [call({"name": "notes_lookup", "arguments": lookup})],
     }[agent]
     return {"about": "the model calls tool `lookup` of the stdio MCP server `notes` (tests/agents/notes_mcp.py)",
             "prompts": ["Look up the release note"], "options": {"mcp": True},
@@ -110,6 +120,13 @@ def tasks(agent):
                                                                    {"step": "Write the summary", "status": b}]}}
         steps = [call(plan("in_progress", "pending", "Two steps")), call(plan("completed", "in_progress")),
                  call(plan("completed", "completed"))]
+    elif agent == "opencode":
+        def todos(a, b):
+            return {"name": "todowrite", "arguments": {"todos": [
+                {"content": "Read the README", "status": a, "priority": "high"},
+                {"content": "Write the summary", "status": b, "priority": "medium"}]}}
+        steps = [call(todos("in_progress", "pending")), call(todos("completed", "in_progress")),
+                 call(todos("completed", "completed"))]
     else:
         def todos(a, b):
             return {"name": "write_todos", "arguments": {"todos": [{"description": "Read the README", "status": a},
@@ -132,6 +149,11 @@ def subagent(agent):
                                                        "prompt": "List the files in the project and report them."}}
         finish = [call({"name": "complete_task",
                         "arguments": {"result": {"response": "The project has one file: README.md."}}})]
+    elif agent == "opencode":
+        spawn = {"name": "task", "arguments": {"description": "List project files",
+                                               "prompt": "List the files in the project and report them.",
+                                               "subagent_type": "general"}}
+        finish = [text("The project has one file: README.md.")]
     else:
         return None  # docs/agents.md: why Codex's sub-agents are not captured
     # the sub-agent runs in the foreground: its requests come between the parent's two
@@ -149,6 +171,15 @@ def resume_two_turns(agent):
 
 
 def compact(agent):
+    summary = "The user asked which files the project has; the answer was README.md."
+    if agent == "opencode":  # automatic: the first turn used more than the model's context less its output
+        return {"about": "auto-compaction: the first answer reports more tokens than the model's context (20,000), "
+                         "so OpenCode at once asks for a summary, adds a synthetic 'Continue…' message and answers "
+                         "it; then a continued run (run --session) with a second prompt",
+                "prompts": ["What files are in the project?", "What is the project about?"],
+                "options": {"context": 20000},
+                "script": {"steps": [text("The project has one file: README.md.", usage={"input": 30000, "output": 50}),
+                                     text(summary), text("Nothing more to do."), text("It is a tiny demo project.")]}}
     summary = "The user asked which files the project has; the answer was README.md."
     if agent == "claude":  # /compact works in -p mode: a resumed run whose prompt is /compact
         return {"about": "a turn, then `/compact` (a summarization request), then a turn after the compaction",
@@ -176,6 +207,22 @@ def compact(agent):
                                  text("It is a tiny demo project.")]}}
 
 
+def plain(agent):
+    if agent != "opencode":
+        return None  # the other CLIs' plain turns are in http_500_then_ok and the other scenarios
+    return {"about": "one prompt, one answer, no tool", "prompts": ["Say hello"],
+            "script": {"steps": [text("Hello! How can I help with this project?")]}}
+
+
+def interrupted(agent):
+    if agent != "opencode":
+        return None  # not captured for the other CLIs
+    return {"about": "a command runs, then the next model request hangs and the run is interrupted (SIGINT, "
+                     "as Ctrl-C) while it waits", "prompts": ["List the files, then describe each"],
+            "interrupt": True,
+            "script": {"steps": [call(shell(agent, "ls", "List files")), {"hang": 60}]}}
+
+
 def large_output(agent):
     if agent != "claude":
         return None
@@ -185,8 +232,8 @@ def large_output(agent):
             "script": {"steps": [call(shell(agent, "seq 1 8000", "Print numbers")), text("Printed 8000 numbers.")]}}
 
 
-SCENARIOS = {f.__name__: f for f in (ok_failing_command, api_error, http_500_then_ok, mcp_call, tasks, subagent,
-                                      resume_two_turns, compact, large_output)}
+SCENARIOS = {f.__name__: f for f in (plain, ok_failing_command, api_error, http_500_then_ok, mcp_call, tasks,
+                                      subagent, resume_two_turns, compact, large_output, interrupted)}
 
 
 # --- capture ----------------------------------------------------------------------------------
@@ -228,13 +275,19 @@ def capture(agent_name: str, scenario: str, spec: dict, root: Path, out: Path) -
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     script = with_usage(spec["script"])
+    side = getattr(AGENTS[agent_name], "side", [])  # requests the CLI makes besides the turn (OpenCode's title)
+    if side:
+        script = {**script, "side": [*side, *script.get("side", [])]}
     options = spec.get("options", {})
     runs, ok = [], True
     with ModelServer(script, root / "requests.jsonl") as server:
         agent = AGENTS[agent_name](root, server.url, options)
         session = None
         for n, prompt in enumerate(spec["prompts"], 1):
-            run = agent.run(prompt, resume=session)
+            if spec.get("interrupt") and n == len(spec["prompts"]):  # Ctrl-C while the model server holds a request
+                run = agent.run_interrupted(prompt, lambda: any(r["status"] == 0 for r in server.requests()))
+            else:
+                run = agent.run(prompt, resume=session)
             if session is None:
                 try:
                     session = agent.session_id(run)
@@ -242,7 +295,7 @@ def capture(agent_name: str, scenario: str, spec: dict, root: Path, out: Path) -
                     pass
             runs.append((n, prompt, run))
             failed = run.exit_code != 0
-            if failed != bool(spec.get("expect_failure")):
+            if failed != bool(spec.get("expect_failure")) and not spec.get("interrupt"):
                 ok = False
                 print(f"  ! run {n} exited {run.exit_code}:\n{run.stderr.decode(errors='replace')[-2000:]}")
         requests = server.requests()
@@ -272,12 +325,13 @@ def capture(agent_name: str, scenario: str, spec: dict, root: Path, out: Path) -
             continue
         dest = out / f.relative_to(root)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(f, dest)
+        getattr(agent, "copy_file", shutil.copy2)(f, dest)  # OpenCode: a SQLite backup of its database
     with open(out / "requests.jsonl", "w") as f:
         for rec in requests:
             f.write(json.dumps(trim_request(rec)) + "\n")
     config = {str(p.relative_to(root)): p.read_text()
-              for p in (root / "home/.codex/config.toml", root / "home/.gemini/settings.json") if p.exists()}
+              for p in (root / "home/.codex/config.toml", root / "home/.gemini/settings.json",
+                        root / "home/.config/opencode/opencode.json") if p.exists()}
     version = subprocess.run([str(BIN / agent_name), "--version"], capture_output=True, text=True).stdout.strip()
     files = sorted([str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()] + ["capture.json"])
     doc = {"agent": agent_name, "package": PACKAGES[agent_name], "version": VERSIONS[agent_name],

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# install_agents.sh — install the pinned real agent CLIs (Claude Code, Codex, Gemini CLI) into
+# install_agents.sh — install the pinned real agent CLIs (Claude Code, Codex, Gemini CLI, OpenCode) into
 # the project-local prefix .agents/ (gitignored) with npm. The tests in tests/test_agents_cli.py
 # and scripts/capture_fixtures.py run them offline against tests/agents/model_server.py.
 # Idempotent: a stamp file (.agents/.stamp) holding the pinned list makes a re-run a no-op.
@@ -13,6 +13,7 @@ PINS=(
   @anthropic-ai/claude-code@2.1.332
   @openai/codex@0.171.0
   @google/gemini-cli@0.61.0
+  opencode-ai@1.18.33
 )
 PREFIX="$PWD/.agents"
 BIN="$PREFIX/node_modules/.bin"
@@ -35,12 +36,13 @@ want="$(printf '%s\n' "${PINS[@]}") $(uname -sm)"
 working() {  # every CLI answers --version with its pinned version
   "$BIN/claude" --version 2>/dev/null | grep -q '^2\.1\.332 ' &&
   "$BIN/codex" --version 2>/dev/null | grep -q ' 0\.171\.0$' &&
-  "$BIN/gemini" --version 2>/dev/null | grep -q '^0\.61\.0$'
+  "$BIN/gemini" --version 2>/dev/null | grep -q '^0\.61\.0$' &&
+  "$BIN/opencode" --version 2>/dev/null | grep -q '^1\.18\.33$'
 }
 
-present() { [[ -x "$BIN/claude" && -x "$BIN/codex" && -x "$BIN/gemini" ]]; }
+present() { [[ -x "$BIN/claude" && -x "$BIN/codex" && -x "$BIN/gemini" && -x "$BIN/opencode" ]]; }
 if ((force)) || [[ "$(cat "$PREFIX/.stamp" 2>/dev/null)" != "$want" ]] || ! present; then
-  say "npm install ${PINS[*]} into .agents/ (about 900 MB, a minute the first time)"
+  say "npm install ${PINS[*]} into .agents/ (about 1 GB, a minute the first time)"
   mkdir -p "$PREFIX"
   rm -f "$PREFIX/.stamp"
   [[ -f "$PREFIX/package.json" ]] || echo '{"private": true}' > "$PREFIX/package.json"
@@ -53,10 +55,10 @@ if ((force)) || [[ "$(cat "$PREFIX/.stamp" 2>/dev/null)" != "$want" ]] || ! pres
   fi
   working || { echo "install_agents: the installed CLIs do not report the pinned versions:" >&2
                "$BIN/claude" --version >&2 || true; "$BIN/codex" --version >&2 || true
-               "$BIN/gemini" --version >&2 || true; exit 1; }
+               "$BIN/gemini" --version >&2 || true; "$BIN/opencode" --version >&2 || true; exit 1; }
   echo "$want" > "$PREFIX/.stamp"
 fi
-for pin in "${PINS[@]}"; do  # claude, codex, gemini: the order of PINS
-  name=$(basename "${pin%@*}"); name=${name%-cli}; name=${name%-code}
-  say "$(printf '%-7s %-9s %s' "$name" "${pin##*@}" "$BIN/$name")"
+for pin in "${PINS[@]}"; do  # claude, codex, gemini, opencode: the order of PINS
+  name=$(basename "${pin%@*}"); name=${name%-cli}; name=${name%-code}; name=${name%-ai}
+  say "$(printf '%-8s %-9s %s' "$name" "${pin##*@}" "$BIN/$name")"
 done

@@ -1,4 +1,4 @@
-"""The real agent CLIs, offline (docs/agents.md): Claude Code, Codex and Gemini CLI run against
+"""The real agent CLIs, offline (docs/agents.md): Claude Code, Codex, Gemini CLI and OpenCode run against
 the scripted model server (tests/agents/model_server.py), and the fixtures captured from them
 (tests/fixtures/agents/, scripts/capture_fixtures.py) are complete.
 
@@ -29,6 +29,8 @@ SCENARIOS = {
               "compact"],
     "gemini": ["ok_failing_command", "api_error", "http_500_then_ok", "mcp_call", "tasks", "subagent",
                "resume_two_turns", "compact"],
+    "opencode": ["plain", "ok_failing_command", "api_error", "http_500_then_ok", "mcp_call", "tasks", "subagent",
+                 "resume_two_turns", "compact", "interrupted"],
 }
 
 
@@ -43,14 +45,16 @@ def need_clis():
 
 SHELL = {"claude": {"name": "Bash", "arguments": {"command": "cat CHANGELOG.md", "description": "Show it"}},
          "codex": {"name": "exec_command", "arguments": {"cmd": "cat CHANGELOG.md"}},
-         "gemini": {"name": "run_shell_command", "arguments": {"command": "cat CHANGELOG.md", "description": "Show it"}}}
+         "gemini": {"name": "run_shell_command", "arguments": {"command": "cat CHANGELOG.md", "description": "Show it"}},
+         "opencode": {"name": "bash", "arguments": {"command": "cat CHANGELOG.md", "description": "Show it"}}}
 
 
 @pytest.mark.parametrize("agent", sorted(AGENTS))
 def test_the_real_cli_runs_against_the_scripted_server(agent, tmp_path):
     need_clis()
     prompt = f"Show me the changelog ({uuid.uuid4().hex[:12]})"
-    script = {"steps": [{"tool": SHELL[agent]}, {"text": "There is no CHANGELOG.md."}]}
+    script = {"steps": [{"tool": SHELL[agent]}, {"text": "There is no CHANGELOG.md."}],
+              "side": getattr(AGENTS[agent], "side", [])}  # OpenCode's title request
     with ModelServer(script, tmp_path / "requests.jsonl") as server:
         cli = AGENTS[agent](tmp_path / "sandbox", server.url)
         run = cli.run(prompt, timeout=90)
@@ -61,10 +65,10 @@ def test_the_real_cli_runs_against_the_scripted_server(agent, tmp_path):
     # the command's failure went back to the model, and the answer came out on stdout
     assert "No such file or directory" in json.dumps(requests[-1]["body"])
     assert b"There is no CHANGELOG.md." in run.stdout
-    assert [r["answer"] for r in requests] == ["step0", "step1"]
+    assert [r["answer"] for r in requests if not r["answer"].startswith("side")] == ["step0", "step1"]
     stored = cli.store_files()
     assert stored, f"{agent} wrote nothing in its store under {cli.home}"
-    assert any(prompt in f.read_text(errors="replace") for f in stored), "the store does not hold the prompt"
+    assert prompt in cli.store_text(), "the store does not hold the prompt"
 
 
 # --- the model server on its own (no CLI needed) ----------------------------------------------
@@ -126,6 +130,32 @@ def test_the_model_server_answers_each_api_in_script_order_and_records_without_c
     assert recorded[4]["path"] == "/v1beta/models/gemini-x:streamGenerateContent?alt=sse"
 
 
+def test_the_model_server_answers_chat_completions_streamed_with_tool_calls_and_usage_last(tmp_path):
+    script = {"steps": [{"text": "Running it.", "tool": {"name": "bash", "arguments": {"command": "ls"}},
+                         "usage": {"input": 11, "output": 4, "cached": 2}},
+                        {"text": "plain"}, {"error": {"status": 400, "message": "bad model"}}]}
+    with ModelServer(script, tmp_path / "r.jsonl") as srv:
+        url = f"{srv.url}/v1/chat/completions"
+        status, ctype, raw = post(url, {"model": "m", "stream": True, "messages": []})
+        assert (status, ctype) == (200, "text/event-stream") and raw.endswith(b"data: [DONE]\n\n")
+        chunks = [json.loads(line[6:]) for line in raw.decode().splitlines()
+                  if line.startswith("data: ") and line != "data: [DONE]"]
+        assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+        deltas = [c["choices"][0]["delta"] for c in chunks]
+        assert "".join(d.get("content") or "" for d in deltas) == "Running it."
+        (call,) = [tc for d in deltas for tc in d.get("tool_calls", [])]
+        assert (call["function"]["name"], json.loads(call["function"]["arguments"])) == ("bash", {"command": "ls"})
+        assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+        assert chunks[-1]["usage"] == {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15,
+                                       "prompt_tokens_details": {"cached_tokens": 2},
+                                       "completion_tokens_details": {"reasoning_tokens": 0}}
+        status, ctype, raw = post(url, {"model": "m", "messages": []})  # not streamed: one completion
+        doc = json.loads(raw)
+        assert (status, doc["object"], doc["choices"][0]["message"]["content"]) == (200, "chat.completion", "plain")
+        status, _, raw = post(url, {"model": "m", "stream": True, "messages": []})
+        assert status == 400 and json.loads(raw)["error"]["message"] == "bad model"
+
+
 def test_the_model_server_context_manager_stops_its_process(tmp_path):
     with ModelServer({"steps": []}, tmp_path / "r.jsonl") as srv:
         pid = srv.proc.pid
@@ -184,6 +214,16 @@ EVIDENCE = {  # (agent, scenario): (a file glob, a string that shows the scenari
     ("gemini", "subagent"): ("home/.gemini/tmp/*/chats/*/*.jsonl", '"kind":"subagent"'),
     ("gemini", "resume_two_turns"): ("stream.2.jsonl", "It is a tiny demo project."),
     ("gemini", "compact"): ("home/.gemini/tmp/*/chats/session-*.jsonl", "<state_snapshot>"),
+    ("opencode", "plain"): ("stream.jsonl", "Hello! How can I help"),
+    ("opencode", "ok_failing_command"): ("stream.jsonl", '"exit":1'),
+    ("opencode", "api_error"): ("stream.jsonl", '"statusCode":400'),
+    ("opencode", "http_500_then_ok"): ("requests.jsonl", '"status": 500'),
+    ("opencode", "mcp_call"): ("stream.jsonl", '"tool":"notes_lookup"'),
+    ("opencode", "tasks"): ("stream.jsonl", '"tool":"todowrite"'),
+    ("opencode", "subagent"): ("stream.jsonl", '"subagent_type":"general"'),
+    ("opencode", "resume_two_turns"): ("stream.2.jsonl", "It is a tiny demo project."),
+    ("opencode", "compact"): ("stream.1.jsonl", '"compaction_continue":true'),
+    ("opencode", "interrupted"): ("requests.jsonl", '"status": 0'),  # the request it was interrupted in
 }
 
 

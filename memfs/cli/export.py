@@ -39,11 +39,11 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def register(c: Commands) -> None:
-    p = c.add("export", cmd_export, "write a session for Claude Code, Codex, people (Markdown) or as its log",
+    p = c.add("export", cmd_export, "write a session for Claude Code, Codex, OpenCode, people (Markdown) or as its log",
               json=True,
               epilog="Without --out, claude and codex go where the CLI looks (~/.claude/projects/<cwd slug>/, "
                      "$CODEX_HOME/sessions/YYYY/MM/DD/) and the resume command is printed; markdown and jsonl go "
-                     "to stdout. --out DIR: a CLI store or a HOME holding one (.claude, .codex) gets the CLI's "
+                     "to stdout; opencode needs --out (then: opencode import FILE; opencode run --session ID). --out DIR: a CLI store or a HOME holding one (.claude, .codex) gets the CLI's "
                      "layout, another directory the file under its usual name; --out FILE: that file. An "
                      "existing file is never replaced (exit 1, nothing written).")
     p.add_argument("session", metavar="SESSION")

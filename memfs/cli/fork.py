@@ -64,16 +64,18 @@ def register(c: Commands) -> None:
     p.add_argument("--at-turn", type=_pos_int, metavar="N", help="copy turns up to N (default: all)")
 
     p = c.add("resume", cmd_resume, "continue a session in Claude Code or Codex, and keep the new turns",
-              usage="memfs resume [options] SESSION --in claude|codex [--cwd DIR] [-- ARGS...]",
+              usage="memfs resume [options] SESSION --in claude|codex|opencode [--cwd DIR] [-- ARGS...]",
               epilog="Exports SESSION into the tool's own store (~/.claude, $CODEX_HOME), runs its resume command "
                      "(claude --resume ID, codex exec resume ID) with ARGS appended and the terminal passed "
                      "through, then imports the turns the tool added into SESSION. For a non-interactive run "
-                     "pass the prompt in ARGS: '-- -p \"next\"' (claude), '-- \"next\"' (codex). The tool runs "
+                     "pass the prompt in ARGS: '-- -p \"next\"' (claude), '-- \"next\"' (codex, opencode: opencode run "
+                     "--session ID next; OpenCode gets the session through opencode import, once). The tool runs "
                      "in --cwd DIR, else the directory its file (or the session) records when that is an absolute, "
                      "existing directory (printed first; anything else is refused), else the current one. The "
                      "exit status is the tool's.")
     p.add_argument("session", metavar="SESSION")
-    p.add_argument("--in", dest="tool", required=True, choices=("claude", "codex"), help="the tool to resume in")
+    p.add_argument("--in", dest="tool", required=True, choices=("claude", "codex", "opencode"),
+                   help="the tool to resume in")
     p.add_argument("--cwd", metavar="DIR", help="the directory the tool runs in (default: the session's)")
     p.add_argument("--max-events", type=_nonneg_int, metavar="N", help="event cap (default 10000; 0 = unlimited)")
     p.set_defaults(cmd=[])  # ARGS: main() gives it everything after "--"

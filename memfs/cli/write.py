@@ -140,6 +140,11 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.follow:
         if args.dry_run:
             raise _Usage("--follow and --dry-run do not go together")
+        from memfs.ingest.opencode import split_stores
+
+        if split_stores(args.paths)[0]:
+            raise _Usage("--follow does not watch OpenCode's database yet; run memfs import again to take "
+                         "what was added")
         from memfs.ingest.follow import follow
 
         seen = []
@@ -184,7 +189,8 @@ def register(c: Commands) -> None:
     p = c.add("record", cmd_record, "run an agent, pass its output through, and record its events in SESSION",
               usage="memfs record [options] SESSION [--format F] -- CMD [ARGS...]",
               epilog="The agent's stdout is copied through unchanged and its stderr is untouched; its event "
-                     "stream (Codex exec --json, or Claude Code / Gemini CLI stream-json, translated) is appended "
+                     "stream (Codex exec --json, or Claude Code / Gemini CLI stream-json, opencode run --format json, "
+                     "translated) is appended "
                      "as it arrives. Refused lines go to rejected.jsonl and never stop the agent. The exit status "
                      "is the agent's (128+N when killed by signal N; 127 or 126, as in a shell, when it cannot "
                      "run).")
@@ -196,11 +202,13 @@ def register(c: Commands) -> None:
                    help="longest accepted line of the agent's output (default 16 MiB)")
     p.set_defaults(cmd=[])  # main() gives it everything after "--"
 
-    p = c.add("import", cmd_import, "bring Codex, Claude Code and Gemini CLI transcripts in as sessions "
-                                    "(idempotent)", json=True,
+    p = c.add("import", cmd_import, "bring Codex, Claude Code, Gemini CLI and OpenCode transcripts in as "
+                                    "sessions (idempotent)", json=True,
               epilog="Codex exec --json output, Codex rollout files (~/.codex/sessions), Claude Code stream-json "
                      "output and transcripts (~/.claude/projects), Gemini CLI stream-json output and chat files "
-                     "(~/.gemini/tmp). A DIR yields its *.jsonl files, recursively. "
+                     "(~/.gemini/tmp), opencode run --format json output and OpenCode's database "
+                     "(~/.local/share/opencode, read-only: one session per OpenCode session). "
+                     "A DIR yields its *.jsonl files, recursively. "
                      "Each file becomes a session named by its thread/session id; what was imported is "
                      "remembered in the session's index/import-sources.json, so importing again adds only "
                      "new lines. Only regular files are read, never through a symbolic link: links, FIFOs, "

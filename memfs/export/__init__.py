@@ -2,7 +2,8 @@
 it — :func:`export_session`.
 
 Targets: ``claude`` (a Claude Code transcript, :mod:`memfs.export.claude`), ``codex`` (a Codex
-rollout, :mod:`memfs.export.codex`), ``markdown`` (:func:`memfs.export.markdown.render`) and
+rollout, :mod:`memfs.export.codex`), ``opencode`` (a file for ``opencode import``,
+:mod:`memfs.export.opencode`; it needs an ``out``), ``markdown`` (:func:`memfs.export.markdown.render`) and
 ``jsonl`` (the session's own log, byte for byte).
 
 Where the file goes (``out``; docs/design.md "Export: where --out puts the file"):
@@ -36,12 +37,12 @@ from pathlib import Path
 import orjson
 
 from memfs.errors import MemfsError
-from memfs.export import claude, codex
+from memfs.export import claude, codex, opencode
 from memfs.export.conversation import Conversation, read_conversation
 from memfs.store import about as about_store
 from memfs.store.paths import fsync_dir, write_temp
 
-TARGETS = ("claude", "codex", "markdown", "jsonl")
+TARGETS = ("claude", "codex", "opencode", "markdown", "jsonl")
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,8 @@ def export_session(handle, to: str, out: Path | None = None, *, home: Path | Non
     where = cwd or session_cwd or os.getcwd()
     uid = conv.conversation_id
     _own_conversation(handle, conv, uid)
+    if to == "opencode":
+        return _export_opencode(conv, out, home, where)
     if to == "claude":
         argv = ["claude", "--resume", uid]
         store = _store(out, home, ".claude", ("projects",), os.environ.get("CLAUDE_CONFIG_DIR"))
@@ -149,6 +152,22 @@ def _own_conversation(handle, conv: Conversation, uid: str) -> None:
     why = (f" ({handle.name} was forked from it before forks got conversation ids of their own: "
            f"fork {conv.about['forked_from']} again)") if conv.about.get("forked_from") else ""
     raise ExportError(f"export: conversation {uid} is session {holder}'s, not {handle.name}'s{why} (nothing written)")
+def _export_opencode(conv: Conversation, out: Path | None, home: Path | None, where: str) -> ExportResult:
+    """``opencode import FILE`` reads a file anywhere: ``out`` (a file, or a directory for
+    ``<session id>.json``) is needed. The provider and model are the target OpenCode's (its
+    config under ``home``, default ``$XDG_CONFIG_HOME`` or ``~/.config``)."""
+    if out is None:
+        raise ExportError("export: --to opencode needs --out (a file or a directory); then `opencode import FILE`")
+    base = Path(home) / ".config" if home is not None else Path(os.environ.get("XDG_CONFIG_HOME") or
+                                                              Path.home() / ".config")
+    provider, model = opencode.target_model(base / "opencode")
+    doc = opencode.render(conv, where, provider, model)
+    sid = doc["info"]["id"]
+    path = _file(out, f"{sid}.json")
+    result = ExportResult(path=path, conversation_id=sid, argv=["opencode", "import", str(path)], cwd=where,
+                          to="opencode")
+    _write_new(path, orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n", result, make_parents=False)
+    return result
 
 
 def _export_text(handle, to: str, out: Path | None) -> ExportResult:

@@ -56,7 +56,7 @@ from memfs.errors import MemfsError
 from memfs.store import about
 from memfs.store.session import open_session
 
-TARGETS = ("claude", "codex")
+TARGETS = ("claude", "codex", "opencode")
 
 
 @dataclass
@@ -165,6 +165,8 @@ def resume_session(root: str | os.PathLike, session: str, to: str, args: Sequenc
         raise ValueError(f"resume --in must be one of {', '.join(TARGETS)}")
     root = Path(root)
     chosen = checked_cwd(os.path.abspath(cwd), "given by --cwd") if cwd is not None else None
+    if to == "opencode":
+        return _resume_opencode(root, session, args, home, max_events, chosen, tell)
     with open_session(root, session, read_only=True) as handle:
         check_runnable(to)  # (NotRunnable: 127 or 126, as a shell says it; nothing exported)
         name = handle.name
@@ -194,4 +196,64 @@ def resume_session(root: str | os.PathLike, session: str, to: str, args: Sequenc
     result.appended, result.duplicates, result.refused = item.appended, item.duplicates, item.refused
     if item.status in ("changed", "error"):
         result.error = item.reason or item.status
+    return result
+
+
+RESUMED = "opencode-resume"  # import-sources.json key: the OpenCode session this one was imported as
+
+
+def _resume_opencode(root: Path, session: str, args: Sequence[str], home, max_events: int, chosen: str | None,
+                     tell: Callable[[str], None] | None) -> Resumed:
+    """OpenCode keeps a database, not files: the session is exported to a file that ``opencode
+    import`` writes into it (once: the OpenCode session's id is remembered in the session's
+    ``index/import-sources.json``, with the user messages that were exported), the tool runs
+    ``opencode run --session ID ARGS`` (no ARGS: its TUI, ``opencode --session ID``), and the
+    turns it added come back from its database into this session
+    (:func:`memfs.ingest.opencode.import_store` with ``into``), the exported ones left out."""
+    import tempfile
+
+    import orjson
+
+    from memfs.export import ExportError, export_session
+    from memfs.ingest import opencode
+    from memfs.ingest.importer import read_sources, write_sources
+    from memfs.ingest.opencode_shapes import DB_NAME
+    from memfs.ingest.record import check_runnable
+
+    with open_session(root, session, read_only=True) as handle:
+        check_runnable("opencode")
+        name = handle.name
+        here, origin = (chosen, "--cwd") if chosen is not None else _session_cwd(about.read(handle.path).get("cwd"))
+        sid = (read_sources(handle.path).get(RESUMED) or {}).get("session")
+        if not isinstance(sid, str):
+            with tempfile.TemporaryDirectory(prefix="memfs-opencode-") as tmp:
+                exported = export_session(handle, "opencode", Path(tmp), home=Path(home) if home else None, cwd=here)
+                sid = exported.conversation_id
+                skip = [m["info"]["id"] for m in orjson.loads(Path(exported.path).read_bytes())["messages"]
+                        if m["info"]["role"] == "user"]
+                done = subprocess.run(exported.argv, cwd=here, stdin=subprocess.DEVNULL, capture_output=True)
+                if done.returncode != 0:
+                    why = (done.stderr or done.stdout).decode("utf-8", "replace").strip().splitlines()
+                    raise ExportError(f"resume: opencode import failed ({done.returncode}): "
+                                       f"{why[-1] if why else 'no output'}")
+            sources = read_sources(handle.path)
+            sources[RESUMED] = {"session": sid}
+            sources[f"opencode:{sid}"] = {"skip": skip, "open_turn": None}
+            write_sources(handle.path, sources)
+    if tell is not None:
+        tell(f"memfs resume: opencode runs in {here} ({origin})")
+    argv = ["opencode", "run", "--session", sid, *args] if args else ["opencode", "--session", sid]
+    result = Resumed(name, sid, argv, run_passthrough(argv, here))
+    data = Path(os.environ.get("XDG_DATA_HOME") or Path(home or Path.home()) / ".local" / "share")
+    try:
+        items = opencode.import_store(root, data / "opencode" / DB_NAME, only=sid, into=name, max_events=max_events)
+    except Exception as exc:  # (the tool's work is in its own database: say so, keep its status)
+        result.error = f"{type(exc).__name__}: {exc}"
+        return result
+    for item in items:
+        result.appended, result.duplicates, result.refused = item.appended, item.duplicates, item.refused
+        if item.status == "error":
+            result.error = item.reason or item.status
+    if not items:
+        result.error = f"OpenCode's database holds no session {sid}"
     return result

@@ -11,7 +11,8 @@ records in ``rejected.jsonl``. Lines that carry nothing the event family has a p
 Formats (``--format``): ``codex`` covers Codex ``exec --json`` output (already this event
 family: passed through byte for byte) and Codex rollout files; ``claude`` covers Claude Code
 ``stream-json`` output and Claude Code transcripts; ``gemini`` covers Gemini CLI ``stream-json``
-output and chat files; ``auto`` picks by the first JSON line.
+output and chat files; ``opencode`` covers ``opencode run --format json`` output (OpenCode's
+store is a database: :mod:`memfs.ingest.opencode`); ``auto`` picks by the first JSON line.
 No I/O happens in the translators; :mod:`memfs.ingest.record` and
 :mod:`memfs.ingest.importer` (with :mod:`memfs.ingest.follow`) are the runners.
 """
@@ -33,7 +34,7 @@ from memfs.formats import (
 from memfs.store.paths import new_session_name_problem
 
 _CLAUDE_TYPES = CLAUDE_STREAM_TYPES | CLAUDE_TRANSCRIPT_TYPES | CLAUDE_METADATA_TYPES
-FORMATS = ("auto", "codex", "claude", "gemini")
+FORMATS = ("auto", "codex", "claude", "gemini", "opencode")
 
 
 class Untranslatable(ValueError):
@@ -134,6 +135,8 @@ def classify(obj: dict) -> str | None:
         return "rollout"
     if gemini_shape(obj) is not None:
         return "gemini"
+    if type(obj.get("sessionID")) is str and (type(obj.get("part")) is dict or obj.get("type") == "error"):
+        return "opencode"  # opencode run --format json
     kind = obj.get("type")
     if not isinstance(kind, str):
         return None
@@ -166,6 +169,8 @@ def session_id_of(obj: dict) -> str | None:
         from memfs.ingest.gemini_shapes import session_id
 
         return session_id(obj)
+    if kind == "opencode":
+        return obj["sessionID"] or None
     return None
 
 
@@ -173,10 +178,11 @@ def make_translator(kind: str, reader=None):
     """A fresh translator for ``native``, ``rollout`` or ``claude``. ``reader`` (see
     :class:`memfs.ingest.sidefiles.SideReader`) is handed to a translator that reads side files
     (``reader`` attribute: Claude Code's ``tool-results/``)."""
-    from memfs.ingest import claude, codex, gemini
+    from memfs.ingest import claude, codex, gemini, opencode
 
     translator = {"native": codex.ExecTranslator, "rollout": codex.RolloutTranslator,
-                  "claude": claude.ClaudeTranslator, "gemini": gemini.GeminiTranslator}[kind]()
+                  "claude": claude.ClaudeTranslator, "gemini": gemini.GeminiTranslator,
+                  "opencode": opencode.StreamTranslator}[kind]()
     if reader is not None and hasattr(translator, "reader"):
         translator.reader = reader
     return translator
@@ -211,8 +217,8 @@ class AutoTranslator:
         kind = classify(obj)
         if kind is None:
             return
-        allowed = {"auto": ("native", "rollout", "claude", "gemini"), "codex": ("native", "rollout"),
-                   "claude": ("claude",), "gemini": ("gemini",)}[self.fmt]
+        allowed = {"auto": ("native", "rollout", "claude", "gemini", "opencode"), "codex": ("native", "rollout"),
+                   "claude": ("claude",), "gemini": ("gemini",), "opencode": ("opencode",)}[self.fmt]
         if kind not in allowed:
             raise Untranslatable(f"--format {self.fmt}: this line is in another format ({_FORMAT_NAMES[kind]})")
         self.inner = make_translator(kind, self.reader)
@@ -221,7 +227,7 @@ class AutoTranslator:
         if self.inner is None:
             self._choose(raw)
             if self.inner is None:
-                if self.fmt in ("claude", "gemini"):
+                if self.fmt in ("claude", "gemini", "opencode"):
                     return _refuse_unknown(raw, self.fmt)
                 return [raw]
         return self.inner.feed(raw)
@@ -244,10 +250,11 @@ class AutoTranslator:
 
 _FORMAT_NAMES = {"native": "Codex exec --json / memfs events", "rollout": "a Codex rollout file",
                  "claude": "Claude Code stream-json or transcript",
-                 "gemini": "Gemini CLI stream-json or chat file"}
+                 "gemini": "Gemini CLI stream-json or chat file", "opencode": "opencode run --format json"}
 
 
 def _refuse_unknown(raw: bytes, fmt: str) -> list[bytes]:
     parse_object(raw, fmt)  # raises for non-JSON
-    what = "a Gemini CLI stream-json or chat line" if fmt == "gemini" else "a Claude Code message"
+    what = {"gemini": "a Gemini CLI stream-json or chat line",
+            "opencode": "an opencode run --format json line"}.get(fmt, "a Claude Code message")
     raise Untranslatable(f"{fmt}: not {what} (no known \"type\")")

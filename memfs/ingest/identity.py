@@ -20,7 +20,8 @@ translators derive item ids and ``turn.started.context.turn_id`` from them):
   stored failed turn of the other capture kind (a rollout's turn has a ``turn_id``, an
   ``exec --json`` turn none) with the same message that no capture paired yet — one to one,
   in turn order; the pairing is noted (``turn_notes`` ``paired``) so a later import does not
-  pair that turn again;
+  pair that turn again. An OpenCode failed turn with no item (its stream and its store share
+  no id for it) is paired so too;
 * everything else — a resumed conversation's new turns — is appended.
 
 "Known" means in a turn of the session that this capture did not append (the capture keeps
@@ -86,6 +87,7 @@ class Dedupe:
         self.known = known
         self.live = live
         self.codex = False
+        self.pairs_failed = False  # (OpenCode: its stream and its store, a failed turn with no item)
         self.read_notes = notes or dict
         state = state or {}
         self.mode = state.get("mode", OUT)
@@ -190,8 +192,8 @@ class Dedupe:
         return None
 
     def _close(self, raw: bytes, event: dict, out: list) -> None:
-        if self.mode in (HEAD, HOLD) and self.codex:
-            n = self._foreign(self.known.signatures, signature(event))
+        if self.mode in (HEAD, HOLD) and (self.codex or self.pairs_failed):
+            n = self._foreign(self.known.signatures, signature(event)) if self.codex else None
             if n is None and event.get("type") == "turn.failed":
                 n = self._pair_failed(event)
             if n is not None:
@@ -350,6 +352,7 @@ class Capture:
         self.known.refresh()
         agent = (record_meta or {}).get("agent") or self.agent or self.session_agent
         self.dedupe.codex = isinstance(agent, str) and agent_name(agent) == "codex"
+        self.dedupe.pairs_failed = isinstance(agent, str) and agent_name(agent) == "opencode"
         self.mark = self.known.mark()
         return self.dedupe.feed(lines)
 

@@ -154,7 +154,7 @@ def _skip(f, n: int, hasher=None) -> int:
 
 # --- one source file ---------------------------------------------------------------------------
 
-AGENT_OF_KIND = {"claude": "claude", "rollout": "codex", "gemini": "gemini"}
+AGENT_OF_KIND = {"claude": "claude", "rollout": "codex", "gemini": "gemini", "opencode": "opencode"}
 
 
 def identify(path: Path, fmt: str, limit: int = MAX_DECOMPRESSED) -> tuple[str | None, str | None]:
@@ -414,11 +414,17 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
                  max_decompressed: int = MAX_DECOMPRESSED,
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[ImportItem]:
     """Import each source file once (see the module docstring); one item per file, and one
-    ``skipped`` item (with its reason) per file or directory not read (:mod:`memfs.ingest.inputs`)."""
+    ``skipped`` item (with its reason) per file or directory not read (:mod:`memfs.ingest.inputs`).
+    OpenCode's store (a SQLite database, not lines) goes to
+    :func:`memfs.ingest.opencode.import_store`: one item per OpenCode session."""
+    from memfs.ingest import opencode
+
+    stores, paths = opencode.split_stores(paths)
+    items = opencode.import_stores(root, stores, dry_run=dry_run, max_events=max_events, evict_to=evict_to)
     skipped: list[tuple[Path, str]] = []
     keys: dict[Path, str] = {}
     files = discover(paths, skipped, keys)
-    items = [ImportItem(str(path), status="skipped", reason=reason) for path, reason in sorted(skipped)]
+    items += [ImportItem(str(path), status="skipped", reason=reason) for path, reason in sorted(skipped)]
     stats = [os.lstat(f) for f in files]
     total = sum(st.st_size for st in stats)
     done = 0

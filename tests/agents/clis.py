@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".agents" / "node_modules" / ".bin"
 NOTES_MCP = Path(__file__).with_name("notes_mcp.py")
-VERSIONS = {"claude": "2.1.332", "codex": "0.171.0", "gemini": "0.61.0"}  # scripts/install_agents.sh
+VERSIONS = {"claude": "2.1.332", "codex": "0.171.0", "gemini": "0.61.0", "opencode": "1.18.33"}  # scripts/install_agents.sh
 
 
 def installed() -> str | None:
@@ -125,6 +125,29 @@ class Agent:
                            timeout=timeout)
         return Run(argv, str(self.proj), env, p.returncode, p.stdout, p.stderr, time.monotonic() - t)
 
+    def run_interrupted(self, prompt: str, ready, timeout: float = 120) -> Run:
+        """Run, and once ``ready()`` (polled until ``timeout``: e.g. the model server holds a
+        request) send the CLI SIGINT, as Ctrl-C would; what it leaves running is killed."""
+        argv, env = self.argv(prompt), self.env()
+        t = time.monotonic()
+        proc = subprocess.Popen(argv, cwd=self.proj, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            deadline = time.monotonic() + timeout
+            while not ready() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=timeout)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            if proc.poll() is None:
+                proc.wait(5)
+        return Run(argv, str(self.proj), env, proc.returncode, out, err, time.monotonic() - t)
+
     def session_id(self, run: Run) -> str:
         """The conversation id, from the CLI's stream on stdout."""
         for line in run.stdout.splitlines():
@@ -137,6 +160,10 @@ class Agent:
     def store_files(self) -> list[Path]:
         """The files the CLI wrote in its own store for this conversation (and side files)."""
         raise NotImplementedError
+
+    def store_text(self) -> str:
+        """What the store holds, as text (to look for a prompt in it)."""
+        return "".join(f.read_text(errors="replace") for f in self.store_files())
 
 
 class Claude(Agent):
@@ -243,4 +270,93 @@ class Gemini(Agent):
             (self.home / "tmp").glob("gemini-client-error-*.json"))
 
 
-AGENTS = {"claude": Claude, "codex": Codex, "gemini": Gemini}
+
+
+class OpenCode(Agent):
+    """OpenCode with a custom provider (``@ai-sdk/openai-compatible``, bundled in its binary) whose
+    baseURL is the model server: it speaks Chat Completions. Its store is a SQLite database
+    under ``$XDG_DATA_HOME/opencode/`` (here the default, ``~/.local/share/opencode``)."""
+
+    name = "opencode"
+    model = "gpt-5.5"
+    # before the first turn of a session it asks the same model for a title (no tools, its own
+    # system prompt): a side step answers that request without using up the scenario's steps
+    side = [{"when": {"api": "chat", "contains": "You are a title generator"}, "text": "Scripted title",
+             "usage": {"input": 300, "output": 5}}]
+
+    def setup(self):
+        cdir = self.home / ".config" / "opencode"
+        cdir.mkdir(parents=True, exist_ok=True)
+        config = {"$schema": "https://opencode.ai/config.json", "model": f"scripted/{self.model}",
+                  "autoupdate": False, "share": "disabled", "permission": "allow",
+                  "provider": {"scripted": {"npm": "@ai-sdk/openai-compatible", "name": "Scripted",
+                                            "options": {"baseURL": f"{self.url}/v1", "apiKey": "dummy"},
+                                            # a price (USD per million tokens), so that its own cost is not 0
+                                            "models": {self.model: {"name": self.model, "tool_call": True,
+                                                                    "cost": {"input": 1.25, "output": 10},
+                                                                    "limit": {"context": self.options.get("context", 200000),
+                                                                              "output": 8192}}}}}}
+        if self.options.get("mcp"):
+            config["mcp"] = {"notes": {"type": "local", "command": mcp_server_command(),
+                                       "environment": {"NOTES_MCP_LOG": str(self.mcp_log)}}}
+        (cdir / "opencode.json").write_text(json.dumps(config, indent=2))
+
+    def env(self):
+        return {**super().env(), "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1",
+                "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_DISABLE_SHARE": "1",
+                "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1", "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+                "OPENCODE_DISABLE_TERMINAL_TITLE": "1"}
+
+    def argv(self, prompt, resume=None):
+        argv = [str(BIN / "opencode"), "run", "--format", "json"]
+        if resume:
+            argv += ["--session", resume]
+        return argv + [prompt]
+
+    def session_id(self, run: Run) -> str:
+        for line in run.stdout.splitlines():
+            ev = json.loads(line) if line.startswith(b"{") else {}
+            if ev.get("sessionID"):
+                return ev["sessionID"]
+        raise ValueError(f"{self.name}: no session id in its output")
+
+    def store_files(self):
+        # the database (not -shm, SQLite's shared-memory index; not log/, snapshot/ — a git
+        # repository of the project's files per step — nor repos/); see copy_file for the WAL
+        db = self.home / ".local" / "share" / "opencode" / "opencode.db"
+        return [db] if db.is_file() else []
+
+    def store_text(self) -> str:
+        import sqlite3
+
+        text = []
+        for db in self.store_files():  # read through SQLite: the rows are in the WAL
+            conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+            try:
+                text += [row[0] for row in conn.execute("SELECT data FROM part")]
+            finally:
+                conn.close()
+        return "\n".join(text)
+
+    @staticmethod
+    def copy_file(src: Path, dest: Path) -> None:
+        """The fixture's copy of the database: OpenCode leaves most rows in ``opencode.db-wal``
+        (it does not checkpoint on exit), and the two files (0.6–2.2 MB, mostly the schema's
+        migrations) are over a fixture's size; so a consistent copy through SQLite's backup API,
+        the source opened read-only after the CLI exited, switched to a rollback journal so that
+        opening the fixture never makes -wal/-shm files beside it. Its rows are what OpenCode's
+        own connection reads."""
+        import sqlite3
+
+        dest.unlink(missing_ok=True)
+        source = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
+        copy = sqlite3.connect(dest)
+        try:
+            source.backup(copy)
+            copy.execute("PRAGMA journal_mode = DELETE")
+        finally:
+            copy.close()
+            source.close()
+
+
+AGENTS = {"claude": Claude, "codex": Codex, "gemini": Gemini, "opencode": OpenCode}

@@ -1,8 +1,9 @@
-"""A scripted, offline model server for the real agent CLIs (Claude Code, Codex, Gemini CLI).
+"""A scripted, offline model server for the real agent CLIs (Claude Code, Codex, Gemini CLI, OpenCode).
 
-It answers the three providers' APIs on 127.0.0.1 — Anthropic Messages (``POST /v1/messages``,
+It answers the providers' APIs on 127.0.0.1 — Anthropic Messages (``POST /v1/messages``,
 SSE when ``stream``; ``/v1/messages/count_tokens``), OpenAI Responses (``POST /v1/responses``,
-SSE) and Gemini (``POST /v1beta/models/<m>:streamGenerateContent?alt=sse``, ``:generateContent``,
+SSE), OpenAI Chat Completions (``POST /v1/chat/completions``, SSE when ``stream``; OpenCode's
+``@ai-sdk/openai-compatible`` provider) and Gemini (``POST /v1beta/models/<m>:streamGenerateContent?alt=sse``, ``:generateContent``,
 ``:countTokens``) — from a *script* (JSON)::
 
     {"steps": [STEP, ...],      # answer the model requests in order, one step each
@@ -14,9 +15,10 @@ SSE) and Gemini (``POST /v1beta/models/<m>:streamGenerateContent?alt=sse``, ``:g
                    # Codex: {"name": "apply_patch", "input": "...", "custom": true} for a custom call
             "error": {"status": 500, "message": "...", "type": "api_error"},   # or instead: an error
             "usage": {"input": 100, "output": 20, "cached": 0},
-            "when": {"api": "anthropic|openai|gemini", "path": "...", "contains": "...",
+            "when": {"api": "anthropic|openai|chat|gemini", "path": "...", "contains": "...",
                      "tools": true|false, "stream": true|false},  # optional matcher
-            "repeat": N}                                     # answer N requests (errors, mostly)
+            "repeat": N,                                     # answer N requests (errors, mostly)
+            "hang": S}                                       # answer nothing for S seconds, then close (a run to interrupt)
 
 Every request is recorded as one JSON line (method, path, headers without credentials, body,
 and which step answered it). Run it as
@@ -149,6 +151,36 @@ def openai_reply(step: dict, body: dict) -> tuple[str, bytes]:
     return "text/event-stream", _sse(events)
 
 
+# --- OpenAI Chat Completions ------------------------------------------------------------------
+
+def chat_reply(step: dict, body: dict) -> tuple[str, bytes]:
+    """A chat completion: text, then each tool call (its arguments in one delta), then a last
+    chunk with ``finish_reason`` and ``usage`` (sent whether or not ``stream_options`` asks)."""
+    inp, out, cached = _usage(step)
+    calls = [{"index": i, "id": _id("call"), "type": "function",
+              "function": {"name": c["name"], "arguments": json.dumps(c.get("arguments", {}))}}
+             for i, c in enumerate(_calls(step))]
+    usage = {"prompt_tokens": inp, "completion_tokens": out, "total_tokens": inp + out,
+             "prompt_tokens_details": {"cached_tokens": cached}, "completion_tokens_details": {"reasoning_tokens": 0}}
+    finish = "tool_calls" if calls else "stop"
+    head = {"id": _id("chatcmpl"), "created": int(time.time()), "model": body.get("model", "gpt")}
+    if not body.get("stream"):
+        msg = {"role": "assistant", "content": step.get("text") or None, **({"tool_calls": [
+            {k: v for k, v in c.items() if k != "index"} for c in calls]} if calls else {})}
+        return "application/json", json.dumps({**head, "object": "chat.completion", "usage": usage, "choices": [
+            {"index": 0, "message": msg, "finish_reason": finish}]}).encode()
+
+    def chunk(delta: dict, finish_reason=None, **extra) -> dict:
+        return {**head, "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}], **extra}
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    if step.get("text"):
+        chunks.append(chunk({"content": step["text"]}))
+    chunks += [chunk({"tool_calls": [c]}) for c in calls]
+    chunks.append(chunk({}, finish, usage=usage))
+    return "text/event-stream", b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
+
+
 # --- Gemini ---------------------------------------------------------------------------------
 
 GEMINI_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
@@ -182,6 +214,8 @@ def api_of(path: str) -> str | None:
         return "anthropic"
     if path.rstrip("/").endswith("/responses"):
         return "openai"
+    if path.rstrip("/").endswith("/chat/completions"):
+        return "chat"
     if "/models/" in path and ":" in path.rsplit("/", 1)[-1]:
         return "gemini"
     return None
@@ -273,10 +307,16 @@ class Handler(BaseHTTPRequestHandler):
             self._record(body, "count_tokens", 200)
             return self._send(200, "application/json", b'{"input_tokens": 100}')
         label, step = self.server.script.take(api, path, body, raw)
+        if step.get("hang"):  # recorded first, so that a test sees the request arrive
+            self._record(body, label, 0)
+            self.server.hung.wait(float(step["hang"]))  # (set when the server stops)
+            self.close_connection = True
+            return None
         if "error" in step:
             err = step["error"] if isinstance(step["error"], dict) else {"status": step["error"]}
             status = err.get("status", 500)
-            doc = {"anthropic": anthropic_error, "openai": openai_error, "gemini": gemini_error}[api](status, err)
+            doc = {"anthropic": anthropic_error, "openai": openai_error, "chat": openai_error,
+                   "gemini": gemini_error}[api](status, err)
             self._record(body, label, status)
             return self._send(status, "application/json", json.dumps(doc).encode(), doc.get("request_id"))
         body_d = body if isinstance(body, dict) else {}
@@ -284,6 +324,8 @@ class Handler(BaseHTTPRequestHandler):
             ctype, data = anthropic_reply(step, body_d)
         elif api == "openai":
             ctype, data = openai_reply(step, body_d)
+        elif api == "chat":
+            ctype, data = chat_reply(step, body_d)
         else:
             ctype, data = gemini_reply(step, body_d, path)
         self._record(body, label, 200)
@@ -294,6 +336,7 @@ def serve(script: dict, record: Path, port: int = 0, port_file: Path | None = No
     httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     httpd.daemon_threads = True
     httpd.script, httpd.record, httpd.record_lock = Script(script), record, threading.Lock()
+    httpd.hung = threading.Event()
     record.touch()
     port = httpd.server_address[1]
     if port_file:

@@ -1,0 +1,210 @@
+"""OpenCode's store, read without changing it (SPEC §10, fourth agent).
+
+Shapes followed: OpenCode 1.18 (checked with 1.18.33; the fixtures in
+``tests/fixtures/agents/opencode``). Its store is one SQLite database,
+``$XDG_DATA_HOME/opencode/opencode.db`` (default ``~/.local/share/opencode/opencode.db``), in WAL
+mode: OpenCode does not checkpoint on exit, so most rows may sit in ``opencode.db-wal``. The
+tables read here: ``session`` (id, ``parent_id`` of a sub-agent's session, ``directory``,
+``title``, ``version``, token and cost totals, times in ms), ``message`` (``data``: JSON with
+``role``, ``parentID`` of an assistant message = its user message, ``modelID``, ``tokens``,
+``cost``, ``error``, ``time``, ``finish``) and ``part`` (``data``: JSON, ``type`` ``text`` /
+``reasoning`` / ``tool`` / ``step-start`` / ``step-finish`` / …).
+
+The database is opened read-only through SQLite (``file:…?mode=ro``; never a copy of the main
+file alone, which would lose the WAL's rows), one short read transaction per session, and
+closed at once: OpenCode may be writing to it meanwhile. Only a regular file, not a symbolic
+link, is opened. No other I/O here.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import sqlite3
+import stat
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+
+from memfs.errors import MemfsError
+
+AGENT = "opencode"
+DB_NAME = "opencode.db"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+BUSY_TIMEOUT = 5.0  # seconds to wait for a writer's lock (reads in WAL mode rarely wait)
+DEFAULT_TITLE = "New session - "  # OpenCode's placeholder title, until its title request answers
+
+# OpenCode's built-in tools; any other name is an MCP tool, named ``<server>_<tool>``
+BUILTIN_TOOLS = frozenset((
+    "bash", "read", "write", "edit", "multiedit", "patch", "apply_patch", "glob", "grep", "list", "ls",
+    "task", "todowrite", "todoread", "webfetch", "websearch", "codesearch", "skill", "question", "lsp",
+    "batch", "invalid", "plan_enter", "plan_exit",
+))
+FILE_TOOLS = frozenset(("write", "edit", "multiedit", "patch", "apply_patch"))
+
+
+class StoreError(MemfsError):
+    """OpenCode's database cannot be read (the reason says why)."""
+
+
+def is_store(path: Path) -> Path | None:
+    """The database when ``path`` is OpenCode's store: ``opencode.db``, or a directory holding
+    one (its data directory); else None. (A symbolic link named so is a store too: reading it
+    is refused with the reason, never skipped in silence.)"""
+    db = path / DB_NAME if path.is_dir() else path
+    return db if db.name == DB_NAME and os.path.lexists(db) else None
+
+
+def default_store() -> Path:
+    """Where OpenCode keeps its database: ``$XDG_DATA_HOME/opencode`` (default ``~/.local/share``)."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "opencode" / DB_NAME
+
+
+def _check_file(db: Path) -> None:
+    """A regular file, not a symbolic link (as every file import reads), that starts like a
+    SQLite database."""
+    try:
+        st = os.lstat(db)
+    except OSError as exc:
+        raise StoreError(f"{db}: {exc.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise StoreError(f"{db}: a symbolic link; refused")
+    fd = os.open(db, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise StoreError(f"{db}: not a regular file")
+        if os.read(fd, len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+            raise StoreError(f"{db}: not a SQLite database")
+    finally:
+        os.close(fd)
+
+
+def connect(db: Path) -> sqlite3.Connection:
+    """A read-only connection (SQLite URI ``mode=ro``): it reads the WAL's rows too, and never
+    writes, checkpoints or takes a write lock."""
+    _check_file(db)
+    uri = f"file:{quote(str(db.resolve()))}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT, isolation_level=None)
+        conn.execute("PRAGMA query_only = 1")
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")
+    except sqlite3.Error as exc:
+        raise StoreError(f"{db}: cannot read it with SQLite: {exc}") from None
+    return conn
+
+
+def _json(text: Any) -> dict:
+    if not isinstance(text, (str, bytes)):
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+SESSION_COLUMNS = ("id", "parent_id", "slug", "directory", "title", "version", "cost", "time_created",
+                   "time_updated", "time_archived")
+
+
+def list_sessions(db: Path) -> list[dict]:
+    """The store's sessions (the columns of :data:`SESSION_COLUMNS`), parents before their
+    sub-agents' sessions, each by creation time."""
+    conn = connect(db)
+    try:
+        rows = conn.execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM session ORDER BY time_created, id").fetchall()
+    except sqlite3.Error as exc:
+        raise StoreError(f"{db}: not an OpenCode database: {exc}") from None
+    finally:
+        conn.close()
+    sessions = [dict(zip(SESSION_COLUMNS, r)) for r in rows if isinstance(r[0], str) and r[0]]
+    ids = {s["id"] for s in sessions}
+    depth: dict[str, int] = {}
+
+    def level(s: dict, seen: int = 0) -> int:
+        if s["id"] not in depth:
+            parent = s.get("parent_id")
+            up = next((p for p in sessions if p["id"] == parent), None) if parent in ids and seen < 32 else None
+            depth[s["id"]] = 0 if up is None else level(up, seen + 1) + 1
+        return depth[s["id"]]
+
+    return sorted(sessions, key=lambda s: (level(s), s["time_created"] or 0, s["id"]))
+
+
+def read_session(db: Path, sid: str) -> tuple[list[dict], dict[str, list[dict]]]:
+    """One session's messages (the decoded ``data``, ``id``, ``time_created``) in order, and
+    each message's parts (decoded ``data`` and ``id``) in order — in one read transaction, so
+    the two agree."""
+    conn = connect(db)
+    try:
+        conn.execute("BEGIN")
+        msgs = conn.execute("SELECT id, time_created, data FROM message WHERE session_id = ? "
+                            "ORDER BY time_created, id", (sid,)).fetchall()
+        parts = conn.execute("SELECT id, message_id, data FROM part WHERE session_id = ? "
+                             "ORDER BY message_id, id", (sid,)).fetchall()
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        raise StoreError(f"{db}: cannot read session {sid}: {exc}") from None
+    finally:
+        conn.close()
+    messages = [{**_json(data), "id": mid, "time_created": t} for mid, t, data in msgs if isinstance(mid, str)]
+    by_message: dict[str, list[dict]] = {}
+    for pid, mid, data in parts:
+        if isinstance(pid, str) and isinstance(mid, str):
+            by_message.setdefault(mid, []).append({**_json(data), "id": pid})
+    return messages, by_message
+
+
+# --- values ---------------------------------------------------------------------------------------
+
+
+def iso(ms: Any) -> str | None:
+    """OpenCode's times (ms since the epoch) as RFC 3339, or None."""
+    if type(ms) not in (int, float) or ms <= 0:
+        return None
+    try:
+        return _dt.datetime.fromtimestamp(ms / 1000, _dt.UTC).isoformat(timespec="milliseconds").replace(
+            "+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _int(v: Any) -> int:
+    return v if type(v) is int and v >= 0 else 0
+
+
+def usage_of(tokens: Any) -> dict:
+    """A message's or step's ``tokens`` in memfs's Usage keys. OpenCode's counts are disjoint
+    (``input`` excludes the cache reads and writes, ``output`` excludes ``reasoning``); memfs's
+    ``input_tokens`` includes the cached ones (it subtracts them) and ``output_tokens`` the
+    reasoning ones."""
+    if not isinstance(tokens, dict):
+        return {}
+    cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
+    read, write, reasoning = _int(cache.get("read")), _int(cache.get("write")), _int(tokens.get("reasoning"))
+    out = {"input_tokens": _int(tokens.get("input")) + read + write, "cached_input_tokens": read,
+           "output_tokens": _int(tokens.get("output")) + reasoning}
+    if write:
+        out["cache_write_input_tokens"] = write
+    if reasoning:
+        out["reasoning_output_tokens"] = reasoning
+    return out
+
+
+def error_message(error: Any) -> str | None:
+    """An assistant message's ``error`` (``{"name", "data": {"message", "statusCode"}}``) as one
+    line: ``API Error: 400 Invalid request…``; ``interrupted`` for an aborted run."""
+    if not isinstance(error, dict):
+        return None
+    name = error.get("name") if isinstance(error.get("name"), str) else "error"
+    data = error.get("data") if isinstance(error.get("data"), dict) else {}
+    if name == "MessageAbortedError":
+        return "interrupted"
+    message = data.get("message") if isinstance(data.get("message"), str) else name
+    status = data.get("statusCode")
+    if name == "APIError":
+        return f"API Error: {status} {message}" if type(status) is int else f"API Error: {message}"
+    return f"{name}: {message}" if message != name else name
