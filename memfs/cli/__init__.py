@@ -35,7 +35,6 @@ import sys
 import memfs
 from memfs.errors import MemfsError
 
-
 # name -> (module under memfs.cli, its function that adds the command, the one-line help): the
 # command's module is imported only when that command runs; ``memfs --help`` lists every command
 # from this table alone (in this order).

@@ -25,7 +25,6 @@ from memfs.errors import SessionBusy, SymlinkRefused
 from memfs.store.paths import LOCK, open_nofollow
 
 
-
 def _portalocker():
     """portalocker, imported at the first lock (it loads importlib.metadata: a cost the commands
     that only read the catalog do not pay)."""
