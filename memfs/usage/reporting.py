@@ -199,7 +199,8 @@ def listed(root: Path, keep=None, limit: int | None = None) -> tuple[int, list, 
 
     catalog = catalog_of(root).current()
     rows = catalog.rows()
-    picked = [(r, r.info()) for r in rows]
+    since = getattr(keep, "since", None)  # (a listing.Filter's: on the rows, before any is converted)
+    picked = [(r, r.info()) for r in rows if since is None or r.last_ts >= since]
     picked = [p for p in picked if keep is None or keep(p[1])][:limit]
     return len(rows), [info for _, info in picked], session_totals(catalog, [r for r, _ in picked])
 
@@ -355,12 +356,14 @@ def contributions(root: Path, write: bool = True) -> dict[str, Contribution]:
     else from its ``derived/usage.json`` (or its log); the index and the copies are rewritten
     where they were stale, unless ``write`` is false (a read-only mount writes nothing)."""
     from memfs.store.catalog import catalog_of
+    from memfs.usage import recent
     from memfs.views import persist
 
     index = _read_index(root)
     out: dict[str, Contribution] = {}
     redone = False
     catalog = catalog_of(root).current()  # the names, and each log's length and about.json's identity
+    cursor = recent.catalog_cursor(root)  # (read before the rows: a change meanwhile leaves it stale)
     for name in catalog.names():
         c = index.get(name)
         row = catalog.row(name)
@@ -374,6 +377,9 @@ def contributions(root: Path, write: bool = True) -> dict[str, Contribution]:
     if write and (redone or len(out) != len(index)):
         persist.flush()
         _write_index(root, out)
+    key = orjson.dumps(_index_key()).decode()
+    if write and cursor is not None and (recent.read(root) or ("",))[0] != key:  # the status line's summary
+        recent.write(root, {n: c.uses for n, c in out.items()}, key, cursor)
     return out
 
 
