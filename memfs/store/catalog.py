@@ -452,6 +452,23 @@ class Catalog:
     def row(self, name: str) -> Row | None:
         return self._all().get(name)
 
+    def recent_rows(self, since: float) -> tuple[int, list[Row]]:
+        """``(how many rows there are, the rows whose last record is at or after since)``, most
+        recent first: asked of the file (its index on the last record time), not read whole — a
+        command's ``--since`` (a server's repeated reads keep every row: :meth:`rows`)."""
+        from memfs.store.catalog_db import COLUMNS
+
+        def work() -> tuple[int, list[Row]]:
+            with self.db._lock:
+                every = self.db.query("SELECT count(*) FROM sessions")[0][0]
+                rows = self.db.query(f"SELECT {', '.join(COLUMNS)} FROM sessions WHERE last_ts >= ?", (since,))
+            out = [Row(*r) for r in rows]
+            out.sort(key=lambda r: r.name)
+            out.sort(key=lambda r: r.last_ts, reverse=True)
+            return every, out
+
+        return self._guarded(work)
+
     def rows(self, agent: str | None = None, project: str | None = None, since: float | None = None,
              until: float | None = None, status: str | None = None) -> list[Row]:
         """The rows, most recent last record first (ties by name), filtered as ``memfs sessions``

@@ -198,11 +198,15 @@ def listed(root: Path, keep=None, limit: int | None = None) -> tuple[int, list, 
     from memfs.store.catalog import catalog_of
 
     catalog = catalog_of(root).current()
-    rows = catalog.rows()
-    since = getattr(keep, "since", None)  # (a listing.Filter's: on the rows, before any is converted)
-    picked = [(r, r.info()) for r in rows if since is None or r.last_ts >= since]
+    since = getattr(keep, "since", None)  # (a listing.Filter's: asked of the catalog)
+    if since is not None:
+        every, rows = catalog.recent_rows(since)
+    else:
+        rows = catalog.rows()
+        every = len(rows)
+    picked = [(r, r.info()) for r in rows]
     picked = [p for p in picked if keep is None or keep(p[1])][:limit]
-    return len(rows), [info for _, info in picked], session_totals(catalog, [r for r, _ in picked])
+    return every, [info for _, info in picked], session_totals(catalog, [r for r, _ in picked])
 
 
 def load(root: Path, name: str, write: bool = True) -> Contribution:
