@@ -171,12 +171,12 @@ def session_totals(catalog, rows) -> dict:
     computed for the log as it is, else the session's usage (stored or computed), which the
     catalog then keeps (:meth:`memfs.store.catalog.Catalog.set_usage`). Unreadable sessions are
     left out."""
-    from memfs.views import persist
-
     out = {}
+    computed = False
     for row in rows:
         total = row.usage_total
         if total is None:
+            computed = True
             try:
                 data = usage_of(catalog.root, row.name)
                 total = data["total"]
@@ -186,7 +186,10 @@ def session_totals(catalog, rows) -> dict:
             about = source.get("about")
             catalog.set_usage(row.name, (source.get("events_len"), tuple(about) if about else None), total)
         out[row.name] = total
-    persist.flush()
+    if computed:  # (the views, loaded only when a usage had to be read or computed)
+        from memfs.views import persist
+
+        persist.flush()
     return out
 
 
