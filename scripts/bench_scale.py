@@ -236,6 +236,11 @@ def cli_phase(n: int, store: Path, work: Path, only: set[str], args, table: Tabl
         table.add(n, "`memfs sessions --since 1d`", r["cli_since_s"], python_s, py, 0.3, 10_000)
         table.add(n, "`memfs sessions --json` (first)", r["cli_json_first_s"], python_s, py, None)
         table.add(n, "`memfs sessions --json`", r["cli_json_s"], python_s, py, 1.0, 10_000)
+        statusline = ["sh", "-c", 'exec "$0" -m memfs statusline --store "$1" </dev/null', sys.executable, str(store)]
+        r["statusline_first_s"], r["statusline_s"] = repeat(statusline)
+        table.add(n, "`memfs statusline` (first)", r["statusline_first_s"], python_s, py, None)
+        table.add(n, "`memfs statusline` (goal: 2.5 × `python -c pass`)", r["statusline_s"], python_s, py,
+                  2.5 * python_s, 10_000)
     if "mcp" in only:
         m = mcp_list_sessions(store, work / f"mcp-{n}.log")
         r.update({f"mcp_{k}": v for k, v in m.items()})

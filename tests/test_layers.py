@@ -78,3 +78,25 @@ def test_memfs_is_pure_python_even_in_a_mount_s_server(tmp_path):
     mapped = {line.split()[-1] for line in maps if line.split()[-1].endswith(".so") or ".so." in line}
     assert any("pyfuse3" in path for path in mapped)  # (the probe sees the server's compiled modules)
     assert not [path for path in mapped if path.startswith(str(package))]
+
+
+def test_a_command_loads_its_own_module_only(tmp_path):
+    """``memfs sessions`` builds only its own parser: no other command's module, no search index
+    (numpy), no views (the usages it shows are the catalog's), no lock library; ``memfs --help``
+    still lists every command."""
+    store = tmp_path / "store"
+    subprocess.run([sys.executable, "-m", "memfs", "append", "--store", str(store), "s", "-"],
+                   input=b'{"type":"turn.started"}\n', capture_output=True, check=True)
+    # (the first listing computes the session's usage, which the catalog then keeps)
+    subprocess.run([sys.executable, "-m", "memfs", "sessions", "--store", str(store)], capture_output=True, check=True)
+    probe = ("import sys, io, contextlib; from memfs.cli import main\n"
+             "with contextlib.redirect_stdout(io.StringIO()) as out: code = main(['sessions', '--store', sys.argv[1]])\n"
+             "assert code == 0 and ' s' in out.getvalue(), out.getvalue()\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'portalocker', 'pyfuse3', 'trio', "
+             "'mcp') or m.startswith(('memfs.cli.', 'memfs.views', 'memfs.search', 'memfs.fs', 'memfs.mcp'))))")
+    out = subprocess.run([sys.executable, "-c", probe, str(store)], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['memfs.cli.common', 'memfs.cli.sessions']"
+    listed = subprocess.run([sys.executable, "-m", "memfs", "--help"], capture_output=True, text=True, check=True).stdout
+    from memfs.cli import COMMANDS
+
+    assert all(f"    {name}" in listed for name in COMMANDS)

@@ -48,7 +48,8 @@ def test_statusline_prints_model_session_today_block_and_context(tmp_path):
     assert m, proc.stdout
     left = int(m.group(1)) * 60 + int(m.group(2))
     assert 0 <= (start + 5 * 3600 - now) // 60 - left <= 2
-    assert (store / ".usage-index.json").exists()  # the next redraw reads one file and two lstat a session
+    assert (store / ".usage-index.json").exists()
+    assert (store / ".memfs" / "usage-recent.sqlite").exists()  # the next redraw reads the summary alone
     again = memfs("statusline", "--store", str(store), stdin=stdin)
     assert again.stdout.split(" | ")[:3] == proc.stdout.split(" | ")[:3]
     # a conversation the store does not hold: Claude Code's own cost; the context from the transcript's tail
@@ -67,6 +68,13 @@ def test_statusline_prints_model_session_today_block_and_context(tmp_path):
     # no store at all: the line from stdin alone
     bare = memfs("statusline", "--store", str(tmp_path / "absent"), stdin='{"model": {"display_name": "Opus"}}')
     assert bare.returncode == 0 and bare.stdout == "Opus | session - | today $0.00 | no active block\n"
+    # a turn appended to this session, then a new session: each shows at the next redraw
+    native(store, "sess-1", *turn(stamp(now - 60), "gpt-5", input_tokens=400_000))  # $0.50
+    assert memfs("statusline", "--store", str(store), stdin=stdin).stdout.split(" | ")[1:3] == \
+        ["session $1.50", "today $2.00*"]
+    native(store, "third", *turn(stamp(now - 30), "gpt-5", input_tokens=800_000))  # $1.00
+    assert memfs("statusline", "--store", str(store), stdin=stdin).stdout.split(" | ")[1:3] == \
+        ["session $1.50", "today $3.00*"]
 
 
 def test_the_default_config_file_is_read_when_no_config_is_given(tmp_path):

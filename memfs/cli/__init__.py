@@ -35,16 +35,46 @@ import sys
 import memfs
 from memfs.errors import MemfsError
 
+# name -> (module under memfs.cli, its function that adds the command, the one-line help): the
+# command's module is imported only when that command runs; ``memfs --help`` lists every command
+# from this table alone (in this order).
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "mount": ("mount", "register", "serve a store (or one session) as a FUSE filesystem"),
+    "umount": ("mount", "register", "unmount a memfs mount"),
+    "mounts": ("mount", "register", "list the memfs mounts: mountpoint, store, server pid and log (with "
+               "--store/--workspace: that store's only)"),
+    "sessions": ("sessions", "register", "list sessions, most recently updated first"),
+    "show": ("sessions", "register", "a session's summary, a turn's events, or a derived view"),
+    "append": ("write", "register", "validated append of event lines without a mount"),
+    "record": ("write", "register", "run an agent, pass its output through, and record its events in SESSION"),
+    "import": ("write", "register", "bring Codex, Claude Code, Gemini CLI and OpenCode transcripts in as sessions "
+               "(idempotent)"),
+    "export": ("export", "register", "write a session for Claude Code, Codex, OpenCode, people (Markdown) or as its log"),
+    "fork": ("fork", "register", "make a new session from the first turns of another"),
+    "resume": ("fork", "register", "continue a session in Claude Code, Codex or OpenCode, and keep the new turns"),
+    "search": ("sessions", "register_search", "BM25 search over the sessions' grounded facts"),
+    "gc": ("ops", "register", "apply the retention policy: remove old, surplus and empty completed sessions"),
+    "pin": ("ops", "register", "pin a session against retention"),
+    "unpin": ("ops", "register", "remove a session's retention pin"),
+    "pack": ("ops", "register", "audit packs: hash every file of a session, verify later"),
+    "migrate": ("ops", "register", "import a VT Code workspace's legacy history and trajectory files"),
+    "fsck": ("ops", "register", "rescan sessions, repair their metadata, report damage"),
+    "mcp": ("mcp", "register", "serve the memory to MCP clients (Claude Code, Codex, …) over stdio or HTTP"),
+    "usage": ("usage", "register", "tokens and cost per day, week, month, session, model, project, agent or "
+              "billing block, with totals"),
+    "statusline": ("statusline", "register", "one line for Claude Code's statusLine: model, this session's "
+                   "cost, today's, the active billing block's and its time left, context tokens (reads the "
+                   "statusLine JSON on stdin)"),
+    "config": ("settings", "register", "the configuration file the commands read, and the settings in force"),
+}
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``memfs`` parser; each command group adds its own commands (in ``memfs --help``'s order)."""
-    from memfs.cli import export as export_command
-    from memfs.cli import fork as fork_command
-    from memfs.cli import mcp as mcp_command
-    from memfs.cli import mount, ops, sessions, write
-    from memfs.cli import settings as settings_command
-    from memfs.cli import statusline as statusline_command
-    from memfs.cli import usage as usage_command
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``memfs`` parser. ``command``: the one whose options are parsed (its module is imported
+    and adds it, with the other commands of that module); every other command is listed with its
+    help only (``memfs --help``, a mistyped command). None: every command in full (tests, docs)."""
+    from importlib import import_module
+
     from memfs.cli.common import Commands
 
     common = argparse.ArgumentParser(add_help=False)
@@ -61,17 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'memfs COMMAND --help' for a command's options.")
     parser.add_argument("--version", action="version", version=f"memfs {memfs.__version__}")
     commands = Commands(parser.add_subparsers(dest="command", metavar="COMMAND"), common, as_json)
-    mount.register(commands)
-    sessions.register(commands)
-    write.register(commands)
-    export_command.register(commands)
-    fork_command.register(commands)
-    sessions.register_search(commands)
-    ops.register(commands)
-    mcp_command.register(commands)
-    usage_command.register(commands)
-    statusline_command.register(commands)
-    settings_command.register(commands)
+    done: set[tuple[str, str]] = set()
+    for name, (module, register, _help) in COMMANDS.items():
+        if (command is None or name == command) and (module, register) not in done:
+            done.add((module, register))
+            getattr(import_module(f"memfs.cli.{module}"), register)(commands)
+    for name, (_module, _register, help_) in COMMANDS.items():
+        if name not in commands.sub.choices:  # listed in --help (in the table's order when none is chosen)
+            commands.sub.add_parser(name, help=help_)
     return parser
 
 
@@ -84,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         return run(argv[1:])
     from memfs.cli.common import _err, _reason, _Usage
 
-    parser = build_parser()
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), ""))
     agent: list[str] | None = None
     if "--" in argv and any(c in argv and argv.index(c) < argv.index("--") for c in ("record", "resume")):
         cut = argv.index("--")  # record's agent command (resume's ARGS) is everything after "--", options included

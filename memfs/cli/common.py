@@ -213,8 +213,13 @@ class Commands:
     common: argparse.ArgumentParser
     as_json: argparse.ArgumentParser
 
-    def add(self, name: str, func: Callable[[argparse.Namespace], int], help: str, *, json: bool = False,
-            parents: tuple[argparse.ArgumentParser, ...] | None = None, **kw: Any) -> argparse.ArgumentParser:
+    def add(self, name: str, func: Callable[[argparse.Namespace], int], help: str | None = None, *,
+            json: bool = False, parents: tuple[argparse.ArgumentParser, ...] | None = None,
+            **kw: Any) -> argparse.ArgumentParser:
+        if help is None:  # the one-line help lives in the command table
+            from memfs.cli import COMMANDS
+
+            help = COMMANDS[name][2]
         if parents is None:
             parents = (self.common, self.as_json) if json else (self.common,)
         p = self.sub.add_parser(name, parents=list(parents), help=help, description=help, **kw)

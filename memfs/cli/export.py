@@ -39,7 +39,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def register(c: Commands) -> None:
-    p = c.add("export", cmd_export, "write a session for Claude Code, Codex, OpenCode, people (Markdown) or as its log",
+    p = c.add("export", cmd_export,
               json=True,
               epilog="Without --out, claude and codex go where the CLI looks (~/.claude/projects/<cwd slug>/, "
                      "$CODEX_HOME/sessions/YYYY/MM/DD/) and the resume command is printed; markdown and jsonl go "

@@ -53,7 +53,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def register(c: Commands) -> None:
-    p = c.add("fork", cmd_fork, "make a new session from the first turns of another", json=True,
+    p = c.add("fork", cmd_fork, json=True,
               epilog="The new session's log is the source's lines, verbatim, up to the end of turn N (the whole "
                      "log by default); its index/about.json records forked_from and forked_at_turn, and a "
                      "conversation id of its own (its export and resume never continue the source's). The source "
@@ -63,7 +63,7 @@ def register(c: Commands) -> None:
     p.add_argument("new", metavar="NEW", help="the new session's name (letters, digits, '-', '_', '.')")
     p.add_argument("--at-turn", type=_pos_int, metavar="N", help="copy turns up to N (default: all)")
 
-    p = c.add("resume", cmd_resume, "continue a session in Claude Code or Codex, and keep the new turns",
+    p = c.add("resume", cmd_resume,
               usage="memfs resume [options] SESSION --in claude|codex|opencode [--cwd DIR] [-- ARGS...]",
               epilog="Exports SESSION into the tool's own store (~/.claude, $CODEX_HOME), runs its resume command "
                      "(claude --resume ID, codex exec resume ID) with ARGS appended and the terminal passed "

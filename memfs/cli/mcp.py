@@ -76,7 +76,7 @@ def _positive(kind: type):
 
 
 def register(c: Commands) -> None:
-    p = c.add("mcp", cmd_mcp, "serve the memory to MCP clients (Claude Code, Codex, …) over stdio or HTTP",
+    p = c.add("mcp", cmd_mcp,
               epilog="Tools: search, list_sessions, get_context, read_turn, get_usage, and append_note with "
                      "--allow-write; resources memfs://sessions/<name>/<file>. Needs the MCP SDK: " + INSTALL + ".")
     p.add_argument("--mount", metavar="MNT", help="serve a running store-wide mount through its files "

@@ -125,7 +125,7 @@ def cmd_mounts(args: argparse.Namespace) -> int:
 
 
 def register(c: Commands) -> None:
-    p = c.add("mount", cmd_mount, "serve a store (or one session) as a FUSE filesystem",
+    p = c.add("mount", cmd_mount,
               usage="memfs mount [options] [STORE] MOUNTPOINT")
     p.add_argument("paths", nargs="*", metavar="[STORE] MOUNTPOINT",
                    help="the sessions root (optional; default as --store) and where to mount")
@@ -160,10 +160,9 @@ def register(c: Commands) -> None:
                    help="cluster mode (SPEC §9): replicate through these NATS JetStream servers; also "
                         "-o cluster=URL,URL and [cluster] servers in the config (needs memfs[cluster])")
 
-    p = c.add("umount", cmd_umount, "unmount a memfs mount")
+    p = c.add("umount", cmd_umount)
     p.add_argument("mountpoint", metavar="MOUNTPOINT")
     p.add_argument("-l", "--lazy", action="store_true",
                    help="detach now even if busy; the server flushes and exits once the last user is gone")
 
-    c.add("mounts", cmd_mounts, "list the memfs mounts: mountpoint, store, server pid and log (with --store/"
-                                "--workspace: that store's only)", json=True)
+    c.add("mounts", cmd_mounts, json=True)

@@ -194,7 +194,7 @@ def cmd_fsck(args: argparse.Namespace) -> int:
 
 
 def register(c: Commands) -> None:
-    p = c.add("gc", cmd_gc, "apply the retention policy: remove old, surplus and empty completed sessions", json=True,
+    p = c.add("gc", cmd_gc, json=True,
               epilog="Live, pinned, preserved and active sessions are never removed. Active sessions idle "
                      "past --max-age-days and not open anywhere are first marked completed. Before removing "
                      "anything gc asks on a terminal; without a terminal it refuses unless --yes is given.")
@@ -209,13 +209,13 @@ def register(c: Commands) -> None:
     p.add_argument("-y", "--yes", action="store_true",
                    help="remove without asking (needed when stdin is not a terminal)")
 
-    p = c.add("pin", cmd_pin, "pin a session against retention", json=True)
+    p = c.add("pin", cmd_pin, json=True)
     p.add_argument("session", metavar="SESSION")
     p.add_argument("--reason", required=True, help="why it must be kept")
-    p = c.add("unpin", cmd_unpin, "remove a session's retention pin", json=True)
+    p = c.add("unpin", cmd_unpin, json=True)
     p.add_argument("session", metavar="SESSION")
 
-    p = c.add("pack", _pack_usage, "audit packs: hash every file of a session, verify later", parents=())
+    p = c.add("pack", _pack_usage, parents=())
     pack_sub = p.add_subparsers(dest="pack_command", metavar="ACTION")
     q = pack_sub.add_parser("create", parents=[c.common, c.as_json], help="write derived/audit-pack.json (or -o FILE)",
                             description="Write the session's audit pack (default: derived/audit-pack.json).")
@@ -234,7 +234,7 @@ def register(c: Commands) -> None:
     q.set_defaults(func=cmd_pack_verify)
     p.set_defaults(parser=p)
 
-    p = c.add("migrate", cmd_migrate, "import a VT Code workspace's legacy history and trajectory files", json=True,
+    p = c.add("migrate", cmd_migrate, json=True,
               epilog="Sessions go to --store/--workspace when given, else WORKSPACE/.vtcode/sessions.")
     p.add_argument("source", metavar="WORKSPACE",
                    help="the VT Code workspace holding .vtcode/history and .vtcode/logs")
@@ -242,6 +242,6 @@ def register(c: Commands) -> None:
                    help="delete the imported legacy files and folders afterwards")
     p.add_argument("--dry-run", action="store_true", help="change nothing; list what would be imported")
 
-    p = c.add("fsck", cmd_fsck, "rescan sessions, repair their metadata, report damage", json=True,
+    p = c.add("fsck", cmd_fsck, json=True,
               epilog="Exit status 1 when something was repaired or is damaged.")
     p.add_argument("sessions", nargs="*", metavar="SESSION", help="sessions to check (default: all)")

@@ -9,8 +9,6 @@ import orjson
 
 from memfs.cli.common import Commands, _config, _existing, _json, _out, _out_bytes, _root, _size, _table, _Usage
 from memfs.store import listing
-from memfs.store.describe import describe
-from memfs.store.session import open_session
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -35,6 +33,9 @@ def _since(text: str) -> float:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from memfs.store.describe import describe
+    from memfs.store.session import open_session
+
     root = _root(args)
     with open_session(root, args.session, read_only=True) as handle:
         if args.view:
@@ -132,7 +133,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def register(c: Commands) -> None:
-    p = c.add("sessions", cmd_sessions, "list sessions, most recently updated first", json=True,
+    p = c.add("sessions", cmd_sessions, json=True,
               epilog="Columns: last activity (UTC), agent, project, title, turns, status, tokens, cost, session. "
                      "--json carries every field of each session's metadata (index/about.json).")
     p.add_argument("--agent", metavar="NAME", help="only sessions of this agent (claude, codex, gemini, vtcode, ...)")
@@ -142,7 +143,7 @@ def register(c: Commands) -> None:
     p.add_argument("--since", type=_since, metavar="WHEN",
                    help="only sessions active since WHEN: a date or time (2026-01-31, UTC) or an age (7d, 12h)")
 
-    p = c.add("show", cmd_show, "a session's summary, a turn's events, or a derived view", json=True)
+    p = c.add("show", cmd_show, json=True)
     p.add_argument("session", metavar="SESSION")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--turn", type=int, metavar="N", help="print the events of turn N, one JSON object a line")
@@ -150,7 +151,7 @@ def register(c: Commands) -> None:
 
 
 def register_search(c: Commands) -> None:
-    p = c.add("search", cmd_search, "BM25 search over the sessions' grounded facts", json=True,
+    p = c.add("search", cmd_search, json=True,
               epilog="Every option is also a parameter of a mount's search files (search/<query>?in=all&stem=english) "
                      "and a [search] default of the config; unset, the search is SPEC 5's exact BM25.")
     p.add_argument("query", metavar="QUERY")

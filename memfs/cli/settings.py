@@ -53,7 +53,7 @@ def _config_usage(args: argparse.Namespace) -> int:
 
 
 def register(c: Commands) -> None:
-    p = c.add("config", _config_usage, "the configuration file the commands read, and the settings in force",
+    p = c.add("config", _config_usage,
               parents=())
     p.set_defaults(parser=p)
     sub = p.add_subparsers(dest="config_command", metavar="ACTION")

@@ -15,21 +15,22 @@ Claude Code runs the command at each redraw with a JSON object on stdin (``sessi
 * a cost with a ``*`` is the priced part (a model without a price took part).
 
 Fast, since it runs at every redraw: loaded alone (``memfs.cli.main`` dispatches to it before
-building the parser) and reading the store-level usage index (``.usage-index.json``) with
-two ``lstat`` per session to check it is current; only when it is not (or missing) are the
-usage modules loaded to redo the stale entries (:func:`memfs.usage.reporting.contributions`),
-which also rewrites the index for the next redraw. A missing or unreadable store still prints
+building the parser) and reading the store's usage summary (:mod:`memfs.usage.recent`: each
+session's cost and the turns of today and of the blocks that may be active), current while the
+store catalog's cursor and the root's mtime are what it recorded — the same few reads at any
+store size; only when it is not (or missing) are the usage modules loaded to redo the stale
+entries (:func:`memfs.usage.reporting.contributions`), which also rewrites the usage index and
+the summary for the next redraw. A missing or unreadable store still prints
 the line from stdin alone. Options: ``--store DIR``/``--workspace DIR``/``--config FILE`` as
 every command (the config file is read for ``store``/``workspace`` and ``[prices]`` only).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
-
-import orjson
 
 TAIL = 256 * 1024  # bytes of the transcript read back for the last usage
 
@@ -39,8 +40,8 @@ def run(argv: list[str]) -> int:
     if opts is None:
         return 2
     try:
-        data = orjson.loads(sys.stdin.buffer.read() or b"{}")
-    except orjson.JSONDecodeError as exc:
+        data = json.loads(sys.stdin.buffer.read() or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         print(f"memfs: statusline: stdin is not JSON: {exc}", file=sys.stderr)
         return 1
     if type(data) is not dict:
@@ -75,19 +76,17 @@ def _options(argv: list[str]) -> dict | None:
 def line(data: dict, opts: dict) -> str:
     model = _get(data, "model", "display_name") or _get(data, "model", "id") or "?"
     parts = [str(model)]
-    uses = _uses(opts)
     sid = data.get("session_id")
+    mine, recent = _summary(opts, sid if type(sid) is str else None)
     now = time.time()
-    mine = uses.get(sid) if type(sid) is str else None
-    if mine:
-        parts.append("session " + _cost(mine))
+    if mine and mine[1]:
+        parts.append("session " + _cost(*mine))
     else:
         own = _get(data, "cost", "total_cost_usd")
         parts.append(f"session {_usd(own)} (claude)" if type(own) in (int, float) else "session -")
-    everything = sorted((u for us in uses.values() for u in us), key=lambda u: u[0])
     today = time.strftime("%Y-%m-%d", time.localtime(now))
-    parts.append("today " + _cost([u for u in everything if time.strftime("%Y-%m-%d", time.localtime(u[0])) == today]))
-    parts.append(_block(everything, now))
+    parts.append("today " + _costs([u for u in recent if time.strftime("%Y-%m-%d", time.localtime(u[0])) == today]))
+    parts.append(_block(recent, now))
     ctx = _context(data)
     if ctx is not None:
         size = _get(data, "context_window", "context_window_size")
@@ -108,12 +107,17 @@ def _usd(value: float) -> str:
     return f"${value:,.2f}"
 
 
-def _cost(uses: list) -> str:
-    """The sum of ``[at, model, tokens, cost, reason, refused]`` uses' costs (``*``: priced part)."""
-    priced = [u[3] for u in uses if u[3] is not None]
-    if uses and not priced:
+def _cost(priced: float, uses: int, n_priced: int) -> str:
+    """A cost of ``uses`` turns, ``n_priced`` of them priced (``*``: the priced part)."""
+    if uses and not n_priced:
         return "-"
-    return _usd(sum(priced)) + ("*" if len(priced) < len(uses) else "")
+    return _usd(priced) + ("*" if n_priced < uses else "")
+
+
+def _costs(uses: list) -> str:
+    """The cost of ``[at, cost]`` turns."""
+    priced = [u[1] for u in uses if u[1] is not None]
+    return _cost(sum(priced), len(uses), len(priced))
 
 
 def _block(uses: list, now: float) -> str:
@@ -124,7 +128,7 @@ def _block(uses: list, now: float) -> str:
         if not gap:
             if active(start, times[stop - 1], now):
                 left = int(start + BLOCK - now) // 60
-                return f"block {_cost(uses[first:stop])}, {left // 60}h{left % 60:02d}m left"
+                return f"block {_costs(uses[first:stop])}, {left // 60}h{left % 60:02d}m left"
             break
     return "no active block"
 
@@ -155,8 +159,8 @@ def _transcript_usage(path) -> dict | None:
         if b'"usage"' not in raw:
             continue
         try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError:
+            obj = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
             continue
         usage = _get(obj, "message", "usage")
         if type(obj) is dict and obj.get("type") == "assistant" and type(usage) is dict:
@@ -196,20 +200,24 @@ def _config_file(path) -> dict:
         return {}
 
 
-def _uses(opts: dict) -> dict[str, list]:
-    """``{session: [[at, model, tokens, cost, reason, refused], …]}`` of the store (empty: none)."""
+def _summary(opts: dict, session: str | None) -> tuple[list | None, list]:
+    """``(session's [priced cost, turns, priced turns] or None, the recent [at, cost] turns)``
+    from the store's usage summary (:mod:`memfs.usage.recent`) when it is current, else from
+    the usage index made current (which rewrites both); nothing when there is no store."""
     try:
+        from memfs.usage import recent
+
         root = _root(opts)
-        fast = _index(root, opts)
-        if fast is not None:
-            return fast
+        fast = recent.read(root, session)
+        if fast is not None and _current_key(json.loads(fast[0]), opts):
+            return fast[1], fast[2]
         from memfs.usage.reporting import contributions
 
         _configure(opts)
-        return {name: [[u.at, u.model, u.tokens, u.cost, u.reason, u.refused] for u in c.uses]
-                for name, c in contributions(root).items()}
+        sessions, every = recent.build({name: c.uses for name, c in contributions(root).items()})
+        return sessions.get(session) if session is not None else None, every
     except Exception:  # noqa: BLE001 — a status line never fails: it shows what it has
-        return {}
+        return None, []
 
 
 def _configure(opts: dict) -> None:
@@ -222,63 +230,22 @@ def _configure(opts: dict) -> None:
         prices.configure(load_config(path).prices)
 
 
-def _index(root, opts: dict) -> dict[str, list] | None:
-    """The index's uses when every entry is current and it was made with the prices in force."""
+def _current_key(key, opts: dict) -> bool:
+    """Whether a usage index ``key`` is this version's, priced as the config says."""
     from memfs.usage import INDEX_FORMAT, VIEW_VERSION
 
-    try:
-        with open(os.path.join(root, ".usage-index.json"), "rb") as f:
-            data = orjson.loads(f.read())
-    except (OSError, orjson.JSONDecodeError):
-        return None
-    key = data.get("key") if type(data) is dict else None
-    if type(key) is not list or len(key) != 3 or key[:2] != [VIEW_VERSION, INDEX_FORMAT] or not _same_prices(key[2], opts):
-        return None
-    sessions = data.get("sessions")
-    if type(sessions) is not dict:
-        return None
-    out = {}
-    top = os.fspath(root)
-    for name, entry in sessions.items():
-        if _stamp(f"{top}/{name}") != [entry[0], entry[1]]:
-            return None
-        out[name] = entry[5]
-    try:  # a session the index does not know yet
-        for e in os.scandir(top):
-            if e.name not in sessions and not e.name.startswith(".") and os.path.exists(
-                    os.path.join(e.path, "events.jsonl")):
-                return None
-    except OSError:
-        return None
-    return out
-
-
-def _stamp(d: str) -> list:
-    """What :func:`memfs.usage.reporting.stamp_now` says of a session, as the index stores it."""
-    lstat = os.lstat
-    try:
-        size = lstat(d + "/events.jsonl").st_size
-    except OSError:
-        size = None
-    try:
-        st = lstat(d + "/index/about.json")
-        about = [st.st_ino, st.st_size, st.st_mtime_ns]
-    except OSError:
-        about = None
-    return [size, about]
+    return type(key) is list and len(key) == 3 and key[:2] == [VIEW_VERSION, INDEX_FORMAT] and \
+        _same_prices(key[2], opts)
 
 
 def _same_prices(described, opts: dict) -> bool:
-    """Whether the index was priced by the shipped table with the config's ``[prices]``."""
+    """Whether the index was priced with the config's ``[prices]`` (the shipped table's identity
+    is the summary's to check: :func:`memfs.usage.recent.read`)."""
     from memfs.store.paths import config_path
-    from memfs.usage import prices
 
     path = config_path(opts.get("config"))
     wanted = _config_file(path).get("prices", {}) if path is not None else {}
-    table = prices.table()
     overrides = described.get("overrides") if type(described) is dict else None
-    if type(described) is not dict or (described.get("name"), described.get("date")) != (table.name, table.date):
-        return False
     try:
         return overrides == {m: {k: float(v) for k, v in r.items()} for m, r in sorted(wanted.items())}
     except (TypeError, ValueError, AttributeError):
@@ -286,5 +253,4 @@ def _same_prices(described, opts: dict) -> bool:
 
 
 def register(c) -> None:
-    c.add("statusline", lambda args: 2, "one line for Claude Code's statusLine: model, this session's cost, today's, "
-          "the active billing block's and its time left, context tokens (reads the statusLine JSON on stdin)")
+    c.add("statusline", lambda args: 2)

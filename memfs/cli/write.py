@@ -174,7 +174,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def register(c: Commands) -> None:
     from memfs.ingest import FORMATS
 
-    p = c.add("append", cmd_append, "validated append of event lines without a mount", json=True,
+    p = c.add("append", cmd_append, json=True,
               epilog="Stops at the first refused line: the lines before it stay appended, the refused one "
                      "goes to rejected.jsonl, the message says how many were appended and where to go on, and "
                      "the exit status is 1. With --keep-going every refused line is recorded and skipped.")
@@ -186,7 +186,7 @@ def register(c: Commands) -> None:
     p.add_argument("--keep-going", action="store_true",
                    help="record refused lines in rejected.jsonl and go on with the next line (exit 1 if any)")
 
-    p = c.add("record", cmd_record, "run an agent, pass its output through, and record its events in SESSION",
+    p = c.add("record", cmd_record,
               usage="memfs record [options] SESSION [--format F] -- CMD [ARGS...]",
               epilog="The agent's stdout is copied through unchanged and its stderr is untouched; its event "
                      "stream (Codex exec --json, or Claude Code / Gemini CLI stream-json, opencode run --format json, "
@@ -202,8 +202,7 @@ def register(c: Commands) -> None:
                    help="longest accepted line of the agent's output (default 16 MiB)")
     p.set_defaults(cmd=[])  # main() gives it everything after "--"
 
-    p = c.add("import", cmd_import, "bring Codex, Claude Code, Gemini CLI and OpenCode transcripts in as "
-                                    "sessions (idempotent)", json=True,
+    p = c.add("import", cmd_import, json=True,
               epilog="Codex exec --json output, Codex rollout files (~/.codex/sessions), Claude Code stream-json "
                      "output and transcripts (~/.claude/projects), Gemini CLI stream-json output and chat files "
                      "(~/.gemini/tmp), opencode run --format json output and OpenCode's database "

@@ -80,10 +80,7 @@ class CatalogChanges:
             noticed, self._noticed = self._noticed, set()
             feed_cursor = 0 if full else self._feed
         catalog = self.catalog.current(background=True)
-        feed, rows, removed = catalog.changes_since(feed_cursor)
-        changed: dict[str, LogKey | None] = {
-            r.name: (r.log_ino, r.log_size, r.log_mtime_ns) if r.log_size is not None and r.log_ino else None
-            for r in rows}
+        feed, changed, removed = catalog.log_keys_since(feed_cursor)
         with self._lock:
             gone = set(removed) if removed is not None else self._known - changed.keys()
             for name in noticed - changed.keys():  # (its row may not have been written yet)

@@ -452,6 +452,23 @@ class Catalog:
     def row(self, name: str) -> Row | None:
         return self._all().get(name)
 
+    def recent_rows(self, since: float) -> tuple[int, list[Row]]:
+        """``(how many rows there are, the rows whose last record is at or after since)``, most
+        recent first: asked of the file (its index on the last record time), not read whole — a
+        command's ``--since`` (a server's repeated reads keep every row: :meth:`rows`)."""
+        from memfs.store.catalog_db import COLUMNS
+
+        def work() -> tuple[int, list[Row]]:
+            with self.db._lock:
+                every = self.db.query("SELECT count(*) FROM sessions")[0][0]
+                rows = self.db.query(f"SELECT {', '.join(COLUMNS)} FROM sessions WHERE last_ts >= ?", (since,))
+            out = [Row(*r) for r in rows]
+            out.sort(key=lambda r: r.name)
+            out.sort(key=lambda r: r.last_ts, reverse=True)
+            return every, out
+
+        return self._guarded(work)
+
     def rows(self, agent: str | None = None, project: str | None = None, since: float | None = None,
              until: float | None = None, status: str | None = None) -> list[Row]:
         """The rows, most recent last record first (ties by name), filtered as ``memfs sessions``
@@ -480,16 +497,26 @@ class Catalog:
         whatever is not among them."""
         from memfs.store.catalog_db import COLUMNS
 
+        cursor, rows, removed = self._feed(cursor, COLUMNS)
+        return cursor, [Row(*r) for r in rows], removed
+
+    def log_keys_since(self, cursor: int) -> tuple[int, dict[str, tuple[int, int, int] | None], list[str] | None]:
+        """:meth:`changes_since` with each changed session's log key ``(inode, size, mtime_ns)``
+        (None: no log) instead of its row: what a search index needs, read without the rest."""
+        cursor, rows, removed = self._feed(cursor, ("name", "log_ino", "log_size", "log_mtime_ns"))
+        return cursor, {n: (ino, size, mtime) if size is not None and ino else None
+                        for n, ino, size, mtime in rows}, removed
+
+    def _feed(self, cursor: int, columns) -> tuple[int, list, list[str] | None]:
         def work():
             with self.db._lock:
                 seq, generation = self.db.meta("seq"), self.db.meta("generation")
                 since = cursor - generation * _GENERATION if cursor // _GENERATION == generation else None
-                rows = self.db.query(f"SELECT {', '.join(COLUMNS)} FROM sessions WHERE seq > ? AND seq <= ? "
+                rows = self.db.query(f"SELECT {', '.join(columns)} FROM sessions WHERE seq > ? AND seq <= ? "
                                      "ORDER BY seq", (since or 0, seq))
                 removed = self.db.query("SELECT name FROM removed WHERE seq > ? AND seq <= ? ORDER BY seq",
                                         (since, seq)) if since is not None else None
-            return (generation * _GENERATION + seq, [Row(*r) for r in rows],
-                    [r[0] for r in removed] if removed is not None else None)
+            return generation * _GENERATION + seq, rows, [r[0] for r in removed] if removed is not None else None
 
         return self._guarded(work)
 

@@ -140,6 +140,8 @@ class CatalogDB:
             self.close()
             if self.path is not None:
                 self._delete_files()
+                with contextlib.suppress(FileNotFoundError):  # the status line's usage summary (memfs.usage.recent)
+                    os.unlink(os.path.join(self.path.parent, "usage-recent.sqlite"))
                 with contextlib.suppress(OSError):
                     os.rmdir(self.path.parent)
 

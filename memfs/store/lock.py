@@ -20,12 +20,27 @@ from pathlib import Path
 from typing import BinaryIO
 
 import orjson
-import portalocker
 
 from memfs.errors import SessionBusy, SymlinkRefused
 from memfs.store.paths import LOCK, open_nofollow
 
-_FLAGS = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
+
+def _portalocker():
+    """portalocker, imported at the first lock (it loads importlib.metadata: a cost the commands
+    that only read the catalog do not pay)."""
+    import portalocker
+
+    return portalocker
+
+
+def _lock(handle: BinaryIO) -> bool:
+    """Take an exclusive flock without blocking; False when another open file holds it."""
+    portalocker = _portalocker()
+    try:
+        portalocker.lock(handle, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING)
+    except portalocker.exceptions.LockException:
+        return False
+    return True
 
 
 def acquire(session_dir: Path) -> BinaryIO:
@@ -35,9 +50,7 @@ def acquire(session_dir: Path) -> BinaryIO:
     """
     fd = open_nofollow(session_dir / LOCK, os.O_RDWR | os.O_CREAT)
     handle = os.fdopen(fd, "rb", buffering=0)
-    try:
-        portalocker.lock(handle, _FLAGS)
-    except portalocker.exceptions.LockException:
+    if not _lock(handle):
         who = describe_holder(os.pread(fd, 4096, 0))
         handle.close()
         raise SessionBusy(f"session {session_dir.name} is being written by {who}") from None
@@ -62,7 +75,7 @@ def describe_holder(content: bytes) -> str:
 def release(handle: BinaryIO) -> None:
     """Release and close a lock taken by :func:`acquire`."""
     try:
-        portalocker.unlock(handle)
+        _portalocker().unlock(handle)
     finally:
         handle.close()
 
@@ -81,9 +94,7 @@ def is_live(session_dir: Path) -> bool:
     except (OSError, SymlinkRefused):
         return True
     with os.fdopen(fd, "rb", buffering=0) as handle:
-        try:
-            portalocker.lock(handle, _FLAGS)
-        except portalocker.exceptions.LockException:
+        if not _lock(handle):
             return True
-        portalocker.unlock(handle)
+        _portalocker().unlock(handle)
         return False

@@ -21,6 +21,12 @@ not live (``session.lock`` held), with a readable manifest whose status is not `
 Paths are always ``root / <directory entry name>``; a manifest's ``session_id`` is never used
 to build one. A symlinked sessions root is refused as a whole.
 
+Where the facts come from: the store catalog's rows (:mod:`memfs.store.catalog`; pinned, live,
+status, last activity, events, the log's length) and one listing of the root choose the
+candidates; a session is examined on disk (pin, lock, manifest, log: the rules above) only when
+the policy would act on it, or when its row cannot settle it, and the policy is decided again
+with what the examination found; the removal re-checks under the session's lock.
+
 Decisions: ``docs/design.md`` ("Retention").
 """
 
@@ -37,7 +43,15 @@ import orjson
 
 from memfs.errors import SessionBusy, SymlinkRefused
 from memfs.store import lock as liveness
-from memfs.store.catalog import find_session, forgotten, is_session_entry, list_sessions, noted, root_entries
+from memfs.store.catalog import (
+    catalog_of,
+    find_session,
+    forgotten,
+    is_session_entry,
+    list_sessions,
+    noted,
+    root_entries,
+)
 from memfs.store.meta import format_rfc3339, now_rfc3339, parse_rfc3339
 from memfs.store.paths import (
     EVENTS,
@@ -192,6 +206,7 @@ class _Candidate:
     info: SessionInfo
     half: bool = False  # a creation that never finished (see half_created)
     log_len: int = -1  # the log's length gc decided on (written since: the session stays)
+    checked: bool = True  # examined on disk (False: as the store catalog's row says)
 
 
 def half_created(path: Path) -> bool:
@@ -305,6 +320,11 @@ def gc(root: str | os.PathLike, policy: Policy = Policy(), *, preserve: Iterable
     ``preserve``: session ids (or directory names) to keep whatever the policy says.
     ``dry_run``: change nothing, report what would happen. ``now``: the clock (tests).
     ``progress(done, total)`` is called as sessions are examined.
+
+    The candidates come from the store catalog's rows (one listing of the root for what is not
+    a session); only the sessions the policy would act on — and those whose row does not settle
+    it (no readable manifest, an active session old enough for the sweep) — are examined on
+    disk (:func:`_examine`), and the policy is decided again until every session it acts on was.
     """
 
     root = Path(root)
@@ -314,8 +334,9 @@ def gc(root: str | os.PathLike, policy: Policy = Policy(), *, preserve: Iterable
     now = time.time() if now is None else now
     cutoff = now - policy.max_age_days * DAY
     preserved = {sanitize(p) for p in preserve}
+    rows = {r.name: r for r in catalog_of(root).current().rows()}
     entries = root_entries(root)
-    candidates: list[_Candidate] = []
+    candidates: dict[str, _Candidate] = {}
     for i, entry in enumerate(entries):
         if progress:
             progress(i, len(entries))
@@ -325,46 +346,32 @@ def gc(root: str | os.PathLike, policy: Policy = Policy(), *, preserve: Iterable
             continue
         if not is_session_entry(entry):
             continue
-        path = root / name
         if name in preserved:
             report.kept[name] = "preserved"
             continue
-        if is_pinned(path):
-            report.kept[name] = "pinned"
-            continue
-        if liveness.is_live(path):
-            report.kept[name] = "live"
-            continue
-        info, raw = _manifest_info(path)
-        if raw is None and half_created(path):
-            candidates.append(_Candidate(path, info, half=True, log_len=_log_len(path)))
-            continue
-        if raw is None:
-            report.kept[name] = "manifest missing or unreadable"
-            continue
-        if type(raw.get("status")) is not str:
-            report.kept[name] = "manifest has no status"
-            continue
-        try:
-            log_len = session_now(path, info)  # the session as it is, not as its manifest said
-        except (OSError, SymlinkRefused) as exc:
-            report.kept[name] = f"log unreadable: {exc}"
-            continue
-        if info.status == "active":
-            if policy.max_age_days > 0 and info.updated_ts < cutoff:
-                if dry_run:
-                    report.marked_completed.append(name)
-                    info.status = "completed"
-                elif mark_completed(path, cutoff):
-                    report.marked_completed.append(name)
-                    info, _ = _manifest_info(path)
-                    log_len = session_now(path, info)
-            if info.status == "active":
-                report.kept[name] = "active"
-                continue
-        candidates.append(_Candidate(path, info, log_len=log_len))
+        row = rows.get(name)
+        got = _from_row(row, root / name, policy, cutoff) if row is not None else None
+        if got is None:
+            got = _examine(report, root / name, policy, cutoff, dry_run)
+        if isinstance(got, str):
+            report.kept[name] = got
+        elif got is not None:
+            candidates[name] = got
     if progress:
         progress(len(entries), len(entries))
+    while True:  # what the policy would act on, each examined on disk before it is acted on
+        todo = [c for c, _ in _decide(candidates, policy, cutoff) if not c.checked]
+        if not todo:
+            break
+        for c in todo:
+            got = _examine(report, c.path, policy, cutoff, dry_run)
+            if isinstance(got, str):
+                report.kept[c.path.name] = got
+                del candidates[c.path.name]
+            elif got is not None:
+                candidates[c.path.name] = got
+            else:
+                del candidates[c.path.name]
 
     def remove(c: _Candidate, reason: str) -> None:
         size = tree_bytes(c.path) if dry_run else _remove(c.path, c.log_len)
@@ -374,24 +381,77 @@ def gc(root: str | os.PathLike, policy: Policy = Policy(), *, preserve: Iterable
         report.removed.append(Removed(c.path.name, c.info.session_id, reason, c.info.updated_at, size,
                                       _detail(reason, c.info.updated_ts, policy, now)))
 
-    rest = []
-    for c in candidates:
-        if c.half:
-            remove(c, "half-created")
-        elif is_empty(c.path, c.info, c.log_len):
-            remove(c, "empty")
-        else:
-            rest.append(c)
-    rest.sort(key=lambda c: c.path.name)
-    rest.sort(key=lambda c: c.info.updated_ts, reverse=True)  # newest first
-    for c in rest[policy.max_sessions:]:
-        remove(c, "count")
-    rest = rest[:policy.max_sessions]
-    for c in rest:
-        if c.info.updated_ts < cutoff:
-            remove(c, "age")
+    for c, reason in _decide(candidates, policy, cutoff):
+        remove(c, reason)
     report.candidates_left = len(candidates) - len(report.removed)
     return report
+
+
+def _from_row(row, path: Path, policy: Policy, cutoff: float) -> _Candidate | str | None:
+    """What the catalog's row says of a session: why it is kept, or a candidate as the row
+    describes it; None when only the folder can tell (no readable manifest; an active session
+    the sweep may complete)."""
+    if row.pinned:
+        return "pinned"
+    if row.live:
+        return "live"
+    if row.manifest_key is None or not row.readable:
+        return None
+    if row.manifest_status == "active":
+        return None if policy.max_age_days > 0 and row.updated_ts < cutoff else "active"
+    info = row.info()
+    info.updated_ts = row.updated_ts  # (the store's activity, not the records' time: a year-old import is young)
+    return _Candidate(path, info, log_len=row.log_size, checked=False)
+
+
+def _examine(report: GcReport, path: Path, policy: Policy, cutoff: float, dry_run: bool) -> _Candidate | str | None:
+    """The session as it is on disk: why it is kept, or a candidate (None: not one). An
+    active session idle since before ``cutoff`` is completed first (the sweep)."""
+    name = path.name
+    if is_pinned(path):
+        return "pinned"
+    if liveness.is_live(path):
+        return "live"
+    info, raw = _manifest_info(path)
+    if raw is None and half_created(path):
+        return _Candidate(path, info, half=True, log_len=_log_len(path))
+    if raw is None:
+        return "manifest missing or unreadable"
+    if type(raw.get("status")) is not str:
+        return "manifest has no status"
+    try:
+        log_len = session_now(path, info)  # the session as it is, not as its manifest said
+    except (OSError, SymlinkRefused) as exc:
+        return f"log unreadable: {exc}"
+    if info.status == "active":
+        if policy.max_age_days > 0 and info.updated_ts < cutoff:
+            if dry_run:
+                report.marked_completed.append(name)
+                info.status = "completed"
+            elif mark_completed(path, cutoff):
+                report.marked_completed.append(name)
+                info, _ = _manifest_info(path)
+                log_len = session_now(path, info)
+        if info.status == "active":
+            return "active"
+    return _Candidate(path, info, log_len=log_len)
+
+
+def _decide(candidates: dict[str, _Candidate], policy: Policy, cutoff: float) -> list[tuple[_Candidate, str]]:
+    """What the policy removes of ``candidates``, in order, and why."""
+    out, rest = [], []
+    for name in sorted(candidates):
+        c = candidates[name]
+        if c.half:
+            out.append((c, "half-created"))
+        elif is_empty(c.path, c.info, c.log_len):
+            out.append((c, "empty"))
+        else:
+            rest.append(c)
+    rest.sort(key=lambda c: c.info.updated_ts, reverse=True)  # newest first (ties by name)
+    out += [(c, "count") for c in rest[policy.max_sessions:]]
+    out += [(c, "age") for c in rest[:policy.max_sessions] if c.info.updated_ts < cutoff]
+    return out
 
 
 def _detail(reason: str, last: float, policy: Policy, now: float) -> str:

@@ -171,12 +171,12 @@ def session_totals(catalog, rows) -> dict:
     computed for the log as it is, else the session's usage (stored or computed), which the
     catalog then keeps (:meth:`memfs.store.catalog.Catalog.set_usage`). Unreadable sessions are
     left out."""
-    from memfs.views import persist
-
     out = {}
+    computed = False
     for row in rows:
         total = row.usage_total
         if total is None:
+            computed = True
             try:
                 data = usage_of(catalog.root, row.name)
                 total = data["total"]
@@ -186,7 +186,10 @@ def session_totals(catalog, rows) -> dict:
             about = source.get("about")
             catalog.set_usage(row.name, (source.get("events_len"), tuple(about) if about else None), total)
         out[row.name] = total
-    persist.flush()
+    if computed:  # (the views, loaded only when a usage had to be read or computed)
+        from memfs.views import persist
+
+        persist.flush()
     return out
 
 
@@ -198,10 +201,15 @@ def listed(root: Path, keep=None, limit: int | None = None) -> tuple[int, list, 
     from memfs.store.catalog import catalog_of
 
     catalog = catalog_of(root).current()
-    rows = catalog.rows()
+    since = getattr(keep, "since", None)  # (a listing.Filter's: asked of the catalog)
+    if since is not None:
+        every, rows = catalog.recent_rows(since)
+    else:
+        rows = catalog.rows()
+        every = len(rows)
     picked = [(r, r.info()) for r in rows]
     picked = [p for p in picked if keep is None or keep(p[1])][:limit]
-    return len(rows), [info for _, info in picked], session_totals(catalog, [r for r, _ in picked])
+    return every, [info for _, info in picked], session_totals(catalog, [r for r, _ in picked])
 
 
 def load(root: Path, name: str, write: bool = True) -> Contribution:
@@ -355,12 +363,14 @@ def contributions(root: Path, write: bool = True) -> dict[str, Contribution]:
     else from its ``derived/usage.json`` (or its log); the index and the copies are rewritten
     where they were stale, unless ``write`` is false (a read-only mount writes nothing)."""
     from memfs.store.catalog import catalog_of
+    from memfs.usage import recent
     from memfs.views import persist
 
     index = _read_index(root)
     out: dict[str, Contribution] = {}
     redone = False
     catalog = catalog_of(root).current()  # the names, and each log's length and about.json's identity
+    cursor = recent.catalog_cursor(root)  # (read before the rows: a change meanwhile leaves it stale)
     for name in catalog.names():
         c = index.get(name)
         row = catalog.row(name)
@@ -374,6 +384,9 @@ def contributions(root: Path, write: bool = True) -> dict[str, Contribution]:
     if write and (redone or len(out) != len(index)):
         persist.flush()
         _write_index(root, out)
+    key = orjson.dumps(_index_key()).decode()
+    if write and cursor is not None and (recent.read(root) or ("",))[0] != key:  # the status line's summary
+        recent.write(root, {n: c.uses for n, c in out.items()}, key, cursor)
     return out
 
 

@@ -38,7 +38,6 @@ from memfs.store.about import ABOUT
 from memfs.store.meta import OUTCOME_NAMES, parse_rfc3339
 from memfs.usage import VIEW_VERSION, calls, prices
 from memfs.usage.prices import TOKEN_KEYS
-from memfs.views.memory import indented
 
 VERSION = VIEW_VERSION
 CLAUDE = "claude"
@@ -306,6 +305,8 @@ def render(session_id: str, fold, about: dict, times: dict, created_at: str, sou
     """The bytes of ``usage.json`` (pretty JSON, see the module docstring). Incremental: the
     turns before the last are rendered once per fold and ``index/about.json`` version (and, for a
     session no capture made, per version of the recorded arrival times)."""
+    from memfs.views.memory import indented  # (the views package, loaded only when a view is rendered)
+
     agent = about.get("agent") if type(about.get("agent")) is str else fold.origin.agent
     project = about.get("project") or about.get("cwd")
     session_model = about.get("model") if type(about.get("model")) is str else None
