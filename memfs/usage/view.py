@@ -121,10 +121,10 @@ def _day(at: float | None) -> str | None:
     return time.strftime("%Y-%m-%d", time.gmtime(at)) if at is not None else None
 
 
-def _note_usage(about: dict, ordinal: int) -> tuple[list[int], str | None] | None:
+def _note_usage(about: dict, ordinal: int, field: str = "usage") -> tuple[list[int], str | None] | None:
     notes = about.get("turn_notes")
     note = notes.get(str(ordinal)) if type(notes) is dict else None
-    usage = note.get("usage") if type(note) is dict else None
+    usage = note.get(field) if type(note) is dict else None
     if type(usage) is not dict:
         return None
     from memfs.views.fold import _tokens
@@ -255,7 +255,10 @@ _TURNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Fold -> _Turn
 
 def _turn(rec, i: int, ctx: dict) -> dict:
     raw, refused = [*rec.usage, rec.reasoning], rec.usage_error
-    if not any(raw) and refused is None:
+    final = _note_usage(ctx["about"], rec.ordinal, "final_usage")  # an imported file's close (ingest.identity)
+    if final is not None:
+        raw, refused = final
+    elif not any(raw) and refused is None:
         raw, refused = _note_usage(ctx["about"], rec.ordinal) or (raw, None)
     tokens = normal_tokens(raw, rec.agent or ctx["agent"])  # (the turn's own agent says what its counts mean)
     model = rec.model or ctx["model"]
