@@ -461,7 +461,8 @@ def test_the_agent_ids_index_from_memory_is_the_one_read_from_the_log(tmp_path, 
 
 
 def _usage_tokens(store: Path) -> dict[str, tuple]:
-    """derived/usage.json's tokens per session: (total, each turn's)."""
+    """derived/usage.json per session: (its total's tokens, wall time and cost; each turn's
+    tokens, times, cost and model)."""
     from memfs import views
 
     out = {}
@@ -469,7 +470,9 @@ def _usage_tokens(store: Path) -> dict[str, tuple]:
         with memfs.open_session(store, name, read_only=True) as h:
             usage = orjson.loads(views.render_view(h, "usage.json"))
         out[name.replace("rec", "", 1) if name.startswith("rec") else name] = (
-            usage["total"]["tokens"], [turn["tokens"] for turn in usage["turns"]])
+            {k: usage["total"][k] for k in ("tokens", "wall_seconds", "cost_usd")},
+            [{k: turn[k] for k in ("tokens", "started_at", "completed_at", "wall_seconds", "cost_usd", "model")}
+             for turn in usage["turns"]])
     return out
 
 
@@ -477,7 +480,7 @@ def _usage_tokens(store: Path) -> dict[str, tuple]:
                                              ("claude", "resume_two_turns")])
 def test_recorded_then_imported_ends_with_the_file_s_totals(agent, scenario, tmp_path):
     """A conversation captured by ``record`` and then imported from the agent's own file ends
-    with the file's token counts, turn for turn: the file is the agent's final record (Gemini's
+    with the file's token counts, times and cost, turn for turn: the file is the agent's final record (Gemini's
     stream adds a compression request and a sub-agent's tokens; Claude's stream may carry a
     placeholder output count)."""
     fixture = AGENTS / agent / scenario
