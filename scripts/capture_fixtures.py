@@ -176,6 +176,18 @@ def compact(agent):
                                  text("It is a tiny demo project.")]}}
 
 
+def model_switch(agent):
+    if agent == "codex":  # (not captured: whether `codex exec resume` takes --model was not checked)
+        return None
+    models = {"claude": ["claude-opus-5-5", "claude-haiku-4-5"], "gemini": ["gemini-2.5-pro", "gemini-2.5-flash"]}
+    return {"about": "a run of two requests (a shell command, then the answer) on one model, then the conversation "
+                     "resumed on another model (--model / -m): each request names its model",
+            "prompts": ["What files are in the project?", "What is the project about?"],
+            "models": models[agent],
+            "script": {"steps": [call(shell(agent, "ls", "List files")), text("The project has one file: README.md."),
+                                 text("It is a tiny demo project.")]}}
+
+
 def large_output(agent):
     if agent != "claude":
         return None
@@ -186,7 +198,7 @@ def large_output(agent):
 
 
 SCENARIOS = {f.__name__: f for f in (ok_failing_command, api_error, http_500_then_ok, mcp_call, tasks, subagent,
-                                      resume_two_turns, compact, large_output)}
+                                      resume_two_turns, compact, large_output, model_switch)}
 
 
 # --- capture ----------------------------------------------------------------------------------
@@ -234,6 +246,7 @@ def capture(agent_name: str, scenario: str, spec: dict, root: Path, out: Path) -
         agent = AGENTS[agent_name](root, server.url, options)
         session = None
         for n, prompt in enumerate(spec["prompts"], 1):
+            agent.run_model = (spec.get("models") or [None] * n)[n - 1]
             run = agent.run(prompt, resume=session)
             if session is None:
                 try:
@@ -284,7 +297,7 @@ def capture(agent_name: str, scenario: str, spec: dict, root: Path, out: Path) -
            "version_output": version, "scenario": scenario, "about": spec["about"],
            "captured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
            "root": str(root), "home": str(root / "home"), "cwd": str(root / "proj"),
-           "session_id": session, "options": options, "config_files": config, "script": script,
+           "session_id": session, "options": options, "models": spec.get("models"), "config_files": config, "script": script,
            "runs": run_docs, "store_files": [str(p.relative_to(root)) for p in stored if not p.is_symlink()],
            "store_symlinks": links,
            "requests": "requests.jsonl", "files": files}

@@ -24,11 +24,11 @@ from model_server import ModelServer  # noqa: E402
 FIXTURES = Path(__file__).parent / "fixtures" / "agents"
 SCENARIOS = {
     "claude": ["ok_failing_command", "api_error", "http_500_then_ok", "mcp_call", "tasks", "subagent",
-               "resume_two_turns", "compact", "large_output"],
+               "resume_two_turns", "compact", "large_output", "model_switch"],
     "codex": ["ok_failing_command", "api_error", "http_500_then_ok", "mcp_call", "tasks", "resume_two_turns",
               "compact"],
     "gemini": ["ok_failing_command", "api_error", "http_500_then_ok", "mcp_call", "tasks", "subagent",
-               "resume_two_turns", "compact"],
+               "resume_two_turns", "compact", "model_switch"],
 }
 
 
@@ -169,6 +169,7 @@ EVIDENCE = {  # (agent, scenario): (a file glob, a string that shows the scenari
     ("claude", "resume_two_turns"): ("stream.2.jsonl", "It is a tiny demo project."),
     ("claude", "compact"): ("home/.claude/projects/*/*.jsonl", '"isCompactSummary":true'),
     ("claude", "large_output"): ("home/.claude/projects/*/*/tool-results/*.txt", "8000"),
+    ("claude", "model_switch"): ("stream.2.jsonl", '"model":"claude-haiku-4-5"'),
     ("codex", "ok_failing_command"): ("stream.jsonl", '"exit_code":1'),
     ("codex", "api_error"): ("stream.jsonl", '"type":"turn.failed"'),
     ("codex", "http_500_then_ok"): ("stream.jsonl", "The README describes a tiny demo project."),
@@ -184,6 +185,7 @@ EVIDENCE = {  # (agent, scenario): (a file glob, a string that shows the scenari
     ("gemini", "subagent"): ("home/.gemini/tmp/*/chats/*/*.jsonl", '"kind":"subagent"'),
     ("gemini", "resume_two_turns"): ("stream.2.jsonl", "It is a tiny demo project."),
     ("gemini", "compact"): ("home/.gemini/tmp/*/chats/session-*.jsonl", "<state_snapshot>"),
+    ("gemini", "model_switch"): ("home/.gemini/tmp/*/chats/session-*.jsonl", '"model":"gemini-2.5-flash"'),
 }
 
 
