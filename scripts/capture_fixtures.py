@@ -188,6 +188,18 @@ def model_switch(agent):
                                  text("It is a tiny demo project.")]}}
 
 
+def model_command(agent):
+    if agent != "claude":
+        return None
+    # in -p mode the command sets the model "for this session only" (that process) after a one-token
+    # probe of the new model ("Hi", max_tokens 1: the second step); the next resumed run is back on the default
+    return {"about": "a turn, then `/model claude-haiku-4-5` in a resumed -p run (a local command and a one-token "
+                     "probe of the model), then a turn in a further resumed run",
+            "prompts": ["What files are in the project?", "/model claude-haiku-4-5", "What is the project about?"],
+            "script": {"steps": [text("The project has one file: README.md."), text("Hi."),
+                                 text("It is a tiny demo project.")]}}
+
+
 def large_output(agent):
     if agent != "claude":
         return None
@@ -198,7 +210,8 @@ def large_output(agent):
 
 
 SCENARIOS = {f.__name__: f for f in (ok_failing_command, api_error, http_500_then_ok, mcp_call, tasks, subagent,
-                                      resume_two_turns, compact, large_output, model_switch)}
+                                      resume_two_turns, compact, large_output, model_switch,
+                                      model_command)}
 
 
 # --- capture ----------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from model_server import ModelServer  # noqa: E402
 FIXTURES = Path(__file__).parent / "fixtures" / "agents"
 SCENARIOS = {
     "claude": ["ok_failing_command", "api_error", "http_500_then_ok", "mcp_call", "tasks", "subagent",
-               "resume_two_turns", "compact", "large_output", "model_switch"],
+               "resume_two_turns", "compact", "large_output", "model_switch", "model_command"],
     "codex": ["ok_failing_command", "api_error", "http_500_then_ok", "mcp_call", "tasks", "resume_two_turns",
               "compact"],
     "gemini": ["ok_failing_command", "api_error", "http_500_then_ok", "mcp_call", "tasks", "subagent",
@@ -170,6 +170,7 @@ EVIDENCE = {  # (agent, scenario): (a file glob, a string that shows the scenari
     ("claude", "compact"): ("home/.claude/projects/*/*.jsonl", '"isCompactSummary":true'),
     ("claude", "large_output"): ("home/.claude/projects/*/*/tool-results/*.txt", "8000"),
     ("claude", "model_switch"): ("stream.2.jsonl", '"model":"claude-haiku-4-5"'),
+    ("claude", "model_command"): ("home/.claude/projects/*/*.jsonl", "Set model to `Haiku 4.5` for this session only"),
     ("codex", "ok_failing_command"): ("stream.jsonl", '"exit_code":1'),
     ("codex", "api_error"): ("stream.jsonl", '"type":"turn.failed"'),
     ("codex", "http_500_then_ok"): ("stream.jsonl", "The README describes a tiny demo project."),
