@@ -256,18 +256,22 @@ def test_a_model_command_in_print_mode_lasts_only_its_own_run(tmp_path):
     as the prompt of a resumed `-p` run is a local command ("Set model to `Haiku 4.5` for this
     session only") plus a one-token probe of that model which the transcript does not record and
     cost-state does not bill; the next resumed run is on the default model again. So the
-    transcript is two turns, both on Opus 5.5, each priced as Claude billed it ($4/$20:
-    1000/20 = $0.0044, 1200/30 = $0.0054)."""
+    conversation is two turns, both on Opus 5.5, each priced as Claude billed it ($4/$20:
+    1000/20 = $0.0044, 1200/30 = $0.0054), whether read from the transcript, the streams (the
+    command's run, a `result` with `num_turns: 0`, is no turn) or both."""
     src = FIXTURES / "claude" / "model_command"
     sid = json.loads((src / "capture.json").read_text())["session_id"]
-    store = tmp_path / "store"
-    proc = cli("import", "--store", str(store), str(src / "home"))
-    assert proc.returncode == 0, proc.stderr
-    with memfs.open_session(store, sid, read_only=True) as h:
-        doc = session_usage(h)
-    assert [(t["model"], t["tokens"]["input"], t["tokens"]["output"], t["cost_usd"], t["agent_cost_usd"])
-            for t in doc["turns"]] == [("claude-opus-5-5", 1000, 20, 0.0044, 0.0044),
-                                       ("claude-opus-5-5", 1200, 30, 0.0054, 0.0054)]
-    starts = [e for e in events_of(store, sid) if e["type"] == "turn.started"]
-    assert [e["context"].get("prompt") for e in starts] == ["What files are in the project?",
-                                                            "What is the project about?"]
+    streams = sorted(src.glob("stream*.jsonl"))
+    for n, sources in enumerate(([src / "home"], streams, [*streams, src / "home"])):
+        store = tmp_path / f"store{n}"
+        proc = cli("import", "--store", str(store), *map(str, sources))
+        assert proc.returncode == 0, proc.stderr
+        with memfs.open_session(store, sid, read_only=True) as h:
+            doc = session_usage(h)
+        assert [(t["model"], t["tokens"]["input"], t["tokens"]["output"], t["cost_usd"], t["agent_cost_usd"])
+                for t in doc["turns"]] == [("claude-opus-5-5", 1000, 20, 0.0044, 0.0044),
+                                           ("claude-opus-5-5", 1200, 30, 0.0054, 0.0054)], sources
+        if n == 0:  # (stream-json does not repeat the prompt; a later transcript notes it in about.json)
+            starts = [e for e in events_of(store, sid) if e["type"] == "turn.started"]
+            assert [e["context"].get("prompt") for e in starts] == ["What files are in the project?",
+                                                                    "What is the project about?"]

@@ -35,7 +35,8 @@ The mapping:
   in it), at a ``result`` with ``is_error`` (its text, errors or subtype), at a transcript
   ``system/api_error`` with no retry left. ``system/api_retry`` (stream) and retrying
   ``system/api_error`` (transcript) lines are ``error`` items ("API retry 1/2: …").
-* ``result`` → the turn's close (when the run's turn is still open) and ``thread.completed``
+* ``result`` → the turn's close (when the run's turn is still open; a successful run with
+  ``num_turns: 0`` and no turn, a local command, has none) and ``thread.completed``
   (``subtype`` ``error_during_execution`` when ``is_error`` says a ``success`` failed).
 * ``system/compact_boundary`` → ``thread.compact_boundary`` (a manual ``/compact`` is a turn
   of its own); the ``isCompactSummary`` user message → a ``harness`` item (``compact_summary``)
@@ -514,7 +515,10 @@ class ClaudeTranslator:
     def _result(self, obj: dict, out: list) -> None:
         failed = obj.get("is_error") is True
         usage = usage_of(obj.get("usage"))
-        if self.in_turn or not self.run_closed:
+        # a run that asked no model (a local command such as /model in -p mode: num_turns 0) opens no turn,
+        # as its transcript has none
+        local = not self.in_turn and not failed and obj.get("num_turns") == 0
+        if self.in_turn or (not self.run_closed and not local):
             self._open(obj, out)
             reason = None
             if failed:
