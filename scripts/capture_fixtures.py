@@ -223,6 +223,30 @@ def interrupted(agent):
             "script": {"steps": [call(shell(agent, "ls", "List files")), {"hang": 60}]}}
 
 
+def model_switch(agent):
+    if agent == "codex":  # (not captured: whether `codex exec resume` takes --model was not checked)
+        return None
+    models = {"claude": ["claude-opus-5-5", "claude-haiku-4-5"], "gemini": ["gemini-2.5-pro", "gemini-2.5-flash"]}
+    return {"about": "a run of two requests (a shell command, then the answer) on one model, then the conversation "
+                     "resumed on another model (--model / -m): each request names its model",
+            "prompts": ["What files are in the project?", "What is the project about?"],
+            "models": models[agent],
+            "script": {"steps": [call(shell(agent, "ls", "List files")), text("The project has one file: README.md."),
+                                 text("It is a tiny demo project.")]}}
+
+
+def model_command(agent):
+    if agent != "claude":
+        return None
+    # in -p mode the command sets the model "for this session only" (that process) after a one-token
+    # probe of the new model ("Hi", max_tokens 1: the second step); the next resumed run is back on the default
+    return {"about": "a turn, then `/model claude-haiku-4-5` in a resumed -p run (a local command and a one-token "
+                     "probe of the model), then a turn in a further resumed run",
+            "prompts": ["What files are in the project?", "/model claude-haiku-4-5", "What is the project about?"],
+            "script": {"steps": [text("The project has one file: README.md."), text("Hi."),
+                                 text("It is a tiny demo project.")]}}
+
+
 def large_output(agent):
     if agent != "claude":
         return None
@@ -233,7 +257,8 @@ def large_output(agent):
 
 
 SCENARIOS = {f.__name__: f for f in (plain, ok_failing_command, api_error, http_500_then_ok, mcp_call, tasks,
-                                      subagent, resume_two_turns, compact, large_output, interrupted)}
+                                      subagent, resume_two_turns, compact, large_output, interrupted, model_switch,
+                                      model_command)}
 
 
 # --- capture ----------------------------------------------------------------------------------
@@ -284,6 +309,7 @@ def capture(agent_name: str, scenario: str, spec: dict, root: Path, out: Path) -
         agent = AGENTS[agent_name](root, server.url, options)
         session = None
         for n, prompt in enumerate(spec["prompts"], 1):
+            agent.run_model = (spec.get("models") or [None] * n)[n - 1]
             if spec.get("interrupt") and n == len(spec["prompts"]):  # Ctrl-C while the model server holds a request
                 run = agent.run_interrupted(prompt, lambda: any(r["status"] == 0 for r in server.requests()))
             else:
@@ -338,7 +364,7 @@ def capture(agent_name: str, scenario: str, spec: dict, root: Path, out: Path) -
            "version_output": version, "scenario": scenario, "about": spec["about"],
            "captured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
            "root": str(root), "home": str(root / "home"), "cwd": str(root / "proj"),
-           "session_id": session, "options": options, "config_files": config, "script": script,
+           "session_id": session, "options": options, "models": spec.get("models"), "config_files": config, "script": script,
            "runs": run_docs, "store_files": [str(p.relative_to(root)) for p in stored if not p.is_symlink()],
            "store_symlinks": links,
            "requests": "requests.jsonl", "files": files}

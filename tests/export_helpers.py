@@ -14,8 +14,8 @@ from typing import Any
 import memfs
 import orjson
 from memfs.cli import main
-from memfs.export.claude import fold_text
 from memfs.export.conversation import Conversation, Turn, read_conversation
+from memfs.ingest.claude_tools import fold_text
 from memfs.store import about
 
 FIXTURES = Path(__file__).parent / "fixtures" / "agents"
@@ -140,10 +140,9 @@ def _result_text(item: dict) -> Any:
 
 def norm_item(item: dict, target: str | None) -> tuple | None:
     """What of an item must survive an export to ``target`` (None: as it is, same agent);
-    what the target folds into text compares as that text."""
+    what Codex folds into text compares as that text (Claude's import restores what its export
+    folded: reasoning, plans, decisions, harness events come back as they were)."""
     kind = item.get("type")
-    if target == "claude" and kind in ("reasoning", "user_message", "harness", "plan", "decision", "tool_output"):
-        return ("message", fold_text(item))
     if target == "codex" and kind in ("harness", "plan", "decision", "tool_output"):
         return ("message", fold_text(item))
     if kind == "agent_message":

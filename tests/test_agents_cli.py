@@ -24,11 +24,11 @@ from model_server import ModelServer  # noqa: E402
 FIXTURES = Path(__file__).parent / "fixtures" / "agents"
 SCENARIOS = {
     "claude": ["ok_failing_command", "api_error", "http_500_then_ok", "mcp_call", "tasks", "subagent",
-               "resume_two_turns", "compact", "large_output"],
+               "resume_two_turns", "compact", "large_output", "model_switch", "model_command"],
     "codex": ["ok_failing_command", "api_error", "http_500_then_ok", "mcp_call", "tasks", "resume_two_turns",
               "compact"],
     "gemini": ["ok_failing_command", "api_error", "http_500_then_ok", "mcp_call", "tasks", "subagent",
-               "resume_two_turns", "compact"],
+               "resume_two_turns", "compact", "model_switch"],
     "opencode": ["plain", "ok_failing_command", "api_error", "http_500_then_ok", "mcp_call", "tasks", "subagent",
                  "resume_two_turns", "compact", "interrupted"],
 }
@@ -199,6 +199,8 @@ EVIDENCE = {  # (agent, scenario): (a file glob, a string that shows the scenari
     ("claude", "resume_two_turns"): ("stream.2.jsonl", "It is a tiny demo project."),
     ("claude", "compact"): ("home/.claude/projects/*/*.jsonl", '"isCompactSummary":true'),
     ("claude", "large_output"): ("home/.claude/projects/*/*/tool-results/*.txt", "8000"),
+    ("claude", "model_switch"): ("stream.2.jsonl", '"model":"claude-haiku-4-5"'),
+    ("claude", "model_command"): ("home/.claude/projects/*/*.jsonl", "Set model to `Haiku 4.5` for this session only"),
     ("codex", "ok_failing_command"): ("stream.jsonl", '"exit_code":1'),
     ("codex", "api_error"): ("stream.jsonl", '"type":"turn.failed"'),
     ("codex", "http_500_then_ok"): ("stream.jsonl", "The README describes a tiny demo project."),
@@ -224,6 +226,7 @@ EVIDENCE = {  # (agent, scenario): (a file glob, a string that shows the scenari
     ("opencode", "resume_two_turns"): ("stream.2.jsonl", "It is a tiny demo project."),
     ("opencode", "compact"): ("stream.1.jsonl", '"compaction_continue":true'),
     ("opencode", "interrupted"): ("requests.jsonl", '"status": 0'),  # the request it was interrupted in
+    ("gemini", "model_switch"): ("home/.gemini/tmp/*/chats/session-*.jsonl", '"model":"gemini-2.5-flash"'),
 }
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import memfs
 import pytest
+from memfs import views
 from memfs.export import ExportExists, export_session
 
 from export_helpers import (
@@ -252,3 +253,76 @@ def test_a_relative_cwd_read_from_the_session_is_never_where_the_export_goes(tmp
         assert result["cwd"] == os.getcwd()
         lines = [json.loads(line) for line in Path(result["path"]).read_text().splitlines()]
         assert {line["cwd"] for line in lines} == {os.getcwd()}
+
+
+def _facts(store: Path, name: str) -> tuple[list, list]:
+    """The views' facts: memory.json's facts (text, turn, type; sorted — a Codex to-do list
+    closes at its turn's end, its Claude export where it changed) and each turn's trajectory
+    entry without its offsets and event count (the export's lines are not the source's)."""
+    with memfs.open_session(store, name, read_only=True) as h:
+        memory = json.loads(views.render_view(h, "memory.json"))
+        trajectory = [json.loads(line) for line in views.render_view(h, "trajectory.jsonl").splitlines()]
+    facts = sorted((f["fact"], f["turn"], f["type"]) for f in memory["grounded_facts"])
+    for entry in trajectory:
+        for key in ("start_offset", "end_offset", "event_count"):
+            entry.pop(key, None)
+    return facts, trajectory
+
+
+@pytest.mark.parametrize("scenario", CODEX)
+def test_a_codex_session_through_claude_keeps_its_facts(scenario, tmp_path):
+    """import → export to Claude → import: the same facts and trajectory, token for token."""
+    store, names = _imported(tmp_path, "codex", scenario)
+    for name in names:
+        _, again, new = _round_trip(tmp_path, store, name, "claude")
+        assert _facts(again, new) == _facts(store, name)
+
+
+def test_reasoning_folded_for_claude_comes_back_as_reasoning(tmp_path):
+    """Claude Code has no block for another agent's reasoning (a thinking block needs the
+    model's signature) nor for a decision: the export folds them into text blocks its line
+    marks, and the import restores them — no fact is added, the trajectory is the same."""
+    store = tmp_path / "a"
+    code, _, err = run("append", "--store", str(store), "native", str(NATIVE))
+    assert code == 0, err
+    path, again, new = _round_trip(tmp_path, store, "native", "claude")
+    marked = [json.loads(line) for line in path.read_text().splitlines() if '"memfs"' in line]
+    [line] = [m for m in marked if m["type"] == "assistant" and m["memfs"]["folded"].get("reasoning")]
+    [index] = line["memfs"]["folded"]["reasoning"]
+    assert line["message"]["content"][index] == {"type": "text", "text": "Reasoning: The fetch call has no retry."}
+    before, after = conversation(store, "native"), conversation(again, new)
+    said = [(i["type"], i["text"]) for t in after.turns for i in t.items if i["type"] == "reasoning"]
+    assert said == [(i["type"], i["text"]) for t in before.turns for i in t.items if i["type"] == "reasoning"]
+    facts_before, trajectory_before = _facts(store, "native")
+    facts_after, trajectory_after = _facts(again, new)
+    assert not [f for f in facts_after if "Reasoning:" in f[0]]
+    assert facts_after == facts_before  # the decision folded beside it is a decision again
+    # the item kinds per turn (a native tool_output travels as its call's result; a change of two
+    # paths is two Claude calls)
+    assert [set(t["item_types"]) for t in trajectory_after] == \
+        [set(t["item_types"]) - {"tool_output"} for t in trajectory_before]
+
+
+def test_a_text_that_only_looks_folded_stays_a_message(tmp_path):
+    """The mark decides, not the words: a Claude answer beginning "Reasoning: " is a message,
+    and a mark naming a block whose text is not the fold of what it names restores nothing."""
+    sid = "5b0c3a52-8d7e-4e51-9a57-1f2e3d4c5b6a"
+    lines = [
+        {"type": "user", "uuid": "u1", "parentUuid": None, "sessionId": sid, "timestamp": "2026-12-01T10:00:00Z",
+         "message": {"role": "user", "content": "why?"}},
+        {"type": "assistant", "uuid": "a1", "parentUuid": "u1", "sessionId": sid, "timestamp": "2026-12-01T10:00:01Z",
+         "memfs": {"folded": {"reasoning": [1, 7, "0"],
+                              "items": {"0": {"type": "plan", "text": "x"}, "1": {"type": "agent_message"}}}},
+         "message": {"id": "msg_1", "role": "assistant", "model": "claude-opus-5-5", "stop_reason": "end_turn",
+                     "content": [{"type": "text", "text": "Reasoning: it is a plain answer."},
+                                 {"type": "text", "text": "no prefix here"}],
+                     "usage": {"input_tokens": 5, "output_tokens": 3}}},
+    ]
+    source = tmp_path / "projects" / "-p" / f"{sid}.jsonl"
+    source.parent.mkdir(parents=True)
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    store = tmp_path / "s"
+    import_files(store, source)
+    turn = conversation(store, sid).turns[0]
+    assert [(i["type"], i["text"]) for i in turn.items] == [
+        ("agent_message", "Reasoning: it is a plain answer."), ("agent_message", "no prefix here")]

@@ -458,3 +458,40 @@ def test_the_agent_ids_index_from_memory_is_the_one_read_from_the_log(tmp_path, 
     for name in fast:  # and the log is the same
         log = Path(str(name).replace("index/agent-ids", "events.jsonl"))
         assert (stores[True] / log).read_bytes() == (stores[False] / log).read_bytes()
+
+
+def _usage_tokens(store: Path) -> dict[str, tuple]:
+    """derived/usage.json per session: (its total's tokens, wall time and cost; each turn's
+    tokens, times, cost and model)."""
+    from memfs import views
+
+    out = {}
+    for name in sessions(store):
+        with memfs.open_session(store, name, read_only=True) as h:
+            usage = orjson.loads(views.render_view(h, "usage.json"))
+        out[name.replace("rec", "", 1) if name.startswith("rec") else name] = (
+            {k: usage["total"][k] for k in ("tokens", "wall_seconds", "cost_usd")},
+            [{k: turn[k] for k in ("tokens", "started_at", "completed_at", "wall_seconds", "cost_usd", "model")}
+             for turn in usage["turns"]])
+    return out
+
+
+@pytest.mark.parametrize("agent, scenario", [("gemini", "compact"), ("gemini", "subagent"),
+                                             ("claude", "resume_two_turns"), ("claude", "model_switch"),
+                                             ("gemini", "model_switch")])
+def test_recorded_then_imported_ends_with_the_file_s_totals(agent, scenario, tmp_path):
+    """A conversation captured by ``record`` and then imported from the agent's own file ends
+    with the file's token counts, times and cost, turn for turn: the file is the agent's final record (Gemini's
+    stream adds a compression request and a sub-agent's tokens; Claude's stream may carry a
+    placeholder output count)."""
+    fixture = AGENTS / agent / scenario
+    alone, both = tmp_path / "alone", tmp_path / "both"
+    import_json(alone, fixture / "home")
+    for stream in sorted(fixture.glob("stream*.jsonl")):
+        record(both, "rec", stream)
+    import_json(both, fixture / "home")
+    want = _usage_tokens(alone)
+    got = _usage_tokens(both)
+    conversation = next(name for name in want if "." not in name)
+    assert got[""] == want[conversation]
+    assert sorted(v for k, v in got.items() if k) == sorted(v for k, v in want.items() if k != conversation)

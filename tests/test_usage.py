@@ -108,8 +108,9 @@ def test_gemini_usage_from_the_chat_files_and_the_stream(tmp_path):
     # stream.1.jsonl's result stats: 2100/45; stream.2.jsonl's: 1200/30 (the chat files' gemini
     # records carry the same per request). gemini-2.5-pro at $1.25 / $10: $0.003075 and $0.0018.
     assert per_turn(doc) == [(2100, 45, 0.003075), (1200, 30, 0.0018)]
-    # the first run's result is at 07:59:58.912Z, its prompt at 07:59:58.641Z (the chat file)
-    assert doc["turns"][0]["wall_seconds"] == 0.271
+    # the chat file's own record of the first turn (it is the final record: ingest.identity's
+    # ``final`` note): its user message at 07:59:58.649Z, its last record at 07:59:58.912Z
+    assert doc["turns"][0]["wall_seconds"] == 0.263
 
 
 # --- native sessions with known usage ---------------------------------------------------------

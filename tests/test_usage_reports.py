@@ -143,3 +143,31 @@ def test_the_active_block_its_burn_rate_and_projection(tmp_path):
     assert abs(projected - (400_000 + 10_000 * left)) <= 10_000 * 2
     text = run("usage", "--store", str(store), "--active")
     assert "burn rate: 10,000 tokens/min, $0.75/hour" in text and "time left:" in text
+
+
+def test_claude_s_own_cost_shown_where_it_differs_from_the_computed_one(tmp_path):
+    """claude/resume_two_turns: Claude Code's own bill (cost-state, $0.0147 for 3300 input and 75
+    output tokens of claude-opus-5-5) equals memfs's at the shipped $4/$20 per million: no marker.
+    With the model priced at $5/$25 in the config, memfs computes 3300*5+75*25 = $0.018375 — 25%
+    off Claude's bill, so the row and the total say what the agent says."""
+    store = tmp_path / "store"
+    import_all(store, "claude")
+    same = usage_json(store, "--by", "session")
+    assert same["totals"]["cost_usd"] == 0.0147 and same["totals"]["agent_cost_usd"] == 0.0147
+    assert same["totals"]["agent_cost_differs"] is False and same["totals"]["agent_cost_turns"] == 2
+    assert "agent says" not in run("usage", "--store", str(store), "--by", "session")
+    config = tmp_path / "memfs.toml"
+    config.write_text('[prices."claude-opus-5-5"]\ninput = 5.0\noutput = 25.0\n')
+    off = usage_json(store, "--by", "session", "--config", str(config))
+    [row] = off["rows"]
+    for part in (row, off["totals"]):
+        assert part["cost_usd"] == 0.018375 and part["agent_cost_usd"] == 0.0147 and part["agent_cost_differs"] is True
+    table = run("usage", "--store", str(store), "--by", "session", "--config", str(config))
+    assert table.count("$0.02 (agent says $0.01)") == 2, table  # the session's row and TOTAL, in cents
+    assert "'agent says $x': the agent's own bill" in table
+    blocks = usage_json(store, "--by", "block", "--config", str(config))
+    assert blocks["totals"]["agent_cost_usd"] == 0.0147 and blocks["totals"]["agent_cost_differs"] is True
+    # a session without an agent's bill has no such field
+    native(store, "n", *turn("2026-12-01T02:00:00Z", "gpt-5", input_tokens=1000))
+    only_native = usage_json(store, "--by", "session", "--agent", "vtcode")
+    assert "agent_cost_usd" not in only_native["totals"]

@@ -216,3 +216,62 @@ def test_the_close_s_turn_facts_are_checked_by_the_contract(tmp_path):
         with pytest.raises(ValidationError) as exc:
             parse_line(json.dumps(bad).encode())
         assert reason in str(exc.value), str(exc.value)
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "agents"
+
+
+@pytest.mark.parametrize("agent, models, costs", [
+    # Claude Code 2.1.332, `--model` per run: Opus 5.5 at $4/$20 (1000/20 + 1100/25 = $0.0093, as its
+    # cost-state says), then Haiku 4.5 at $1/$5 (1200/30 = $0.00135; cost-state total $0.01065)
+    ("claude", ("claude-opus-5-5", "claude-haiku-4-5"), (0.0093, 0.00135)),
+    # Gemini CLI 0.61.0, `-m` per run: gemini-2.5-pro at $1.25/$10, then gemini-2.5-flash (not priced)
+    ("gemini", ("gemini-2.5-pro", "gemini-2.5-flash"), (0.003075, None)),
+])
+def test_a_model_switch_between_runs_comes_through_per_request(agent, models, costs, tmp_path):
+    """tests/fixtures/agents/<agent>/model_switch (captured from the real CLIs): a first run of two
+    requests (a shell command, then the answer) on one model, the conversation resumed on another.
+    Each turn's close names its requests' models and usage; usage.json prices each turn on its
+    own model and the session lists both."""
+    src = FIXTURES / agent / "model_switch"
+    sid = json.loads((src / "capture.json").read_text())["session_id"]
+    store = tmp_path / "store"
+    proc = cli("import", "--store", str(store), str(src / "home"))
+    assert proc.returncode == 0, proc.stderr
+    closes = [e for e in events_of(store, sid) if e["type"] == "turn.completed"]
+    assert [[(r["model"], r["input"], r["output"]) for r in c["requests"]] for c in closes] == [
+        [(models[0], 1000, 20), (models[0], 1100, 25)], [(models[1], 1200, 30)]]
+    assert [c["model"] for c in closes] == list(models) and {c["agent"] for c in closes} == {agent}
+    with memfs.open_session(store, sid, read_only=True) as h:
+        doc = session_usage(h)
+    assert [(t["model"], t["requests"], t["cost_usd"]) for t in doc["turns"]] == [
+        (models[0], 2, costs[0]), (models[1], 1, costs[1])]
+    assert sorted(d["model"] for d in doc["days"]) == sorted(models)  # a day row per model
+    if agent == "claude":  # Claude's own bill, turn by turn (the growth of its cost-state total)
+        assert [t["agent_cost_usd"] for t in doc["turns"]] == [0.0093, 0.00135]
+
+
+def test_a_model_command_in_print_mode_lasts_only_its_own_run(tmp_path):
+    """tests/fixtures/agents/claude/model_command (Claude Code 2.1.332): `/model claude-haiku-4-5`
+    as the prompt of a resumed `-p` run is a local command ("Set model to `Haiku 4.5` for this
+    session only") plus a one-token probe of that model which the transcript does not record and
+    cost-state does not bill; the next resumed run is on the default model again. So the
+    conversation is two turns, both on Opus 5.5, each priced as Claude billed it ($4/$20:
+    1000/20 = $0.0044, 1200/30 = $0.0054), whether read from the transcript, the streams (the
+    command's run, a `result` with `num_turns: 0`, is no turn) or both."""
+    src = FIXTURES / "claude" / "model_command"
+    sid = json.loads((src / "capture.json").read_text())["session_id"]
+    streams = sorted(src.glob("stream*.jsonl"))
+    for n, sources in enumerate(([src / "home"], streams, [*streams, src / "home"])):
+        store = tmp_path / f"store{n}"
+        proc = cli("import", "--store", str(store), *map(str, sources))
+        assert proc.returncode == 0, proc.stderr
+        with memfs.open_session(store, sid, read_only=True) as h:
+            doc = session_usage(h)
+        assert [(t["model"], t["tokens"]["input"], t["tokens"]["output"], t["cost_usd"], t["agent_cost_usd"])
+                for t in doc["turns"]] == [("claude-opus-5-5", 1000, 20, 0.0044, 0.0044),
+                                           ("claude-opus-5-5", 1200, 30, 0.0054, 0.0054)], sources
+        if n == 0:  # (stream-json does not repeat the prompt; a later transcript notes it in about.json)
+            starts = [e for e in events_of(store, sid) if e["type"] == "turn.started"]
+            assert [e["context"].get("prompt") for e in starts] == ["What files are in the project?",
+                                                                    "What is the project about?"]

@@ -13,7 +13,10 @@ recorded result gets an ``is_error`` result saying so. Items map as the importer
 back: commands → ``Bash``, MCP calls → ``mcp__<server>__<tool>``, file changes → ``Edit`` /
 ``Write`` (one per path), to-do lists → ``TodoWrite``, web searches → ``WebSearch``, other
 tools under their own names; reasoning, plans, decisions, summaries, a lone tool output are
-folded into text blocks ("Reasoning: …"), API retries are ``system``/``api_error`` lines, and
+folded into text blocks ("Reasoning: …", :func:`~memfs.ingest.claude_tools.fold_text`) that
+their line's ``memfs`` key names (:func:`~memfs.ingest.claude_tools.fold_mark`), so that an import
+restores them as they were (Claude Code ignores the key; a thinking block would need the model's
+signature), API retries are ``system``/``api_error`` lines, and
 a failed turn ends with Claude Code's own API-error message (``isApiErrorMessage``).
 """
 
@@ -28,6 +31,7 @@ import orjson
 
 from memfs import counts
 from memfs.export.conversation import NAMESPACE, Clock, Conversation, Turn, parse_time
+from memfs.ingest.claude_tools import FOLDED, fold_mark, fold_text
 
 VERSION = "2.1.332"  # the Claude Code version these shapes were checked against
 _RETRY = re.compile(r"\AAPI retry (\d{1,9})/(\d{1,9}|None): (.*)\Z", re.S)
@@ -164,9 +168,13 @@ class _Writer:
         mid = self._mid(turn, hint)
         model = turn.model or self.conv.model or "claude-opus-5-5"
         stop = "tool_use" if results else None  # the turn's last message ends it (see turn())
-        line = self._line({"type": "assistant", "message": {
+        folded = {k: block.pop(_FOLDED_ITEM) for k, block in enumerate(blocks) if _FOLDED_ITEM in block}
+        entry: dict = {"type": "assistant", "message": {
             "id": mid, "type": "message", "role": "assistant", "model": model, "content": blocks,
-            "stop_reason": stop, "stop_sequence": None, "usage": _zero()}, "requestId": "req_" + mid[4:]})
+            "stop_reason": stop, "stop_sequence": None, "usage": _zero()}, "requestId": "req_" + mid[4:]}
+        if folded:
+            entry[FOLDED] = {"folded": fold_mark(folded)}
+        line = self._line(entry)
         for result, extra in results:
             out: dict = {"type": "user", "message": {"role": "user", "content": [result]}}
             if self.prompt_id:
@@ -191,34 +199,19 @@ def _zero() -> dict:
 
 
 def _text_block(item: dict) -> dict | None:
-    """The text block an item is, or None for a tool call."""
+    """The text block an item is, or None for a tool call. A folded item carries itself under
+    a key no API block has, which :meth:`_Writer._flush` moves to the line's mark."""
     kind = item.get("type")
     if kind == "agent_message":
         return {"type": "text", "text": str(item.get("text") or "")}
     folded = fold_text(item)
-    return None if folded is None else {"type": "text", "text": folded}
-
-
-def fold_text(item: dict) -> str | None:
-    """What an item the target has no shape for says, as text (None: the item is a message or
-    a tool call, which the targets express)."""
-    kind = item.get("type")
-    if kind == "reasoning":
-        return f"Reasoning: {item.get('text') or ''}"
-    if kind == "plan":
-        return f"Plan: {item.get('text') or ''}"
-    if kind == "decision":
-        return f"Decision: {item.get('summary') or ''} ({item.get('rationale') or ''})"
-    if kind == "harness":
-        return f"[{item.get('event') or 'harness'}] {item.get('message') or ''}".rstrip()
-    if kind == "user_message":
-        return f"User: {item.get('text') or ''}"
-    if kind == "tool_output":
-        return f"Output of tool call {item.get('call_id') or '?'}: {item.get('output') or ''}"
-    if kind in ("agent_message", "command_execution", "mcp_tool_call", "file_change", "todo_list",
-                "web_search", "tool_invocation", "error"):
+    if folded is None:
         return None
-    return f"[{kind}] {orjson.dumps({k: v for k, v in item.items() if k != 'id'}).decode()}"
+    return {"type": "text", "text": folded, _FOLDED_ITEM: item}
+
+
+_FOLDED_ITEM = "\x00item"  # a key no API block has, removed before the line is written
+
 
 
 def _tool_blocks(item: dict) -> list[tuple[dict, dict, dict | None]]:

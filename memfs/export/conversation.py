@@ -90,6 +90,9 @@ class Conversation:
         return model if isinstance(model, str) and model else None
 
 
+_BOUNDARY_KEYS = ("trigger", "mode", "original_message_count", "compacted_message_count", "pre_tokens", "post_tokens")
+
+
 def read_conversation(name: str, lines: Iterable[bytes], about: dict,
                       turn_times: dict[int, tuple[str | None, str | None]] | None = None,
                       first_turn: int = 1) -> Conversation:
@@ -165,8 +168,9 @@ def read_conversation(name: str, lines: Iterable[bytes], about: dict,
             turns.append(current)
             current = None
         elif etype == "thread.compact_boundary":
-            note = {"id": f"compact-{len(turns) + 1}", "type": "harness", "event": "compact_boundary",
-                    "message": f"(the conversation was compacted here: {event.get('trigger') or 'auto'})"}
+            note: dict[str, Any] = {"id": f"compact-{len(turns) + 1}", "type": "harness", "event": "compact_boundary",
+                    "message": f"(the conversation was compacted here: {event.get('trigger') or 'auto'})",
+                    "boundary": {k: event[k] for k in _BOUNDARY_KEYS if k in event}}  # for a marked fold
             (waiting.append(note) if current is None else _place(current, note, places, calls))
         elif etype == "error" and isinstance(event.get("message"), str):
             note = {"id": f"error-{len(turns) + 1}-{len(waiting)}", "type": "error", "message": event["message"]}

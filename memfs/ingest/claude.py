@@ -14,7 +14,9 @@ The mapping:
 
 * Ids: a tool call's item is the ``tool_use.id`` (its result completes that same item, see
   :mod:`memfs.ingest.claude_tools`); a text or thinking block is ``<message.id>:<n>``, ``n``
-  counting the blocks of that API message across the lines it is split over; an API retry is
+  counting the blocks of that API message across the lines it is split over (a text block that
+  memfs's export folded from an item Claude has no shape for — reasoning, a plan, a harness
+  event, … — named in its line's ``memfs`` mark, is that item again); an API retry is
   ``<message.id>:retry<attempt>`` of the message that followed it.
 * ``thread.started`` (``"agent": "claude"``) with the session id as ``thread_id`` (a
   sub-agent's transcript: ``<session>.agent-<id>``) opens at the first line that opens a turn:
@@ -33,7 +35,8 @@ The mapping:
   in it), at a ``result`` with ``is_error`` (its text, errors or subtype), at a transcript
   ``system/api_error`` with no retry left. ``system/api_retry`` (stream) and retrying
   ``system/api_error`` (transcript) lines are ``error`` items ("API retry 1/2: …").
-* ``result`` → the turn's close (when the run's turn is still open) and ``thread.completed``
+* ``result`` → the turn's close (when the run's turn is still open; a successful run with
+  ``num_turns: 0`` and no turn, a local command, has none) and ``thread.completed``
   (``subtype`` ``error_during_execution`` when ``is_error`` says a ``success`` failed).
 * ``system/compact_boundary`` → ``thread.compact_boundary`` (a manual ``/compact`` is a turn
   of its own); the ``isCompactSummary`` user message → a ``harness`` item (``compact_summary``)
@@ -73,6 +76,7 @@ from memfs.ingest.claude_tools import (
     result_item,
     result_output,
     todo_item,
+    unfold,
 )
 
 TURN_ENDING_STOPS = ("end_turn", "stop_sequence", "max_tokens", "refusal")
@@ -437,14 +441,17 @@ class ClaudeTranslator:
                 self.turn_models[key] = [model if isinstance(model, str) and model else None, obj.get("timestamp")]
         if mid is None or mid != self.msg[0]:
             self.msg = [mid or "", 0]
-        for block in blocks:
+        folded = unfold(obj, blocks)  # what memfs's export folded into text, restored
+        for position, block in enumerate(blocks):
             index = self.msg[1]
             self.msg[1] += 1
             if not isinstance(block, dict):
                 continue
             btype = block.get("type")
             bid = f"{mid}:{index}" if mid else None
-            if btype == "text" and isinstance(block.get("text"), str) and block["text"].strip():
+            if position in folded:
+                out.append(self._unfolded(folded[position], bid))
+            elif btype == "text" and isinstance(block.get("text"), str) and block["text"].strip():
                 out.append(dumps({"type": "item.completed",
                                   "item": {"id": bid or self._id(), "type": "agent_message", "text": block["text"]}}))
             elif btype == "thinking" and isinstance(block.get("thinking"), str) and block["thinking"].strip():
@@ -454,6 +461,18 @@ class ClaudeTranslator:
                 self._tool_use(block, out)
         if message.get("stop_reason") in TURN_ENDING_STOPS and "session_id" not in obj:
             self._close(obj, out)  # a transcript's turn-ending message (stream-json waits for result)
+
+    def _unfolded(self, item: dict, bid: str | None) -> bytes:
+        """The line of an item memfs's export folded into text: the item, or the compaction
+        boundary its note stands for."""
+        boundary = item.get("boundary")
+        if item.get("type") == "harness" and item.get("event") == "compact_boundary" and isinstance(boundary, dict):
+            event = {k: v for k, v in boundary.items() if k in ("trigger", "mode") and isinstance(v, str)
+                     or type(v) is int and v >= 0}
+            return dumps({"trigger": "auto", "mode": "summary", "original_message_count": 0,
+                          "compacted_message_count": 0, **event,
+                          "type": "thread.compact_boundary", "thread_id": self.thread_id or ""})
+        return dumps({"type": "item.completed", "item": {"id": bid or self._id(), **item}})
 
     def _tool_use(self, block: dict, out: list) -> None:
         name = block.get("name") if isinstance(block.get("name"), str) else "tool"
@@ -496,7 +515,10 @@ class ClaudeTranslator:
     def _result(self, obj: dict, out: list) -> None:
         failed = obj.get("is_error") is True
         usage = usage_of(obj.get("usage"))
-        if self.in_turn or not self.run_closed:
+        # a run that asked no model (a local command such as /model in -p mode: num_turns 0) opens no turn,
+        # as its transcript has none
+        local = not self.in_turn and not failed and obj.get("num_turns") == 0
+        if self.in_turn or (not self.run_closed and not local):
             self._open(obj, out)
             reason = None
             if failed:

@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from memfs.ingest import bounded_output, child_session_name, text_of
 from memfs.ingest.changes import claude_change
 
@@ -182,3 +184,71 @@ def result_item(call: dict, tid: str, block: dict, extra: Any, output: str) -> d
     else:
         item["output"] = bounded_output(output)
     return item
+
+
+FOLDED = "memfs"  # a transcript line's key naming the blocks an export folded into text (SPEC §11)
+REASONING = "Reasoning: "  # the text a folded reasoning block begins with
+
+
+def fold_text(item: dict) -> str | None:
+    """What an item the target has no shape for says, as text (None: the item is a message or
+    a tool call, which the targets express)."""
+    kind = item.get("type")
+    if kind == "reasoning":
+        return f"{REASONING}{item.get('text') or ''}"
+    if kind == "plan":
+        return f"Plan: {item.get('text') or ''}"
+    if kind == "decision":
+        return f"Decision: {item.get('summary') or ''} ({item.get('rationale') or ''})"
+    if kind == "harness":
+        return f"[{item.get('event') or 'harness'}] {item.get('message') or ''}".rstrip()
+    if kind == "user_message":
+        return f"User: {item.get('text') or ''}"
+    if kind == "tool_output":
+        return f"Output of tool call {item.get('call_id') or '?'}: {item.get('output') or ''}"
+    if kind in ("agent_message", "command_execution", "mcp_tool_call", "file_change", "todo_list",
+                "web_search", "tool_invocation", "error"):
+        return None
+    return f"[{kind}] {orjson.dumps({k: v for k, v in item.items() if k != 'id'}).decode()}"
+
+
+def fold_mark(folded: dict[int, dict]) -> dict:
+    """The mark of an assistant line whose blocks ``{index: item}`` are folded items: reasoning
+    by index only (its text is the block's), any other item whole but its id."""
+    mark: dict = {}
+    for k, item in folded.items():
+        if item.get("type") == "reasoning":
+            mark.setdefault("reasoning", []).append(k)
+        else:
+            mark.setdefault("items", {})[str(k)] = {key: v for key, v in item.items() if key != "id"}
+    return mark
+
+
+def unfold(line: dict, blocks: list) -> dict[int, dict]:
+    """The items (without ids) that an export folded into ``blocks`` (an assistant line's
+    content), by block index: named in the line's mark and, for each, a text block that is
+    exactly what :func:`fold_text` makes of it — the mark decides, never the words alone."""
+    mark = line.get(FOLDED)
+    folded = mark.get("folded") if isinstance(mark, dict) else None
+    if not isinstance(folded, dict):
+        return {}
+
+    def text(k: Any) -> str | None:
+        block = blocks[k] if type(k) is int and 0 <= k < len(blocks) else None
+        ok = isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)
+        return block["text"] if ok else None  # type: ignore[index]
+
+    out: dict[int, dict] = {}
+    reasoning = folded.get("reasoning")
+    for k in reasoning if isinstance(reasoning, list) else []:
+        said = text(k)
+        if said is not None and said.startswith(REASONING):
+            out[k] = {"type": "reasoning", "text": said[len(REASONING):]}
+    items = folded.get("items")
+    for key, item in items.items() if isinstance(items, dict) else []:
+        k = int(key) if isinstance(key, str) and key.isdigit() and len(key) < 6 else None
+        said = text(k)
+        if said is not None and isinstance(item, dict) and item.get("type") not in (None, "reasoning", "agent_message") \
+                and fold_text(item) == said:
+            out[k] = {key: v for key, v in item.items() if key != "id"}  # type: ignore[index]
+    return out

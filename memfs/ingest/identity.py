@@ -11,7 +11,9 @@ translators derive item ids and ``turn.started.context.turn_id`` from them):
   only, so ``record`` still appends as lines arrive; at the end of a run an undecided head is
   kept). What the dropped turn adds to the stored one — its prompt, its ``turn_id``, its
   token counts, when the stored turn lacks them — goes to ``about.json`` ``turn_notes`` (by the
-  stored turn's number), never into the log; a dropped command's exit code and status, when
+  stored turn's number), never into the log; an import's (not ``record``'s) close notes its
+  usage, requests and times as ``final``, which the usage view takes over the stored turn's (the file is the
+  agent's final record: a stream's counts may be placeholders or add a sub-agent's); a dropped command's exit code and status, when
   the stored command has none, to ``item_notes`` (by the item id). A ``thread.completed``
   right after it goes too. A ``turn_id`` noted so is known as the stored turn's;
 * an item event whose id is known is dropped; a ``thread.started`` of a known thread too;
@@ -143,6 +145,17 @@ class Dedupe:
         if self.noted_ids is not None and _str(self.notes.get(str(n), {}).get("turn_id")):
             self.noted_ids.setdefault(self.notes[str(n)]["turn_id"], n)
 
+    def _final(self, event: dict, usage: dict) -> dict:
+        """What a dropped close from an agent's file says of the stored turn: its usage, its
+        requests and the turn's record times (those it has)."""
+        final: dict = {"usage": usage}
+        if type(event.get("requests")) is list:
+            final["requests"] = event["requests"]
+        for key, value in (("started_at", self.head_ctx.get("timestamp")), ("completed_at", event.get("completed_at"))):
+            if type(value) is str:
+                final[key] = value
+        return final
+
     def _keep_head(self, out: list) -> None:
         if self.mode in (HEAD, HOLD):
             out.extend(self.head)
@@ -201,6 +214,10 @@ class Dedupe:
         if self.mode == DROP:
             usage = event.get("usage")
             self._note(self.match, "usage", usage if _has_usage(usage) else None, 1)
+            if not self.live and _has_usage(usage) and self.known.turns.get(self.match) is not None:
+                # an import's close is the agent's final record of the turn (a stream's counts
+                # may be early placeholders, or add a sub-agent's): its usage is the turn's
+                self.notes.setdefault(str(self.match), {}).setdefault("final", self._final(event, usage))
             self.mode = AFTER
             self.dropped += 1
             return

@@ -130,6 +130,7 @@ def _merge(into: Sum, part: Sum) -> None:
     for model, reason in part.unpriced.items():
         into.unpriced.setdefault(model, reason)
     into.refused.update(part.refused)
+    into.agent = [a + b for a, b in zip(into.agent, part.agent)]
     if into.models is not None and part.models is not None:
         for model, sub in part.models.items():
             mine = into.models.setdefault(model, Sum(models=False))

@@ -13,7 +13,10 @@ same meaning, ccusage's (``date``/``week``/``month``/``sessionId``, ``inputToken
 ``modelsUsed``, ``modelBreakdowns``); the report lists the rows under ``rows`` and under ccusage's
 name (``daily``, ``weekly``, ``monthly``, ``sessions``). ``totalCost`` is the priced part: where
 a model has no price, ``priced_cost_usd`` says the same, ``cost_complete`` is false and
-``unpriced`` names each such model with its reason.
+``unpriced`` names each such model with its reason. Where turns carry the agent's own bill
+(Claude Code's cost, ``agent_cost_usd`` of usage.json's turns), a row says it
+(``agent_cost_usd``, ``agent_cost_turns``) and whether it differs by more than 1% from memfs's cost
+of those same turns (``agent_cost_differs``; the table then shows "agent says $x").
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ CCUSAGE_KEYS = {"day": "date", "week": "week", "month": "month", "session": "ses
 CCUSAGE_TOKENS = (("inputTokens", "input"), ("outputTokens", "output"), ("cacheCreationTokens", "cache_creation"),
                   ("cacheReadTokens", "cached_input"), ("totalTokens", "total"))
 _INDEX = {k: i for i, k in enumerate(_KEYS)}
+AGENT_COST_TOLERANCE = 0.01  # the agent's own cost is shown where it differs from ours by more (relative)
 
 
 def zone(name: str | None) -> tzinfo | None:
@@ -118,7 +122,8 @@ class Options:
 class Sum:
     """Turns added up: tokens, the priced cost and what has no price, refused counts."""
 
-    __slots__ = ("sessions", "turns", "tokens", "usd", "unpriced", "unpriced_turns", "refused", "models", "last")
+    __slots__ = ("sessions", "turns", "tokens", "usd", "unpriced", "unpriced_turns", "refused", "models", "last",
+                 "agent")
 
     def __init__(self, models: bool = True) -> None:
         self.sessions: set[str] = set()
@@ -130,6 +135,7 @@ class Sum:
         self.refused: Counter = Counter()  # usage_error -> turns
         self.models: dict[str | None, Sum] | None = {} if models else None
         self.last = 0.0  # the latest turn's time
+        self.agent = [0, 0.0, 0.0, 0]  # turns with the agent's own cost: count, its sum, ours, ours unpriced
 
     def add(self, session: str, use: Use) -> None:
         self.sessions.add(session)
@@ -144,6 +150,13 @@ class Sum:
             self.usd += use.cost
         if use.refused is not None:
             self.refused[use.refused] += 1
+        if use.agent_cost is not None:
+            self.agent[0] += 1
+            self.agent[1] += use.agent_cost
+            if use.cost is None:
+                self.agent[3] += 1
+            else:
+                self.agent[2] += use.cost
         if self.models is not None:
             part = self.models.get(use.model)
             if part is None:
@@ -159,10 +172,20 @@ class Sum:
             out["unpriced_turns"] = self.unpriced_turns
             out["cost_complete"] = False
             out["unpriced"] = dict(sorted(self.unpriced.items()))
+        out.update(self.agent_fields())
         if self.refused:
             reason, _ = self.refused.most_common(1)[0]
             out["usage_error"] = f"{reason} ({sum(self.refused.values())} turns with refused token counts)"
         return out
+
+    def agent_fields(self) -> dict:
+        """The agents' own bill for the turns that carry one (Claude Code's cost) and whether it
+        differs from memfs's cost of those same turns by more than 1% (or they have no price)."""
+        turns, said, ours, unpriced = self.agent
+        if not turns:
+            return {}
+        differs = unpriced > 0 or abs(said - ours) > AGENT_COST_TOLERANCE * max(ours, said)
+        return {"agent_cost_usd": round(said, 6), "agent_cost_turns": turns, "agent_cost_differs": differs}
 
     def ccusage(self) -> dict:
         out: dict = {name: self.tokens[_INDEX[key]] for name, key in CCUSAGE_TOKENS}

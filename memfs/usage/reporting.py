@@ -20,6 +20,7 @@ rows had no price) as soon as one of its rows has no price: a partial sum would 
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections import Counter
@@ -68,6 +69,13 @@ class Use(NamedTuple):
     cost: float | None
     reason: str | None
     refused: str | None = None
+    agent_cost: float | None = None  # the agent's own bill for the turn (Claude: the growth of its total)
+
+
+def _agent_cost(value) -> float | None:
+    """A turn's ``agent_cost_usd`` when it is a finite amount ≥ 0 (read from a file: checked)."""
+    ok = type(value) in (int, float) and math.isfinite(value) and value >= 0
+    return float(value) if ok else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +114,7 @@ def contribution(name: str, data: dict) -> Contribution:
         if at is not None:
             tokens = t.get("tokens") or {}
             uses.append(Use(at, t.get("model"), tuple(int(tokens.get(k) or 0) for k in _KEYS), t.get("cost_usd"),
-                            t.get("cost_reason"), t.get("usage_error")))
+                            t.get("cost_reason"), t.get("usage_error"), _agent_cost(t.get("agent_cost_usd"))))
     source = data.get("source") or {}
     about = source.get("about")
     return Contribution(name, data.get("agent"), data.get("project"), tuple(rows),
@@ -350,7 +358,7 @@ def _write_index(root: Path, contribs: dict[str, Contribution]) -> None:
         return
     sessions = {name: [c.stamp[0], c.stamp[1], c.agent, c.project,
                        [[r.day, r.model, r.turns, r.tokens, r.cost, r.reason, r.refused] for r in c.rows],
-                       [[u.at, u.model, u.tokens, u.cost, u.reason, u.refused] for u in c.uses]]
+                       [[u.at, u.model, u.tokens, u.cost, u.reason, u.refused, u.agent_cost] for u in c.uses]]
                 for name, c in contribs.items()}
     try:
         atomic_write(root / INDEX, orjson.dumps({"key": _index_key(), "sessions": sessions}))

@@ -2,7 +2,9 @@
 :mod:`memfs.usage.blocks` as rows of cells, and the notes under them.
 
 A cost is ``$x`` when every turn of the row is priced; ``$x*`` when some are not (the priced
-part; the notes name each unpriced model and why); ``-`` when none is. Token cells are ``-``
+part; the notes name each unpriced model and why); ``-`` when none is; followed by ``(agent
+says $y)`` when the agent's own bill for the row's turns (Claude Code's cost) differs from it by
+more than 1%. Token cells are ``-``
 where token counts were refused (:mod:`memfs.counts`): an incomplete sum is never shown.
 """
 
@@ -17,6 +19,10 @@ MARK = "*"
 
 
 def cost(r: dict) -> str:
+    return _cost(r) + (f" (agent says {usd(r['agent_cost_usd'])})" if r.get("agent_cost_differs") else "")
+
+
+def _cost(r: dict) -> str:
     if r.get("cost_usd") is not None:
         return usd(r["cost_usd"])
     priced = r.get("priced_cost_usd")
@@ -86,6 +92,10 @@ def notes(doc: dict) -> list[str]:
     if totals.get("unpriced"):
         named = "; ".join(f"{model}: {reason}" for model, reason in totals["unpriced"].items())
         out.append(f"cost '{MARK}': the priced part only; no price for {named}")
+    rows = doc["rows"] if "rows" in doc else doc.get("blocks") or ()
+    if totals.get("agent_cost_differs") or any(r.get("agent_cost_differs") for r in rows):
+        out.append("'agent says $x': the agent's own bill (Claude Code's cost) for those turns, more than 1% "
+                   "from the cost computed from the price table")
     refused = totals.get("usage_error")
     if refused:
         out.append(f"tokens '-': token counts refused: {refused}")

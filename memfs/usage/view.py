@@ -120,6 +120,21 @@ def _day(at: float | None) -> str | None:
     return time.strftime("%Y-%m-%d", time.gmtime(at)) if at is not None else None
 
 
+def _final(about: dict, ordinal: int) -> tuple[tuple[list[int], str | None], list | None, str | None, str | None] | None:
+    """A turn's ``final`` note (ingest.identity: what the agent's file says of a turn another
+    capture stored): (tokens and refusal, requests, started_at, completed_at), or None."""
+    notes = about.get("turn_notes")
+    note = notes.get(str(ordinal)) if type(notes) is dict else None
+    final = note.get("final") if type(note) is dict else None
+    usage = _note_usage({"turn_notes": {"0": final}}, 0) if type(final) is dict else None
+    if usage is None:
+        return None
+    requests = final.get("requests")  # (each request is read as the close's are: _parts, _request_cost)
+    times = [t if type(t) is str and parse_rfc3339(t) is not None else None
+             for t in (final.get("started_at"), final.get("completed_at"))]
+    return usage, requests if type(requests) is list else None, times[0], times[1]
+
+
 def _note_usage(about: dict, ordinal: int) -> tuple[list[int], str | None] | None:
     notes = about.get("turn_notes")
     note = notes.get(str(ordinal)) if type(notes) is dict else None
@@ -254,12 +269,17 @@ _TURNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Fold -> _Turn
 
 def _turn(rec, i: int, ctx: dict) -> dict:
     raw, refused = [*rec.usage, rec.reasoning], rec.usage_error
-    if not any(raw) and refused is None:
+    requests, started, completed = rec.requests, rec.started_at, rec.completed_at
+    final = _final(ctx["about"], rec.ordinal)  # an imported file's record of the turn (ingest.identity)
+    if final is not None:
+        raw, refused = final[0]
+        requests = final[1] if final[1] is not None else requests
+        started, completed = final[2] or started, final[3] or completed
+    elif not any(raw) and refused is None:
         raw, refused = _note_usage(ctx["about"], rec.ordinal) or (raw, None)
     tokens = normal_tokens(raw, rec.agent or ctx["agent"])  # (the turn's own agent says what its counts mean)
     model = rec.model or ctx["model"]
-    parts = _parts(rec.requests, tokens, model)
-    started, completed = rec.started_at, rec.completed_at
+    parts = _parts(requests, tokens, model)
     if ctx["native"] and started is None and completed is None:
         recorded = ctx["times"].get(rec.ordinal)
         if recorded is not None:
@@ -271,7 +291,7 @@ def _turn(rec, i: int, ctx: dict) -> dict:
     if refused is not None:
         usd, reason = None, f"token counts refused: {refused}"
     else:
-        usd, reason = _request_cost(rec.requests, model) if parts is not None else prices.cost(tokens, model)
+        usd, reason = _request_cost(requests, model) if parts is not None else prices.cost(tokens, model)
     outcome = ctx["index"].outcome
     turn = {"turn": rec.ordinal, "outcome": OUTCOME_NAMES[outcome[i]] if i < len(outcome) else "open",
             "model": model, "day": _day(t1 if t1 is not None else t0 if t0 is not None else ctx["created"]),
@@ -285,9 +305,9 @@ def _turn(rec, i: int, ctx: dict) -> dict:
     if rec.agent is not None:
         turn["agent"] = rec.agent
     if parts is not None:
-        turn["requests"] = len(rec.requests)
+        turn["requests"] = len(requests)
         if len(parts) > 1 and refused is None:
-            turn["by_model"] = [_model_part(name, counts, [r for r in rec.requests if (
+            turn["by_model"] = [_model_part(name, counts, [r for r in requests if (
                 r.get("model") if type(r.get("model")) is str and r["model"] else model) == name], model)
                 for name, counts, _n in parts]
     return turn

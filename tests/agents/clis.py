@@ -99,6 +99,7 @@ class Agent:
     url: str
     options: dict = field(default_factory=dict)  # per-scenario: retries, mcp, todo, compact
     name = ""
+    run_model: str | None = None  # the model the next run asks for (--model), else the CLI's default
 
     def __post_init__(self):
         self.home = self.root / "home"
@@ -182,6 +183,8 @@ class Claude(Agent):
                 "--dangerously-skip-permissions"]
         if resume:
             argv += ["--resume", resume]
+        if self.run_model:
+            argv += ["--model", self.run_model]
         if self.options.get("mcp"):
             cmd = mcp_server_command()
             cfg = {"mcpServers": {"notes": {"command": cmd[0], "args": cmd[1:],
@@ -258,7 +261,8 @@ class Gemini(Agent):
                 "GEMINI_CLI_TRUST_WORKSPACE": "true"}
 
     def argv(self, prompt, resume=None):
-        argv = [str(BIN / "gemini"), "-m", self.model, "--approval-mode", "yolo", "--output-format", "stream-json"]
+        argv = [str(BIN / "gemini"), "-m", self.run_model or self.model, "--approval-mode", "yolo",
+                "--output-format", "stream-json"]
         if resume:
             argv += ["--resume", resume]
         return argv + ["-p", prompt]
