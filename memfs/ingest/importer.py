@@ -48,6 +48,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,13 +81,14 @@ from memfs.ingest.inputs import (
     stat_source,
 )
 from memfs.ingest.seen import SeenSources
+from memfs.ingest.sidecars import ImportBatch, read_sources, write_sources
 from memfs.ingest.sidefiles import SideReader
 from memfs.store.batch import append_tolerant
 from memfs.store.catalog import is_session_dir
 from memfs.store.config import DEFAULT_EVICT_TO, DEFAULT_MAX_LINE_BYTES, line_too_long
 from memfs.store.lines import LongLine, split_lines
 from memfs.store.meta import now_rfc3339
-from memfs.store.paths import IMPORT_SOURCES, atomic_write
+from memfs.store.paths import IMPORT_SOURCES, deferred_sync
 from memfs.store.session import SessionHandle, open_session
 
 if TYPE_CHECKING:
@@ -94,7 +96,8 @@ if TYPE_CHECKING:
 
 SOURCES = IMPORT_SOURCES
 HEAD_LINES = 64
-__all__ = ["InputTooLarge", "discover", "is_source_name", "source_roots"]  # (inputs, re-exported)
+__all__ = ["InputTooLarge", "discover", "is_source_name", "read_sources", "source_roots",
+           "write_sources"]  # (re-exported)
 
 
 # --- appending a batch, refusals included -----------------------------------------------------
@@ -102,22 +105,6 @@ __all__ = ["InputTooLarge", "discover", "is_source_name", "source_roots"]  # (in
 
 def reject(handle, raw: bytes | LongLine, reason: str | ValidationError) -> None:
     handle.writes.reject(raw, reason if isinstance(reason, ValidationError) else ValidationError(reason))
-
-
-# --- the sidecar -------------------------------------------------------------------------------
-
-
-def read_sources(session_dir: Path) -> dict:
-    try:
-        data = orjson.loads((session_dir / SOURCES).read_bytes())
-    except (FileNotFoundError, orjson.JSONDecodeError):
-        return {}
-    sources = data.get("sources") if isinstance(data, dict) else None
-    return sources if isinstance(sources, dict) else {}
-
-
-def write_sources(session_dir: Path, sources: dict) -> None:
-    atomic_write(session_dir / SOURCES, orjson.dumps({"version": 1, "sources": sources}))
 
 
 # --- one source file ---------------------------------------------------------------------------
@@ -283,10 +270,12 @@ class Source:
 
     def run(self, root: Path, item: ImportItem, *, dry_run: bool, durability: str, max_events: int,
             evict_to: float = DEFAULT_EVICT_TO, progress: Callable[[int], None] | None = None,
-            final: bool = False) -> None:
+            final: bool = False, batch: ImportBatch | None = None) -> None:
         """Consume the complete lines past the remembered offset; ``final`` (a one-shot import,
         not ``--follow``): then close what the record leaves open for want of an end mark (a
-        Gemini chat file's last turn: :meth:`AutoTranslator.finish`)."""
+        Gemini chat file's last turn: :meth:`AutoTranslator.finish`). ``batch``: the sidecar
+        entry goes there, written once the batch is durable (:mod:`memfs.ingest.sidecars`);
+        else it is written now, after the session's flush."""
         item.session, item.format = self.session, self.translator.kind if self.translator else self.kind
         if self.changed:
             item.status, item.reason = "changed", "the source's imported part changed since the last import; left alone"
@@ -329,15 +318,18 @@ class Source:
             if handle is not None and not dry_run and item.lines:
                 handle.flush()
                 self.capture.after(handle, self.translator.meta)
-                sources = read_sources(handle.path)
                 self.entry = {"path": self.key, "format": item.format, "offset": offset,
                               "lines": self.entry["lines"] + item.lines, "size": st.st_size,
                               "sha256": self.hasher.hexdigest(), "state": self.translator.state(),
                               "identity": self.capture.state(), "updated_at": now_rfc3339()}
                 if self.compressed:
                     self.entry.update(csize=st.st_size, mtime_ns=st.st_mtime_ns)
-                sources[self.key] = self.entry
-                write_sources(handle.path, sources)
+                if batch is not None:
+                    batch.add(handle.path, self.key, self.entry)
+                else:
+                    sources = read_sources(handle.path)
+                    sources[self.key] = self.entry
+                    write_sources(handle.path, sources)
         finally:
             if self.handle is not None:
                 self.handle.close()
@@ -423,40 +415,46 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
     total = sum(st.st_size for st in stats)
     done = 0
     seen = SeenSources(root)
-    for path, st in zip(files, stats):
-        item = ImportItem(str(path))
-        items.append(item)
-        known = seen.unchanged(keys[path], st)
-        if known is not None:  # taken whole before, unchanged since: not even opened (memfs.ingest.seen)
-            item.session, item.format = known
-            item.status = "up-to-date"
-            done += st.st_size
-            continue
 
-        def step(n: int) -> None:
-            nonlocal done
-            done += n
-            if progress:
-                progress(done, total)
-        try:
-            source = Source(path, fmt, max_decompressed, dry_run, max_line_bytes=max_line_bytes, key=keys[path])
-            if not source.prepare(root):
-                item.status = "empty"
+    def step(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress:
+            progress(done, total)
+
+    with (nullcontext() if dry_run else deferred_sync(root)), conversations.batched(root) as maps:
+        batch = None if dry_run else ImportBatch(root, seen, maps)
+        for path, st in zip(files, stats):
+            item = ImportItem(str(path))
+            items.append(item)
+            known = seen.unchanged(keys[path], st)
+            if known is not None:  # taken whole before, unchanged since: not even opened (memfs.ingest.seen)
+                item.session, item.format = known
+                item.status = "up-to-date"
+                done += st.st_size
                 continue
-            source.run(root, item, dry_run=dry_run, durability="buffered", max_events=max_events, evict_to=evict_to,
-                       progress=step, final=True)
-            if not dry_run and item.status in ("imported", "up-to-date") and source.read_stat and source.session \
-                    and source.entry is not None:
-                seen.note(keys[path], source.read_stat, source.read_at, source.session, item.format)
-        except NotRegular as exc:  # replaced since it was listed
-            item.status, item.reason = "skipped", str(exc)
-        except (MemfsError, OSError) as exc:
-            item.status, item.reason = "error", str(exc)
-    if not dry_run:
-        try:
-            seen.save()
-        except OSError:  # (a cache: the next import takes the full path)
-            pass
+            try:
+                source = Source(path, fmt, max_decompressed, dry_run, max_line_bytes=max_line_bytes, key=keys[path])
+                if not source.prepare(root):
+                    item.status = "empty"
+                    continue
+                source.run(root, item, dry_run=dry_run, durability="buffered", max_events=max_events,
+                           evict_to=evict_to, progress=step, final=True, batch=batch)
+                if batch is not None and item.status in ("imported", "up-to-date") and source.read_stat \
+                        and source.session and source.entry is not None:
+                    batch.note(keys[path], source.read_stat, source.read_at, source.session, item.format)
+            except NotRegular as exc:  # replaced since it was listed
+                item.status, item.reason = "skipped", str(exc)
+            except (MemfsError, OSError) as exc:
+                item.status, item.reason = "error", str(exc)
+            if batch is not None and batch.due():
+                batch.commit()
+        if batch is not None:
+            batch.commit()
+            try:
+                seen.save()
+            except OSError:  # (a cache: the next import takes the full path)
+                pass
     if progress:
         progress(total, total)
     return items

@@ -45,7 +45,7 @@ from memfs.store.config import BUFFER_LIMIT
 from memfs.store.evict import apply_evictions, enforce_cap
 from memfs.store.machine import apply
 from memfs.store.meta import now_rfc3339
-from memfs.store.paths import in_background, write_all
+from memfs.store.paths import in_background, syncs_deferred, write_all
 
 _log = logging.getLogger(__name__)
 _TURN_STARTED = Kind.TURN_STARTED
@@ -197,7 +197,8 @@ class LogFile:
                 lock.release()
                 try:
                     start = _clock()
-                    os.fdatasync(fd)
+                    if not syncs_deferred():  # (else: the deferred_sync's one sync covers it)
+                        os.fdatasync(fd)
                     took = _clock() - start
                 except BaseException:
                     lock.acquire()
