@@ -7,7 +7,8 @@ baseline), and the wall of the same import again with nothing new. Each command 
 process, as a user runs it; the store is new for the first import. Nothing is asserted.
 
 Usage: ``.venv/bin/python scripts/bench_import.py [--per-agent N ...] [--work DIR] [--json FILE]``
-(default ``--per-agent 200 1000``: 400 and 2,000 files)
+(default ``--per-agent 200 1000``: 400 and 2,000 files); ``--tree DIR``: the memfs of another source
+tree (a checkout of an earlier commit), for a before/after comparison.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -65,9 +67,12 @@ def orjson_read(files: list[Path]) -> float:
     return time.perf_counter() - t
 
 
+TREE = ROOT  # the memfs source tree whose import is measured (--tree)
+
+
 def wall(cmd: list[str]) -> tuple[float, int]:
     t = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, cwd=ROOT)
+    out = subprocess.run(cmd, capture_output=True, cwd=TREE, env={**os.environ, "PYTHONPATH": str(TREE)})
     return time.perf_counter() - t, out.returncode
 
 
@@ -96,7 +101,11 @@ def main() -> int:
     ap.add_argument("--per-agent", type=int, nargs="+", default=[200, 1000])
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--tree", type=Path, default=ROOT, help="measure the memfs of this source tree (e.g. "
+                    "`git archive main | tar -x -C DIR`: a before/after comparison)")
     args = ap.parse_args()
+    global TREE
+    TREE = args.tree.resolve()
     work = args.work or Path(tempfile.mkdtemp(prefix="memfs-bench-import-"))
     work.mkdir(parents=True, exist_ok=True)
     results = {}

@@ -193,6 +193,7 @@ class MapBatch:
         self.conv: dict | None = None  # the map as this run sees it (None: not read yet)
         self.loaded = False
         self.pending: dict[str, dict] = {}  # registered since the last write
+        self.rebuild = False  # no map was there to read: the next write makes one
 
     def current(self) -> dict | None:
         if not self.loaded:
@@ -206,15 +207,16 @@ class MapBatch:
 
     def register(self, conversation_id: str, agent: str | None, session: str) -> None:
         conv = self.current()
-        if conv is None:
+        if conv is None:  # (missing or unreadable: the write replaces it)
             conv = self.conv = _scan(self.root)
+            self.rebuild = True
         if _kept(self.root, conv, conversation_id, agent, session):
             return
         conv[conversation_id] = self.pending[conversation_id] = {"session": session, "agent": agent}
 
     def write(self) -> None:
         """Merge the registrations held into the map on disk (atomic replace, under the lock)."""
-        if not self.pending:
+        if not self.pending and not self.rebuild:
             return
         with _MapLock(self.root):
             conv = _read_map(self.root)
@@ -225,6 +227,7 @@ class MapBatch:
                     conv[cid] = entry
             atomic_write(self.root / CONVERSATIONS, orjson.dumps({"version": 1, "conversations": conv}))
         self.pending.clear()
+        self.rebuild = False
 
 
 _batches: dict[Path, MapBatch] = {}  # root -> the batch in force (batched)

@@ -26,9 +26,11 @@ source's size then, the translator's state and the dedupe's. An import reads a s
 where the last one stopped, after checking that the prefix is unchanged; a source whose
 imported prefix changed (rewritten, truncated) is reported as ``changed`` and left alone,
 never imported twice. Only complete lines are consumed: a partial last line waits for its
-newline. The sidecar is replaced atomically right after the session's new lines are durable
-(``flush``); a crash exactly between the two makes the next import repeat that last batch —
-which the dedupe then drops, as it drops what another capture of the conversation brought.
+newline. The sidecar is replaced atomically only once the session's new lines are durable: a
+crash before makes the next import repeat what it describes — which the dedupe then drops, as
+it drops what another capture of the conversation brought. ``memfs import`` writes without a
+sync per file and makes a batch durable with one ``syncfs`` before writing its sidecars
+(:mod:`memfs.ingest.sidecars`); ``--follow`` and ``memfs resume`` flush each session first.
 
 **Follow** (``--follow``, :mod:`memfs.ingest.follow`) keeps appending what tools add, each
 source's position kept in the same sidecar.
@@ -346,7 +348,7 @@ class Source:
         if dry_run:
             self.handle = open_session(root, self.session, read_only=True)
         else:
-            self.handle = open_session(root, self.session, **self.opening)
+            self.handle = open_session(root, self.session, stay_writer=True, **self.opening)
         self.capture.attach(self.handle)
 
     def _emit(self, root: Path, lines: list[bytes], item: ImportItem, dry_run: bool, force: bool = False,

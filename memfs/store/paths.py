@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memfs.errors import InvalidName, NameTooLong, SymlinkRefused
 from memfs.pace import worker_started
@@ -111,7 +111,9 @@ def assert_private_file(path: Path) -> None:
 
 def ensure_private_dir(path: Path) -> None:
     """Create ``path`` (and parents) if needed; refuse a symlink; re-assert mode 0700."""
-    refuse_symlink(path)
+    st = refuse_symlink(path)
+    if st is not None and stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == DIR_MODE:
+        return
     path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
@@ -187,7 +189,7 @@ def write_temp(path: Path, data: bytes | Callable[[int], None]) -> Path:
             data(fd)
         else:
             write_all(fd, data)
-        if not _deferred:
+        if not syncs_deferred():
             os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -264,7 +266,7 @@ def run_now(fn: Callable, *args) -> Future:
 def fsync_dir(path: Path) -> None:
     """Make the directory's entries (a rename, a new file) durable (in :func:`deferred_sync`:
     left to the :func:`sync_filesystem` that ends it)."""
-    if _deferred:
+    if syncs_deferred():
         return
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
@@ -298,10 +300,25 @@ def deferred_sync(root: Path) -> Iterator[None]:
 
 
 def syncs_deferred() -> bool:
-    return _deferred > 0
+    return _deferred > 0 and not _kept
 
 
-_syncfs = None  # libc's syncfs, once looked up (False: not available)
+_kept = 0  # depth of syncs_kept() in this process
+
+
+@contextmanager
+def syncs_kept() -> Iterator[None]:
+    """Within: every sync runs, also inside :func:`deferred_sync` — for a step whose own crash
+    safety rests on the order of its syncs (a cap rewrite, SPEC §3.7), not on the final one."""
+    global _kept
+    _kept += 1
+    try:
+        yield
+    finally:
+        _kept -= 1
+
+
+_syncfs: Any = None  # libc's syncfs, once looked up (False: not available)
 
 
 def sync_filesystem(path: Path) -> None:
