@@ -4,7 +4,8 @@ Codex rollouts copied from the captured fixtures (``tests/fixtures/agents/{claud
 transcripts only), every UUID in a copy replaced by a fresh one (so each copy is a new
 conversation). Beside it, in the same run: reading the same files' lines with orjson (the
 baseline), and the wall of the same import again with nothing new. Each command is a fresh
-process, as a user runs it; the store is new for the first import. Nothing is asserted.
+process, as a user runs it; the store is new for the first import; its CPU time (user + system) is
+printed beside the wall (steadier than the wall on a shared machine). Nothing is asserted.
 
 Usage: ``.venv/bin/python scripts/bench_import.py [--per-agent N ...] [--work DIR] [--json FILE]``
 (default ``--per-agent 200 1000``: 400 and 2,000 files); ``--tree DIR``: the memfs of another source
@@ -18,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -71,9 +73,18 @@ TREE = ROOT  # the memfs source tree whose import is measured (--tree)
 
 
 def wall(cmd: list[str]) -> tuple[float, int]:
+    s, rc, _ = timed(cmd)
+    return s, rc
+
+
+def timed(cmd: list[str]) -> tuple[float, int, float]:
+    """Wall seconds, exit code, CPU seconds (user + system) of a command."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, cwd=TREE, env={**os.environ, "PYTHONPATH": str(TREE)})
-    return time.perf_counter() - t, out.returncode
+    took = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return took, out.returncode, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
 
 def run(per_agent: int, work: Path) -> dict:
@@ -87,8 +98,8 @@ def run(per_agent: int, work: Path) -> dict:
     store = work / f"store-{per_agent}"
     shutil.rmtree(store, ignore_errors=True)
     cmd = [sys.executable, "-m", "memfs", "import", "--store", str(store), str(src / "claude"), str(src / "codex")]
-    s, r["exit"] = wall(cmd)
-    r["import_s"], r["import_MBps"] = round(s, 2), round(mb / s, 2)
+    s, r["exit"], cpu = timed(cmd)
+    r["import_s"], r["import_MBps"], r["import_cpu_s"] = round(s, 2), round(mb / s, 2), round(cpu, 2)
     r["sessions"] = sum(1 for p in store.iterdir() if (p / "events.jsonl").exists())
     r["again_s"] = round(wall(cmd)[0], 3)
     r["python_s"] = round(wall([sys.executable, "-c", "pass"])[0], 3)
@@ -109,11 +120,11 @@ def main() -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="memfs-bench-import-"))
     work.mkdir(parents=True, exist_ok=True)
     results = {}
-    print("| files | MB | first import s | MB/s | orjson MB/s | again s | python -c pass s | exit |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| files | MB | first import s | MB/s | CPU s (user+sys) | orjson MB/s | again s | python -c pass s | exit |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for n in args.per_agent:
         r = results[n] = run(n, work)
-        print(f"| {r['files']} | {r['MB']} | {r['import_s']} | {r['import_MBps']} | {r['orjson_MBps']} | "
+        print(f"| {r['files']} | {r['MB']} | {r['import_s']} | {r['import_MBps']} | {r['import_cpu_s']} | {r['orjson_MBps']} | "
               f"{r['again_s']} | {r['python_s']} | {r['exit']} |", flush=True)
     if args.json:
         args.json.write_text(json.dumps({"results": results}, indent=1))

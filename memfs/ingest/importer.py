@@ -98,6 +98,7 @@ if TYPE_CHECKING:
 
 SOURCES = IMPORT_SOURCES
 HEAD_LINES = 64
+HEAD_FIRST = 64 << 10  # identify reads this much of a source first, up to inputs.CHUNK if it must
 __all__ = ["InputTooLarge", "discover", "is_source_name", "read_sources", "source_roots",
            "write_sources"]  # (re-exported)
 
@@ -148,12 +149,23 @@ AGENT_OF_KIND = {"claude": "claude", "rollout": "codex", "gemini": "gemini"}
 
 def identify(path: Path, fmt: str, limit: int = MAX_DECOMPRESSED) -> tuple[str | None, str | None]:
     """``(kind, conversation id)`` from the first lines of a source (either may be None)."""
-    kind = sid = None
     with open_input(path, limit) as f:
-        head = f.read(CHUNK)
+        head = f.read(HEAD_FIRST)  # (most files say both in their first lines: the rest of the head only if not)
+        whole = len(head) < HEAD_FIRST
+        kind, sid = _identify(head, whole)
+        if (kind and sid) or whole:
+            return kind, sid
+        head += f.read(CHUNK - HEAD_FIRST)
+    return _identify(head, len(head) < CHUNK)
+
+
+def _identify(head: bytes, whole: bool) -> tuple[str | None, str | None]:
+    """:func:`identify` over the first :data:`HEAD_LINES` lines of ``head`` (``whole``: the
+    file ends there, its last line needs no newline)."""
+    kind = sid = None
     lines, cut = split_lines(head)
-    if len(head) < CHUNK and cut < len(head):
-        lines.append(head[cut:])  # the whole file was read: its last line needs no newline
+    if whole and cut < len(head):
+        lines.append(head[cut:])
     for raw in lines[:HEAD_LINES]:
         try:
             obj = parse_object(raw, "auto")
@@ -205,6 +217,7 @@ class Source:
         self.opening: dict[str, Any] = {}  # open_session's settings (run)
         self.started = False  # the session exists (run)
         self.pending: list[bytes] = []  # thread.started lines held until the session is made (run)
+        self.final = False  # a one-shot run (run's ``final``)
 
     def _place(self, root: Path, kind: str | None, sid: str | None) -> str:
         """The session's directory name (see :mod:`memfs.ingest.identity`): a Claude Code
@@ -279,6 +292,7 @@ class Source:
         entry goes there, written once the batch is durable (:mod:`memfs.ingest.sidecars`);
         else it is written now, after the session's flush."""
         item.session, item.format = self.session, self.translator.kind if self.translator else self.kind
+        self.final = final
         if self.changed:
             item.status, item.reason = "changed", "the source's imported part changed since the last import; left alone"
             return
@@ -376,7 +390,8 @@ class Source:
             a, r = append_tolerant(self.handle, lines)
             item.appended, item.refused = item.appended + a, item.refused + r
             self.capture.appended(lines, a)
-            self.capture.after(self.handle, self.translator.meta)
+            if not self.final:  # (a one-shot import merges the metadata once, after its flush)
+                self.capture.after(self.handle, self.translator.meta)
 
     def _batch(self, root: Path, lines: list[bytes | LongLine], item: ImportItem, dry_run: bool) -> None:
         out: list[bytes] = []
