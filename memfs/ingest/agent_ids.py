@@ -123,6 +123,7 @@ class KnownIds:
     def __init__(self, handle, *, write: bool = True):
         self.handle = handle
         self.write = write and not handle.read_only
+        self.unwritten = False  # the index on disk is to be replaced at its next write
         self.items: dict[str, float] = {}
         self.turn_ids: dict[str, float] = {}
         self.threads: dict[str, float] = {}
@@ -209,11 +210,14 @@ class KnownIds:
             self.items, self.turn_ids, self.threads, self.signatures, self.turns = {}, {}, {}, {}, {}
             self.failed, self.exits = {}, set()
             self.cur, self.in_turn, self.covered = 0, False, 0
-            if self.write:
+            if self.write and self.handle.file_len:
                 self._write(b"", rewrite=True)
+            self.unwritten = self.write and not self.handle.file_len  # (an empty log: with its first records)
 
     def _write(self, data: bytes, rewrite: bool = False) -> None:
         path = self.handle.path / AGENT_IDS
+        if self.unwritten:  # the index of an empty log was not written: this write makes it
+            rewrite, self.unwritten = True, False
         try:
             if rewrite:
                 ensure_private_dir(self.handle.path / INDEX_DIR)

@@ -22,6 +22,8 @@ import fcntl
 import hashlib
 import os
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
@@ -134,7 +136,8 @@ def find_conversation(root: Path, conversation_id: str, agent: str | None = None
     root = Path(root)
     if not root.is_dir():
         return None
-    conv = _read_map(root)
+    batch = _batches.get(root)
+    conv = batch.current() if batch is not None else _read_map(root)
     if conv is not None:
         entry = conv.get(conversation_id)
         if entry is None:
@@ -142,27 +145,105 @@ def find_conversation(root: Path, conversation_id: str, agent: str | None = None
         name = entry.get("session") if isinstance(entry, dict) else None
         if isinstance(name, str) and _holds(root, name, conversation_id, agent):
             return name
-    entry = (rebuild_map(root) if write else _scan(root)).get(conversation_id)  # missing, unreadable or stale
+    found = rebuild_map(root) if write else _scan(root)  # missing, unreadable or stale
+    if batch is not None and write:
+        batch.rebuilt(found)
+    entry = found.get(conversation_id)
     if entry and _agents_match(agent, entry.get("agent")):
         return entry["session"]
     return None
 
 
+def _kept(root: Path, conv: dict, conversation_id: str, agent: str | None, session: str) -> bool:
+    """The map already gives ``conversation_id`` to ``session``, or to another session that
+    still holds it (the first session registered for a conversation keeps it)."""
+    entry = conv.get(conversation_id)
+    if not isinstance(entry, dict) or not isinstance(entry.get("session"), str):
+        return False
+    return entry["session"] == session or _holds(root, entry["session"], conversation_id, agent)
+
+
 def register(root: Path, conversation_id: str, agent: str | None, session: str) -> None:
-    """Note that ``session`` holds ``conversation_id`` (unless another session still does)."""
+    """Note that ``session`` holds ``conversation_id`` (unless another session still does);
+    within :func:`batched`, held until the batch writes the map."""
     root = Path(root)
+    batch = _batches.get(root)
+    if batch is not None:
+        batch.register(conversation_id, agent, session)
+        return
     with _MapLock(root):
         conv = _read_map(root)
         if conv is None:
             conv = _scan(root)
-        entry = conv.get(conversation_id)
-        if isinstance(entry, dict) and entry.get("session") == session:
-            return
-        if isinstance(entry, dict) and isinstance(entry.get("session"), str) and \
-                _holds(root, entry["session"], conversation_id, agent):
+        if _kept(root, conv, conversation_id, agent, session):
             return
         conv[conversation_id] = {"session": session, "agent": agent}
         atomic_write(root / CONVERSATIONS, orjson.dumps({"version": 1, "conversations": conv}))
+
+
+class MapBatch:
+    """The map for one run that registers many conversations (``memfs import``): read once,
+    its registrations kept here and written by :meth:`write` (merged under the lock into the
+    map as it is then), not one whole rewrite per new session. Another process's
+    registrations made meanwhile are seen by the next run (a lookup that misses one makes
+    the same session name from the id: :func:`new_session_name`)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.conv: dict | None = None  # the map as this run sees it (None: not read yet)
+        self.loaded = False
+        self.pending: dict[str, dict] = {}  # registered since the last write
+        self.rebuild = False  # no map was there to read: the next write makes one
+
+    def current(self) -> dict | None:
+        if not self.loaded:
+            self.conv, self.loaded = _read_map(self.root), True
+        return self.conv
+
+    def rebuilt(self, conv: dict) -> None:
+        self.conv, self.loaded = dict(conv), True
+        for cid, entry in self.pending.items():
+            self.conv.setdefault(cid, entry)
+
+    def register(self, conversation_id: str, agent: str | None, session: str) -> None:
+        conv = self.current()
+        if conv is None:  # (missing or unreadable: the write replaces it)
+            conv = self.conv = _scan(self.root)
+            self.rebuild = True
+        if _kept(self.root, conv, conversation_id, agent, session):
+            return
+        conv[conversation_id] = self.pending[conversation_id] = {"session": session, "agent": agent}
+
+    def write(self) -> None:
+        """Merge the registrations held into the map on disk (atomic replace, under the lock)."""
+        if not self.pending and not self.rebuild:
+            return
+        with _MapLock(self.root):
+            conv = _read_map(self.root)
+            if conv is None:
+                conv = _scan(self.root)
+            for cid, entry in self.pending.items():
+                if not _kept(self.root, conv, cid, entry.get("agent"), entry["session"]):
+                    conv[cid] = entry
+            atomic_write(self.root / CONVERSATIONS, orjson.dumps({"version": 1, "conversations": conv}))
+        self.pending.clear()
+        self.rebuild = False
+
+
+_batches: dict[Path, MapBatch] = {}  # root -> the batch in force (batched)
+
+
+@contextmanager
+def batched(root: Path) -> Iterator[MapBatch]:
+    """Registrations under ``root`` are held in a :class:`MapBatch` (call its ``write`` at
+    each point the map should be on disk) and written when the block ends."""
+    root = Path(root)
+    batch = _batches[root] = MapBatch(root)
+    try:
+        yield batch
+    finally:
+        del _batches[root]
+        batch.write()
 
 
 # --- project ------------------------------------------------------------------------------------

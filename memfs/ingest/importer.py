@@ -26,9 +26,11 @@ source's size then, the translator's state and the dedupe's. An import reads a s
 where the last one stopped, after checking that the prefix is unchanged; a source whose
 imported prefix changed (rewritten, truncated) is reported as ``changed`` and left alone,
 never imported twice. Only complete lines are consumed: a partial last line waits for its
-newline. The sidecar is replaced atomically right after the session's new lines are durable
-(``flush``); a crash exactly between the two makes the next import repeat that last batch —
-which the dedupe then drops, as it drops what another capture of the conversation brought.
+newline. The sidecar is replaced atomically only once the session's new lines are durable: a
+crash before makes the next import repeat what it describes — which the dedupe then drops, as
+it drops what another capture of the conversation brought. ``memfs import`` writes without a
+sync per file and makes a batch durable with one ``syncfs`` before writing its sidecars
+(:mod:`memfs.ingest.sidecars`); ``--follow`` and ``memfs resume`` flush each session first.
 
 **Follow** (``--follow``, :mod:`memfs.ingest.follow`) keeps appending what tools add, each
 source's position kept in the same sidecar.
@@ -48,6 +50,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,13 +83,14 @@ from memfs.ingest.inputs import (
     stat_source,
 )
 from memfs.ingest.seen import SeenSources
+from memfs.ingest.sidecars import ImportBatch, read_sources, write_sources
 from memfs.ingest.sidefiles import SideReader
 from memfs.store.batch import append_tolerant
 from memfs.store.catalog import is_session_dir
 from memfs.store.config import DEFAULT_EVICT_TO, DEFAULT_MAX_LINE_BYTES, line_too_long
 from memfs.store.lines import LongLine, split_lines
 from memfs.store.meta import now_rfc3339
-from memfs.store.paths import IMPORT_SOURCES, atomic_write
+from memfs.store.paths import IMPORT_SOURCES, deferred_sync
 from memfs.store.session import SessionHandle, open_session
 
 if TYPE_CHECKING:
@@ -94,7 +98,9 @@ if TYPE_CHECKING:
 
 SOURCES = IMPORT_SOURCES
 HEAD_LINES = 64
-__all__ = ["InputTooLarge", "discover", "is_source_name", "source_roots"]  # (inputs, re-exported)
+HEAD_FIRST = 64 << 10  # identify reads this much of a source first, up to inputs.CHUNK if it must
+__all__ = ["InputTooLarge", "discover", "is_source_name", "read_sources", "source_roots",
+           "write_sources"]  # (re-exported)
 
 
 # --- appending a batch, refusals included -----------------------------------------------------
@@ -102,22 +108,6 @@ __all__ = ["InputTooLarge", "discover", "is_source_name", "source_roots"]  # (in
 
 def reject(handle, raw: bytes | LongLine, reason: str | ValidationError) -> None:
     handle.writes.reject(raw, reason if isinstance(reason, ValidationError) else ValidationError(reason))
-
-
-# --- the sidecar -------------------------------------------------------------------------------
-
-
-def read_sources(session_dir: Path) -> dict:
-    try:
-        data = orjson.loads((session_dir / SOURCES).read_bytes())
-    except (FileNotFoundError, orjson.JSONDecodeError):
-        return {}
-    sources = data.get("sources") if isinstance(data, dict) else None
-    return sources if isinstance(sources, dict) else {}
-
-
-def write_sources(session_dir: Path, sources: dict) -> None:
-    atomic_write(session_dir / SOURCES, orjson.dumps({"version": 1, "sources": sources}))
 
 
 # --- one source file ---------------------------------------------------------------------------
@@ -159,12 +149,23 @@ AGENT_OF_KIND = {"claude": "claude", "rollout": "codex", "gemini": "gemini", "op
 
 def identify(path: Path, fmt: str, limit: int = MAX_DECOMPRESSED) -> tuple[str | None, str | None]:
     """``(kind, conversation id)`` from the first lines of a source (either may be None)."""
-    kind = sid = None
     with open_input(path, limit) as f:
-        head = f.read(CHUNK)
+        head = f.read(HEAD_FIRST)  # (most files say both in their first lines: the rest of the head only if not)
+        whole = len(head) < HEAD_FIRST
+        kind, sid = _identify(head, whole)
+        if (kind and sid) or whole:
+            return kind, sid
+        head += f.read(CHUNK - HEAD_FIRST)
+    return _identify(head, len(head) < CHUNK)
+
+
+def _identify(head: bytes, whole: bool) -> tuple[str | None, str | None]:
+    """:func:`identify` over the first :data:`HEAD_LINES` lines of ``head`` (``whole``: the
+    file ends there, its last line needs no newline)."""
+    kind = sid = None
     lines, cut = split_lines(head)
-    if len(head) < CHUNK and cut < len(head):
-        lines.append(head[cut:])  # the whole file was read: its last line needs no newline
+    if whole and cut < len(head):
+        lines.append(head[cut:])
     for raw in lines[:HEAD_LINES]:
         try:
             obj = parse_object(raw, "auto")
@@ -216,6 +217,7 @@ class Source:
         self.opening: dict[str, Any] = {}  # open_session's settings (run)
         self.started = False  # the session exists (run)
         self.pending: list[bytes] = []  # thread.started lines held until the session is made (run)
+        self.final = False  # a one-shot run (run's ``final``)
 
     def _place(self, root: Path, kind: str | None, sid: str | None) -> str:
         """The session's directory name (see :mod:`memfs.ingest.identity`): a Claude Code
@@ -283,11 +285,14 @@ class Source:
 
     def run(self, root: Path, item: ImportItem, *, dry_run: bool, durability: str, max_events: int,
             evict_to: float = DEFAULT_EVICT_TO, progress: Callable[[int], None] | None = None,
-            final: bool = False) -> None:
+            final: bool = False, batch: ImportBatch | None = None) -> None:
         """Consume the complete lines past the remembered offset; ``final`` (a one-shot import,
         not ``--follow``): then close what the record leaves open for want of an end mark (a
-        Gemini chat file's last turn: :meth:`AutoTranslator.finish`)."""
+        Gemini chat file's last turn: :meth:`AutoTranslator.finish`). ``batch``: the sidecar
+        entry goes there, written once the batch is durable (:mod:`memfs.ingest.sidecars`);
+        else it is written now, after the session's flush."""
         item.session, item.format = self.session, self.translator.kind if self.translator else self.kind
+        self.final = final
         if self.changed:
             item.status, item.reason = "changed", "the source's imported part changed since the last import; left alone"
             return
@@ -329,15 +334,18 @@ class Source:
             if handle is not None and not dry_run and item.lines:
                 handle.flush()
                 self.capture.after(handle, self.translator.meta)
-                sources = read_sources(handle.path)
                 self.entry = {"path": self.key, "format": item.format, "offset": offset,
                               "lines": self.entry["lines"] + item.lines, "size": st.st_size,
                               "sha256": self.hasher.hexdigest(), "state": self.translator.state(),
                               "identity": self.capture.state(), "updated_at": now_rfc3339()}
                 if self.compressed:
                     self.entry.update(csize=st.st_size, mtime_ns=st.st_mtime_ns)
-                sources[self.key] = self.entry
-                write_sources(handle.path, sources)
+                if batch is not None:
+                    batch.add(handle.path, self.key, self.entry)
+                else:
+                    sources = read_sources(handle.path)
+                    sources[self.key] = self.entry
+                    write_sources(handle.path, sources)
         finally:
             if self.handle is not None:
                 self.handle.close()
@@ -354,7 +362,7 @@ class Source:
         if dry_run:
             self.handle = open_session(root, self.session, read_only=True)
         else:
-            self.handle = open_session(root, self.session, **self.opening)
+            self.handle = open_session(root, self.session, stay_writer=True, **self.opening)
         self.capture.attach(self.handle)
 
     def _emit(self, root: Path, lines: list[bytes], item: ImportItem, dry_run: bool, force: bool = False,
@@ -382,7 +390,8 @@ class Source:
             a, r = append_tolerant(self.handle, lines)
             item.appended, item.refused = item.appended + a, item.refused + r
             self.capture.appended(lines, a)
-            self.capture.after(self.handle, self.translator.meta)
+            if not self.final:  # (a one-shot import merges the metadata once, after its flush)
+                self.capture.after(self.handle, self.translator.meta)
 
     def _batch(self, root: Path, lines: list[bytes | LongLine], item: ImportItem, dry_run: bool) -> None:
         out: list[bytes] = []
@@ -429,40 +438,46 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
     total = sum(st.st_size for st in stats)
     done = 0
     seen = SeenSources(root)
-    for path, st in zip(files, stats):
-        item = ImportItem(str(path))
-        items.append(item)
-        known = seen.unchanged(keys[path], st)
-        if known is not None:  # taken whole before, unchanged since: not even opened (memfs.ingest.seen)
-            item.session, item.format = known
-            item.status = "up-to-date"
-            done += st.st_size
-            continue
 
-        def step(n: int) -> None:
-            nonlocal done
-            done += n
-            if progress:
-                progress(done, total)
-        try:
-            source = Source(path, fmt, max_decompressed, dry_run, max_line_bytes=max_line_bytes, key=keys[path])
-            if not source.prepare(root):
-                item.status = "empty"
+    def step(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress:
+            progress(done, total)
+
+    with (nullcontext() if dry_run else deferred_sync(root)), conversations.batched(root) as maps:
+        batch = None if dry_run else ImportBatch(root, seen, maps)
+        for path, st in zip(files, stats):
+            item = ImportItem(str(path))
+            items.append(item)
+            known = seen.unchanged(keys[path], st)
+            if known is not None:  # taken whole before, unchanged since: not even opened (memfs.ingest.seen)
+                item.session, item.format = known
+                item.status = "up-to-date"
+                done += st.st_size
                 continue
-            source.run(root, item, dry_run=dry_run, durability="buffered", max_events=max_events, evict_to=evict_to,
-                       progress=step, final=True)
-            if not dry_run and item.status in ("imported", "up-to-date") and source.read_stat and source.session \
-                    and source.entry is not None:
-                seen.note(keys[path], source.read_stat, source.read_at, source.session, item.format)
-        except NotRegular as exc:  # replaced since it was listed
-            item.status, item.reason = "skipped", str(exc)
-        except (MemfsError, OSError) as exc:
-            item.status, item.reason = "error", str(exc)
-    if not dry_run:
-        try:
-            seen.save()
-        except OSError:  # (a cache: the next import takes the full path)
-            pass
+            try:
+                source = Source(path, fmt, max_decompressed, dry_run, max_line_bytes=max_line_bytes, key=keys[path])
+                if not source.prepare(root):
+                    item.status = "empty"
+                    continue
+                source.run(root, item, dry_run=dry_run, durability="buffered", max_events=max_events,
+                           evict_to=evict_to, progress=step, final=True, batch=batch)
+                if batch is not None and item.status in ("imported", "up-to-date") and source.read_stat \
+                        and source.session and source.entry is not None:
+                    batch.note(keys[path], source.read_stat, source.read_at, source.session, item.format)
+            except NotRegular as exc:  # replaced since it was listed
+                item.status, item.reason = "skipped", str(exc)
+            except (MemfsError, OSError) as exc:
+                item.status, item.reason = "error", str(exc)
+            if batch is not None and batch.due():
+                batch.commit()
+        if batch is not None:
+            batch.commit()
+            try:
+                seen.save()
+            except OSError:  # (a cache: the next import takes the full path)
+                pass
     if progress:
         progress(total, total)
     return items

@@ -55,8 +55,10 @@ def acquire(session_dir: Path) -> BinaryIO:
         handle.close()
         raise SessionBusy(f"session {session_dir.name} is being written by {who}") from None
     try:  # who holds it, for the next writer's message (a hint: the flock is what counts)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, orjson.dumps({"pid": os.getpid(), "host": socket.gethostname()}) + b"\n", 0)
+        holder = orjson.dumps({"pid": os.getpid(), "host": socket.gethostname()}) + b"\n"
+        os.pwrite(fd, holder, 0)
+        if os.fstat(fd).st_size > len(holder):  # (a new file's truncation would cost a journal handle)
+            os.ftruncate(fd, len(holder))
     except OSError:
         pass  # a full disk must not stop a writer: the file stays as it was
     return handle

@@ -15,8 +15,9 @@ import shutil
 import stat
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memfs.errors import InvalidName, NameTooLong, SymlinkRefused
 from memfs.pace import worker_started
@@ -128,7 +129,9 @@ def assert_private_file(path: Path) -> None:
 
 def ensure_private_dir(path: Path) -> None:
     """Create ``path`` (and parents) if needed; refuse a symlink; re-assert mode 0700."""
-    refuse_symlink(path)
+    st = refuse_symlink(path)
+    if st is not None and stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == DIR_MODE:
+        return
     path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
@@ -204,7 +207,8 @@ def write_temp(path: Path, data: bytes | Callable[[int], None]) -> Path:
             data(fd)
         else:
             write_all(fd, data)
-        os.fsync(fd)
+        if not syncs_deferred():
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         os.unlink(tmp)
@@ -278,10 +282,89 @@ def run_now(fn: Callable, *args) -> Future:
 
 
 def fsync_dir(path: Path) -> None:
-    """Make the directory's entries (a rename, a new file) durable."""
+    """Make the directory's entries (a rename, a new file) durable (in :func:`deferred_sync`:
+    left to the :func:`sync_filesystem` that ends it)."""
+    if syncs_deferred():
+        return
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --- deferred durability (memfs import: docs/design.md "First import at the disk's pace") ----------
+
+_deferred = 0  # depth of deferred_sync() in this process
+
+
+@contextmanager
+def deferred_sync(root: Path) -> Iterator[None]:
+    """Within: the store's one write path runs as always — same files, same order, same atomic
+    renames — but leaves out its per-file syncs (the temp file's ``fsync`` and the directory's
+    in :func:`atomic_write`, the log's ``fdatasync`` before a metadata persist). Every write is
+    in the page cache (a crash of the process loses nothing written), not yet on disk. On a
+    normal exit it ends with one :func:`sync_filesystem` of ``root``'s filesystem, so
+    everything written within is durable when it returns. Process-wide: for a command that
+    owns its process (``memfs import``), never inside a mount. A caller whose bookkeeping
+    claims durability (the import's sidecars) calls :func:`sync_filesystem` before writing it."""
+    global _deferred
+    _deferred += 1
+    try:
+        yield
+    finally:
+        _deferred -= 1
+    sync_filesystem(root)
+
+
+def syncs_deferred() -> bool:
+    return _deferred > 0 and not _kept
+
+
+_kept = 0  # depth of syncs_kept() in this process
+
+
+@contextmanager
+def syncs_kept() -> Iterator[None]:
+    """Within: every sync runs, also inside :func:`deferred_sync` — for a step whose own crash
+    safety rests on the order of its syncs (a cap rewrite, SPEC §3.7), not on the final one."""
+    global _kept
+    _kept += 1
+    try:
+        yield
+    finally:
+        _kept -= 1
+
+
+_syncfs: Any = None  # libc's syncfs, once looked up (False: not available)
+
+
+def sync_filesystem(path: Path) -> None:
+    """Make everything written to the filesystem holding ``path`` durable: Linux
+    ``syncfs(2)`` on it (one writeback and journal commit for all the files), else ``sync(2)``."""
+    global _syncfs
+    if _syncfs is None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            _syncfs = libc.syncfs
+            _syncfs.argtypes = [ctypes.c_int]
+        except (OSError, AttributeError):
+            _syncfs = False
+    if _syncfs is False:
+        os.sync()
+        return
+    path = Path(path)
+    while not path.is_dir() and path.parent != path:  # (nothing made yet: the filesystem it would be on)
+        path = path.parent
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _syncfs(fd) != 0:
+            import ctypes
+
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs {path}: {os.strerror(err)}")
     finally:
         os.close(fd)
 

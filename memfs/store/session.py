@@ -149,10 +149,12 @@ class Session:
 
     # --- ownership ---------------------------------------------------------------------------
 
-    def acquire(self) -> None:
+    def acquire(self, new_log_metadata: bool = True) -> None:
         """Become the session's writer (caller holds ``mutex``): take the liveness lock, then
         re-read what is on disk — every count continues from what another process wrote,
-        never from a stale state of this one. Raises :class:`SessionBusy` naming the holder."""
+        never from a stale state of this one. Raises :class:`SessionBusy` naming the holder.
+        ``new_log_metadata`` False: an empty log's metadata is not written now but by the next
+        persist (a flush, the release, the close: the metadata on disk does not describe it)."""
         if self.lock_file is not None:
             return
         if self.closed:
@@ -186,6 +188,8 @@ class Session:
         self.times.became_writer(self.state)
         if found.report.fast_path:
             self.meta.persisted_version = self.version  # the metadata on disk describes this state
+        elif not new_log_metadata and not found.file_len and not found.marker:
+            self.meta.last_persist = _monotonic()  # (coalescing counts from here, as after a persist)
         else:
             try:
                 self.persist()
@@ -521,7 +525,7 @@ def open_session(root: str | os.PathLike, session_id: str, *, max_events: int = 
                  durability: str = "buffered", read_only: bool = False,
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, summary_hook: SummaryHook | None = None,
                  metadata_interval: float = DEFAULT_METADATA_INTERVAL, idle_release: float = DEFAULT_IDLE_RELEASE,
-                 evict_to: float = DEFAULT_EVICT_TO, create: bool = True) -> SessionHandle:
+                 evict_to: float = DEFAULT_EVICT_TO, create: bool = True, stay_writer: bool = False) -> SessionHandle:
     """Open (creating the folder if needed) the session ``session_id`` under the sessions root
     ``root``.
 
@@ -532,7 +536,10 @@ def open_session(root: str | os.PathLike, session_id: str, *, max_events: int = 
     open in the same process shares the first one's state; the strongest durability requested
     by a writable open wins. ``read_only`` handles cannot write. ``max_events`` 0 means no
     cap; over it, an eviction goes down to ``evict_to × max_events`` events (0.5–1.0, SPEC
-    §3.7; ``ValueError`` outside). ``summary_hook(session_dir, session_id, evicted_events)`` replaces the default
+    §3.7; ``ValueError`` outside). ``stay_writer``: an open that creates the session stays its
+    writer (the caller appends at once: one lock, one recovery and one metadata write, not two
+    of each), released when idle or on close as after any change; otherwise creating writes the
+    empty session's metadata and releases the lock at once. ``summary_hook(session_dir, session_id, evicted_events)`` replaces the default
     eviction summary writer.
     """
     config = SessionConfig(durability, max_events, max_line_bytes, summary_hook, metadata_interval, idle_release,
@@ -552,8 +559,9 @@ def open_session(root: str | os.PathLike, session_id: str, *, max_events: int = 
             ensure_private_dir(session_dir)
             ensure_private_dir(session_dir / INDEX_DIR)
             handle = _open_registered(session_dir, session_id, config, read_only=False)
-            handle.writes.lock()
-            handle.writes.unlock()
+            handle.writes.lock(new_log_metadata=not stay_writer)
+            if not stay_writer:
+                handle.writes.unlock()
         except BaseException:
             if handle is not None:
                 try:

@@ -45,7 +45,7 @@ from memfs.store.config import BUFFER_LIMIT
 from memfs.store.evict import apply_evictions, enforce_cap
 from memfs.store.machine import apply
 from memfs.store.meta import now_rfc3339
-from memfs.store.paths import in_background, write_all
+from memfs.store.paths import in_background, syncs_deferred, syncs_kept, write_all
 
 _log = logging.getLogger(__name__)
 _TURN_STARTED = Kind.TURN_STARTED
@@ -197,7 +197,8 @@ class LogFile:
                 lock.release()
                 try:
                     start = _clock()
-                    os.fdatasync(fd)
+                    if not syncs_deferred():  # (else: the deferred_sync's one sync covers it)
+                        os.fdatasync(fd)
                     took = _clock() - start
                 except BaseException:
                     lock.acquire()
@@ -436,13 +437,15 @@ def commit_call(s, records: Iterable[Record]) -> tuple[int, int]:
     except BaseException:
         if s.evicting is not None:
             try:
-                apply_evictions(s)
+                with syncs_kept():
+                    apply_evictions(s)
             except OSError as err:
                 _log.warning("%s: event cap not applied: %s", s.dir.name, err)
         raise
     if s.evicting is not None:
         try:
-            apply_evictions(s)
+            with syncs_kept():  # (its crash safety is the order of its own syncs: never deferred)
+                apply_evictions(s)
         except OSError as exc:
             failure = CapRewriteError(f"event cap not applied: {exc}")
             failure.accepted = result[0]
@@ -453,7 +456,8 @@ def commit_call(s, records: Iterable[Record]) -> tuple[int, int]:
 def _enforce_cap(s) -> None:
     """The cap, after the lines were committed: a failure is :class:`CapRewriteError`."""
     try:
-        enforce_cap(s)
+        with syncs_kept():
+            enforce_cap(s)
     except OSError as exc:
         raise CapRewriteError(f"event cap not applied: {exc}") from exc
 

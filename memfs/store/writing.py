@@ -226,14 +226,15 @@ class SessionWrites:
 
     # --- the liveness lock (SPEC §3.5) -----------------------------------------------------
 
-    def lock(self) -> None:
+    def lock(self, new_log_metadata: bool = True) -> None:
         """Become the session's writer now, before any change: take the liveness lock (kept
         until the session is idle, see :class:`~memfs.store.session.Session`) and repair what
         the open found (a torn tail, metadata to rebuild). :class:`~memfs.errors.SessionBusy`
-        names the process that holds it."""
+        names the process that holds it. ``new_log_metadata`` False: an empty log's metadata
+        is left to the first persist (the caller appends at once)."""
         s = self._writable()
         with s.mutex:
-            s.acquire()
+            s.acquire(new_log_metadata)
 
     def unlock(self) -> None:
         """Stop being the session's writer now rather than when idle (pending bytes written

@@ -1,0 +1,86 @@
+"""kill -9 of ``memfs import`` mid-way (docs/design.md "First import at the disk's pace"): the
+import writes without a sync per file and keeps each source's sidecar entry until a sync made
+its session durable, so whatever the kill leaves, the next import makes the store a clean
+import makes — the same sessions, the same events, the same metadata, nothing twice."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import orjson
+
+from agent_helpers import MEMFS
+
+AGENTS = Path(__file__).parent / "fixtures" / "agents"
+UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+COPIES = 6  # of each fixture transcript and rollout: enough for the kill to land mid-way
+KILL_AFTER = 4  # sessions made before the kill
+
+
+def sources(dest: Path) -> Path:
+    """Copies of the captured Claude Code transcripts and Codex rollouts, each UUID fresh."""
+    temps = [*sorted(AGENTS.glob("claude/*/home/.claude/projects/*/*.jsonl")),
+             *sorted(AGENTS.glob("codex/*/home/.codex/sessions/*/*/*/rollout-*.jsonl"))]
+    for copy in range(COPIES):
+        for template in temps:
+            def fresh(m: re.Match, key: bytes = f"{copy}".encode()) -> bytes:
+                h = hashlib.blake2b(m.group(0) + key, digest_size=16).hexdigest().encode()
+                return b"-".join((h[:8], h[8:12], h[12:16], h[16:20], h[20:32]))
+            path = dest / f"c{copy}" / UUID.sub(fresh, template.name.encode()).decode()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(UUID.sub(fresh, template.read_bytes()))
+            os.utime(path, ns=(time.time_ns() - 3600 * 10**9,) * 2)
+    return dest
+
+
+def made(store: Path) -> int:
+    try:
+        return sum(1 for p in store.iterdir() if (p / "events.jsonl").exists())
+    except FileNotFoundError:
+        return 0
+
+
+def contents(store: Path) -> dict[str, tuple]:
+    """Per session: its events, its record metadata (about.json less the import's own clock)."""
+    out = {}
+    for p in sorted(store.iterdir()):
+        if (p / "events.jsonl").exists():
+            about = orjson.loads((p / "index" / "about.json").read_bytes())
+            about.pop("imported_at", None)
+            out[p.name] = ((p / "events.jsonl").read_bytes(), about)
+    return out
+
+
+def test_kill_9_mid_import_then_import_again_makes_what_a_clean_import_makes(tmp_path):
+    src, store, clean = sources(tmp_path / "src"), tmp_path / "store", tmp_path / "clean"
+    cmd = [*MEMFS, "import", "--store", str(store), str(src)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while made(store) < KILL_AFTER and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, "the import ended before the kill"
+    partial = made(store)
+    assert KILL_AFTER <= partial < sum(1 for _ in src.rglob("*.jsonl"))
+    again = subprocess.run(cmd, capture_output=True, timeout=300)
+    assert again.returncode in (0, 3), again.stderr  # (3: the fixtures hold lines the import refuses)
+    first = subprocess.run([*MEMFS, "import", "--store", str(clean), str(src)], capture_output=True, timeout=300)
+    assert first.returncode == again.returncode, first.stderr
+    recovered, expected = contents(store), contents(clean)
+    assert sorted(recovered) == sorted(expected)
+    for name, (events, about) in expected.items():
+        assert recovered[name][0] == events, f"{name}: events differ after the kill and the re-import"
+        assert recovered[name][1] == about, name
+    once_more = subprocess.run([*MEMFS, "import", "--store", str(store), "--json", str(src)], capture_output=True,
+                               timeout=300)
+    assert {i["status"] for i in orjson.loads(once_more.stdout)} == {"up-to-date"}
