@@ -42,3 +42,27 @@ def items(events: list[dict], etype: str = "item.completed") -> list[dict]:
 
 def of_type(events: list[dict], itype: str) -> list[dict]:
     return [i for i in items(events) if i["type"] == itype]
+
+
+def import_(store: Path, *paths: Path, ok: bool = True) -> list[dict]:
+    """``memfs import --json PATHS``'s reports; ``ok`` is whether the command must succeed."""
+    proc = cli("import", "--store", str(store), "--json", *map(str, paths))
+    assert (proc.returncode == 0) == ok, proc.stderr + proc.stdout
+    return json.loads(proc.stdout)
+
+
+def listing(store: Path) -> dict[str, dict]:
+    """``memfs sessions --json``, by session name."""
+    proc = cli("sessions", "--store", str(store), "--json")
+    assert proc.returncode == 0, proc.stderr
+    return {s["name"]: s for s in json.loads(proc.stdout)}
+
+
+def turns(events: list[dict]) -> list[str]:
+    """How each turn ended, in order (``turn.completed`` or ``turn.failed``)."""
+    return [e["type"] for e in events if e["type"] in ("turn.completed", "turn.failed")]
+
+
+def started(events: list[dict]) -> list[dict]:
+    """Each ``turn.started``'s context, in order."""
+    return [e.get("context", {}) for e in events if e["type"] == "turn.started"]

@@ -17,7 +17,7 @@ import pytest
 from memfs.events import parse_line
 from memfs.ingest import AutoTranslator, classify, parse_object
 
-from agent_helpers import MEMFS, cli, events_of, facts, items, of_type, view  # noqa: F401
+from agent_helpers import MEMFS, cli, events_of, facts, import_, items, listing, of_type, started, turns, view  # noqa: F401
 from mounting import mounted, needs_fuse, sh
 
 AGENTS = Path(__file__).parent / "fixtures" / "agents"
@@ -48,26 +48,6 @@ def streams(scenario: str) -> list[Path]:
 
 def prompts(scenario: str) -> list[str]:
     return [run["prompt"] for run in capture(scenario)["runs"]]
-
-
-def import_(store: Path, *paths: Path) -> list[dict]:
-    proc = cli("import", "--store", str(store), "--json", *map(str, paths))
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
-def listing(store: Path) -> dict[str, dict]:
-    proc = cli("sessions", "--store", str(store), "--json")
-    assert proc.returncode == 0, proc.stderr
-    return {s["name"]: s for s in json.loads(proc.stdout)}
-
-
-def turns(events: list[dict]) -> list[str]:
-    return [e["type"] for e in events if e["type"] in ("turn.completed", "turn.failed")]
-
-
-def started(events: list[dict]) -> list[dict]:
-    return [e.get("context", {}) for e in events if e["type"] == "turn.started"]
 
 
 def translate(*paths: Path) -> tuple[list[dict], dict]:

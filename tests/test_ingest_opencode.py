@@ -18,7 +18,7 @@ from pathlib import Path
 import memfs
 import pytest
 
-from agent_helpers import MEMFS, cli, events_of, facts, items, of_type, view
+from agent_helpers import MEMFS, cli, events_of, facts, import_, items, listing, of_type, started, turns, view
 from mounting import mounted, needs_fuse, sh
 
 OPENCODE = Path(__file__).parent / "fixtures" / "agents" / "opencode"
@@ -41,26 +41,6 @@ def data_dir(tmp_path: Path, scenario: str) -> Path:
     dest = tmp_path / "home" / scenario
     shutil.copytree(OPENCODE / scenario / "home", dest)
     return dest / ".local" / "share" / "opencode"
-
-
-def import_(store: Path, *paths: Path, ok: bool = True) -> list[dict]:
-    proc = cli("import", "--store", str(store), "--json", *map(str, paths))
-    assert (proc.returncode == 0) == ok, proc.stderr + proc.stdout
-    return json.loads(proc.stdout)
-
-
-def listing(store: Path) -> dict[str, dict]:
-    proc = cli("sessions", "--store", str(store), "--json")
-    assert proc.returncode == 0, proc.stderr
-    return {s["name"]: s for s in json.loads(proc.stdout)}
-
-
-def closes(events: list[dict]) -> list[str]:
-    return [e["type"] for e in events if e["type"] in ("turn.completed", "turn.failed")]
-
-
-def started(events: list[dict]) -> list[dict]:
-    return [e.get("context", {}) for e in events if e["type"] == "turn.started"]
 
 
 def quoted(prompt: str) -> str:
@@ -109,7 +89,7 @@ def test_a_plain_turn_is_the_prompt_the_answer_and_the_session_metadata(tmp_path
     doc = capture("plain")
     sid = doc["session_id"]
     ev = events_of(store, sid)
-    assert closes(ev) == ["turn.completed"]
+    assert turns(ev) == ["turn.completed"]
     assert [i["text"] for i in of_type(ev, "agent_message")] == [doc["script"]["steps"][0]["text"]]
     s = listing(store)[sid]
     assert (s["agent"], s["agent_version"], s["conversation_id"], s["status"], s["model"]) == (
@@ -128,7 +108,7 @@ def test_a_command_that_exits_1_is_a_failed_command_with_its_exit_code(tmp_path)
     assert (cmd["command"], cmd["status"], cmd["exit_code"]) == ("cat CHANGELOG.md", "failed", 1)
     assert cmd["aggregated_output"] == "cat: CHANGELOG.md: No such file or directory\n"
     assert cmd["id"].startswith("prt_")  # OpenCode's part id
-    assert closes(ev) == ["turn.completed"]  # the run itself succeeded
+    assert turns(ev) == ["turn.completed"]  # the run itself succeeded
     assert "ran cat CHANGELOG.md (exit 1)" in facts(store, sid)
     assert json.loads(view(store, sid, "progress.json"))["goal"] == quoted(prompts("ok_failing_command")[0])
 
@@ -161,7 +141,7 @@ def test_a_retried_500_leaves_one_completed_turn(tmp_path):
     store = tmp_path / "store"
     import_(store, data_dir(tmp_path, "http_500_then_ok"))
     ev = events_of(store, capture("http_500_then_ok")["session_id"])
-    assert closes(ev) == ["turn.completed"]
+    assert turns(ev) == ["turn.completed"]
     assert [i["text"] for i in of_type(ev, "agent_message")] == ["The README describes a tiny demo project."]
 
 
@@ -190,11 +170,11 @@ def test_a_continued_session_appends_its_new_turn_to_the_same_session(tmp_path):
     _truncate(early / "opencode.db", second[0] - 1)
     store = tmp_path / "store"
     import_(store, early)
-    assert closes(events_of(store, sid)) == ["turn.completed"]
+    assert turns(events_of(store, sid)) == ["turn.completed"]
     (report,) = import_(store, full)
     assert (report["session"], report["status"], report["duplicates"] > 0) == (sid, "imported", True)
     ev = events_of(store, sid)
-    assert closes(ev) == ["turn.completed", "turn.completed"]
+    assert turns(ev) == ["turn.completed", "turn.completed"]
     assert [c["prompt"] for c in started(ev)] == [quoted(p) for p in prompts("resume_two_turns")]
     assert [i["text"] for i in of_type(ev, "agent_message")] == [
         "The project has one file: README.md.", "It is a tiny demo project."]
@@ -212,7 +192,7 @@ def test_a_turn_imported_while_open_gets_its_new_items_and_its_close_once(tmp_pa
     store = tmp_path / "store"
     import_(store, early)
     ev = events_of(store, sid)
-    assert closes(ev) == [] and [c["command"] for c in of_type(ev, "command_execution")] == ["cat CHANGELOG.md"]
+    assert turns(ev) == [] and [c["command"] for c in of_type(ev, "command_execution")] == ["cat CHANGELOG.md"]
     assert listing(store)[sid]["status"] == "running"
     import_(store, full)
     ev = events_of(store, sid)
@@ -228,7 +208,7 @@ def test_an_interrupted_run_is_an_open_turn_with_what_it_did(tmp_path):
     store = tmp_path / "store"
     import_(store, data_dir(tmp_path, "interrupted"))
     ev = events_of(store, doc["session_id"])
-    assert closes(ev) == []  # nothing in OpenCode's record says the turn ended
+    assert turns(ev) == []  # nothing in OpenCode's record says the turn ended
     assert [(c["command"], c["exit_code"]) for c in of_type(ev, "command_execution")] == [("ls", 0)]
     assert listing(store)[doc["session_id"]]["status"] == "running"
 
@@ -341,7 +321,7 @@ def test_the_stream_and_the_store_in_either_order_store_each_thing_once(tmp_path
             for report in import_(store, source, ok=True):
                 assert (report["session"], report["refused"]) == (sid, 0), report
         ev = events_of(store, sid)
-        assert len(closes(ev)) == len(prompts(scenario)), order
+        assert len(turns(ev)) == len(prompts(scenario)), order
         ids = [i["id"] for i in items(ev)]
         assert len(ids) == len(set(ids)), order
         # (OpenCode's own cost is in its store only: thread.completed when the store came first)
@@ -363,7 +343,7 @@ def test_record_of_the_runs_then_the_store_is_one_session_each_thing_once(tmp_pa
         assert proc.returncode == run["exit_code"], proc.stderr
         assert proc.stdout == stream.read_bytes()  # passed through unchanged
     recorded = events_of(store, "work")
-    assert closes(recorded) == ["turn.completed", "turn.completed"]
+    assert turns(recorded) == ["turn.completed", "turn.completed"]
     assert recorded[0] == {"type": "thread.started", "thread_id": sid, "agent": "opencode"}
     reports = import_(store, data_dir(tmp_path, "resume_two_turns"))
     assert {r["session"] for r in reports} == {"work"}
@@ -410,7 +390,7 @@ def test_record_of_the_real_cli_then_import_of_its_store_is_one_session(tmp_path
                               stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
     recorded = events_of(store, "live")
-    assert closes(recorded) == ["turn.completed"]
+    assert turns(recorded) == ["turn.completed"]
     (cmd,) = of_type(recorded, "command_execution")
     assert (cmd["command"], cmd["status"], cmd["exit_code"]) == ("false", "failed", 1)
     reports = import_(store, agent.home / ".local" / "share" / "opencode")
@@ -487,4 +467,4 @@ def test_auto_compaction_is_a_boundary_and_a_summary_fact_in_a_turn_of_its_own(t
     for source in [*streams("compact"), data_dir(tmp_path / "again", "compact")]:
         import_(streamed, source)
     ids = [i["id"] for i in items(events_of(streamed, sid))]
-    assert len(ids) == len(set(ids)) and len(closes(events_of(streamed, sid))) == 4
+    assert len(ids) == len(set(ids)) and len(turns(events_of(streamed, sid))) == 4
