@@ -371,14 +371,12 @@ def test_record_of_the_real_cli_then_import_of_its_store_is_one_session(tmp_path
     record``, then ``memfs import`` of the data directory it wrote: one session, nothing twice,
     and what only the store says (the prompt, the model, the cwd) added."""
     sys.path.insert(0, str(Path(__file__).parent / "agents"))
-    from clis import OpenCode, installed
+    from clis import OpenCode
     from model_server import ModelServer
 
-    why = installed()
-    if why:
-        if os.environ.get("MEMFS_REQUIRE_AGENTS") == "1":
-            pytest.fail(f"MEMFS_REQUIRE_AGENTS=1 but {why}")
-        pytest.skip(why)
+    from test_agents_cli import need_clis
+
+    need_clis()
     script = {"steps": [{"tool": {"name": "bash", "arguments": {"command": "false", "description": "Fail"}}},
                         {"text": "The command failed."}], "side": OpenCode.side}
     store = tmp_path / "store"
