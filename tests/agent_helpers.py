@@ -11,7 +11,10 @@ from pathlib import Path
 import memfs
 import orjson
 
+from mounting import mounted, sh
+
 MEMFS = [sys.executable, "-m", "memfs"]
+REPLAY = Path(__file__).parent / "agents" / "replay.py"  # prints a captured stdout, exits a status
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -66,3 +69,26 @@ def turns(events: list[dict]) -> list[str]:
 def started(events: list[dict]) -> list[dict]:
     """Each ``turn.started``'s context, in order."""
     return [e.get("context", {}) for e in events if e["type"] == "turn.started"]
+
+
+def mounted_views(store: Path, mnt: Path, session: str) -> tuple[list[str], str, str]:
+    """The session's facts (``derived/memory.json``), ``context.md`` and ``summary.md``, read
+    with ``cat`` through a mount of ``store`` at ``mnt`` (unmounted before it returns)."""
+    with mounted(store, mnt) as m:
+        s = m.mnt / "sessions" / session
+        memory = json.loads(sh("cat derived/memory.json", s).stdout)
+        context = sh("cat derived/context.md", s).stdout
+        summary = sh("cat derived/summary.md", s).stdout
+    return [f["fact"] for f in memory["grounded_facts"]], context, summary
+
+
+def record_replayed(store: Path, session: str, streams: list[Path], runs: list[dict]) -> list[dict]:
+    """``memfs record SESSION`` of each captured run (its stdout replayed, with its exit status,
+    from the capture's ``runs``): each passes its output through unchanged; the recorded events."""
+    for stream, run in zip(streams, runs, strict=True):
+        proc = subprocess.run([*MEMFS, "record", "--store", str(store), session, "--", sys.executable,
+                               str(REPLAY), str(stream), "--status", str(run["exit_code"])],
+                              capture_output=True, timeout=120)
+        assert proc.returncode == run["exit_code"], proc.stderr
+        assert proc.stdout == stream.read_bytes()  # passed through unchanged
+    return events_of(store, session)

@@ -18,12 +18,25 @@ from pathlib import Path
 import memfs
 import pytest
 
-from agent_helpers import MEMFS, cli, events_of, facts, import_, items, listing, of_type, started, turns, view
-from mounting import mounted, needs_fuse, sh
+from agent_helpers import (
+    MEMFS,
+    cli,
+    events_of,
+    facts,
+    import_,
+    items,
+    listing,
+    mounted_views,
+    of_type,
+    record_replayed,
+    started,
+    turns,
+    view,
+)
+from mounting import needs_fuse
 
 OPENCODE = Path(__file__).parent / "fixtures" / "agents" / "opencode"
 SCENARIOS = sorted(p.name for p in OPENCODE.iterdir() if p.is_dir())
-REPLAY = Path(__file__).parent / "agents" / "replay.py"
 FAMILY = {"thread.started", "turn.started", "turn.completed", "turn.failed", "item.started", "item.completed",
           "thread.completed", "thread.compact_boundary"}
 
@@ -336,13 +349,7 @@ def test_record_of_the_runs_then_the_store_is_one_session_each_thing_once(tmp_pa
     import`` of OpenCode's store: one session, the name the user gave, nothing twice."""
     sid = capture("resume_two_turns")["session_id"]
     store = tmp_path / "store"
-    for stream, run in zip(streams("resume_two_turns"), capture("resume_two_turns")["runs"]):
-        proc = subprocess.run([*MEMFS, "record", "--store", str(store), "work", "--", sys.executable,
-                               str(REPLAY), str(stream), "--status", str(run["exit_code"])],
-                              capture_output=True, timeout=120)
-        assert proc.returncode == run["exit_code"], proc.stderr
-        assert proc.stdout == stream.read_bytes()  # passed through unchanged
-    recorded = events_of(store, "work")
+    recorded = record_replayed(store, "work", streams("resume_two_turns"), capture("resume_two_turns")["runs"])
     assert turns(recorded) == ["turn.completed", "turn.completed"]
     assert recorded[0] == {"type": "thread.started", "thread_id": sid, "agent": "opencode"}
     reports = import_(store, data_dir(tmp_path, "resume_two_turns"))
@@ -429,12 +436,8 @@ def test_the_views_of_an_opencode_session_through_the_mount(tmp_path):
     store = tmp_path / "store"
     import_(store, data_dir(tmp_path, "ok_failing_command"))
     sid = capture("ok_failing_command")["session_id"]
-    with mounted(store, tmp_path / "mnt") as m:
-        s = m.mnt / "sessions" / sid
-        memory = json.loads(sh("cat derived/memory.json", s).stdout)
-        context = sh("cat derived/context.md", s).stdout
-        summary = sh("cat derived/summary.md", s).stdout
-    assert "ran cat CHANGELOG.md (exit 1)" in [f["fact"] for f in memory["grounded_facts"]]
+    found, context, summary = mounted_views(store, tmp_path / "mnt", sid)
+    assert "ran cat CHANGELOG.md (exit 1)" in found
     assert '**Goal:** "Show me the changelog"' in context
     assert "- **Turns:** 1 closed (1 completed, 0 failed, 0 abandoned)" in summary
     assert "There is no CHANGELOG.md in this project." in summary
