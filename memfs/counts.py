@@ -18,6 +18,7 @@ Pure; no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 MAX_COUNT = 2**53
@@ -43,6 +44,21 @@ def problem(name: str, value: Any) -> str | None:
     return f"{name}: {show(value)} is not an integer in 0..2^53"
 
 
+def _present(obj: dict, names) -> Iterator[tuple[int, Any, str | None]]:
+    """``(i, value, reason)`` for each ``names[i]`` that ``obj`` holds and is not null:
+    ``reason`` None for a count (:func:`problem`), else why it is refused."""
+    for i, name in enumerate(names):
+        v = obj.get(name)
+        if v is not None:
+            yield i, v, problem(name, v)
+
+
+def _carried(obj: dict) -> str | None:
+    """The reason a Usage carries under :data:`ERROR` (None: none, or not a string)."""
+    error = obj.get(ERROR)
+    return error if type(error) is str and error else None
+
+
 def read(usage: Any, names: tuple[str, ...]) -> tuple[list[int], str | None]:
     """The counts ``names`` of a Usage object (absent or null: 0) and the first refusal's
     reason (a refused count reads 0 here and the reason says so; a Usage that carries
@@ -52,13 +68,8 @@ def read(usage: Any, names: tuple[str, ...]) -> tuple[list[int], str | None]:
         return values, None
     if type(usage) is not dict:
         return values, f"usage: {show(usage)} is not an object"
-    error = usage.get(ERROR)
-    reason = error if type(error) is str and error else None
-    for i, name in enumerate(names):
-        v = usage.get(name)
-        if v is None:
-            continue
-        refused = problem(name, v)
+    reason = _carried(usage)
+    for i, v, refused in _present(usage, names):
         if refused is None:
             values[i] = v
         elif reason is None:
@@ -73,16 +84,12 @@ def translate(source: Any, pairs: tuple[tuple[str, str], ...]) -> dict:
     out: dict = {}
     if type(source) is not dict:
         return out
-    carried = source.get(ERROR)  # memfs's own marker, in what it exported (memfs.export)
-    if type(carried) is str and carried:
+    carried = _carried(source)  # memfs's own marker, in what it exported (memfs.export)
+    if carried is not None:
         out[ERROR] = carried
-    for src, dst in pairs:
-        v = source.get(src)
-        if v is None:
-            continue
-        refused = problem(src, v)
+    for i, v, refused in _present(source, [src for src, _ in pairs]):
         if refused is None:
-            out[dst] = v
+            out[pairs[i][1]] = v
         else:
             out.setdefault(ERROR, refused)
     return out

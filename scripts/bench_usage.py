@@ -43,6 +43,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 from bench_fs import start_server, stop_server  # noqa: E402
 from bench_sessions import build_store, one_turn_session, wrap  # noqa: E402
+from scale_measure import pct, read  # noqa: E402
 
 MODELS = ("gpt-5", "gpt-5-mini", "claude-sonnet-4-5", "gemini-2.5-pro")
 
@@ -81,22 +82,6 @@ def statusline_times(store: Path) -> tuple[float, float]:
     once(line)  # the first run may rewrite the index
     return (statistics.median(once(line) for _ in range(5)),
             statistics.median(once([sys.executable, "-c", "pass"]) for _ in range(5)))
-
-
-def read(path: Path) -> bytes:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
 def run(n: int, reads: int, work: Path) -> dict:

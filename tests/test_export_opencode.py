@@ -12,13 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from agent_helpers import MEMFS, cli, events_of
 
 sys.path.insert(0, str(Path(__file__).parent / "agents"))
-from clis import OpenCode, installed, run_in_group  # noqa: E402
+from clis import OpenCode, run_in_group  # noqa: E402
 from model_server import ModelServer  # noqa: E402
+
+from test_agents_cli import need_clis  # noqa: E402
 
 CODEX = Path(__file__).parent / "fixtures" / "agents" / "codex" / "resume_two_turns"
 SID = "01a23aea-0f3b-7842-be12-c9694eec882e"
@@ -70,11 +70,7 @@ def test_the_file_has_opencodes_shape_ascending_ids_and_one_message_per_request(
 
 
 def test_opencode_imports_the_file_and_continues_the_conversation_with_its_history(tmp_path):
-    why = installed()
-    if why:
-        if os.environ.get("MEMFS_REQUIRE_AGENTS") == "1":
-            pytest.fail(f"MEMFS_REQUIRE_AGENTS=1 but {why}")
-        pytest.skip(why)
+    need_clis()
     store = tmp_path / "store"
     session = codex_session(store)
     script = {"steps": [{"text": "It is still a tiny demo project."}], "side": OpenCode.side}
@@ -108,11 +104,7 @@ def test_opencode_imports_the_file_and_continues_the_conversation_with_its_histo
 
 
 def test_resume_in_opencode_continues_the_session_and_brings_each_new_turn_back_once(tmp_path):
-    why = installed()
-    if why:
-        if os.environ.get("MEMFS_REQUIRE_AGENTS") == "1":
-            pytest.fail(f"MEMFS_REQUIRE_AGENTS=1 but {why}")
-        pytest.skip(why)
+    need_clis()
     store = tmp_path / "store"
     session = codex_session(store)
     before = events_of(store, session)

@@ -15,7 +15,7 @@ from memfs.events import parse_line
 from memfs.ingest import AutoTranslator
 from memfs.ingest.sidefiles import SideReader
 
-from agent_helpers import MEMFS, cli, events_of, facts, items, of_type, view  # noqa: F401
+from agent_helpers import MEMFS, cli, events_of, facts, items, of_type, turns, view  # noqa: F401
 from mounting import mounted, needs_fuse, sh
 
 CLAUDE = Path(__file__).parent / "fixtures" / "agents" / "claude"
@@ -53,10 +53,6 @@ def translate(path: Path) -> tuple[list[dict], dict]:
             parse_line(line)  # every line valid by the event contract
             out.append(orjson.loads(line))
     return out, t.meta
-
-
-def turns(events: list[dict]) -> list[str]:
-    return [e["type"] for e in events if e["type"] in ("turn.completed", "turn.failed")]
 
 
 # --- a failed run is a failed turn ----------------------------------------------------------

@@ -7,8 +7,6 @@ user runs it, then read back as the next agent would: the log, ``derived/memory.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -17,12 +15,24 @@ import pytest
 from memfs.events import parse_line
 from memfs.ingest import AutoTranslator, classify, parse_object
 
-from agent_helpers import MEMFS, cli, events_of, facts, items, of_type, view  # noqa: F401
+from agent_helpers import (
+    cli,
+    events_of,
+    facts,
+    import_,
+    items,
+    listing,
+    mounted_views,
+    of_type,
+    record_replayed,
+    started,
+    turns,
+    view,
+)
 from mounting import mounted, needs_fuse, sh
 
 AGENTS = Path(__file__).parent / "fixtures" / "agents"
 GEMINI = AGENTS / "gemini"
-REPLAY = Path(__file__).parent / "agents" / "replay.py"
 FAMILY = {"thread.started", "thread.compact_boundary", "turn.started", "turn.completed", "turn.failed",
           "item.started", "item.completed", "item.updated", "error"}
 SCENARIOS = sorted(p.name for p in GEMINI.iterdir() if p.is_dir())
@@ -48,26 +58,6 @@ def streams(scenario: str) -> list[Path]:
 
 def prompts(scenario: str) -> list[str]:
     return [run["prompt"] for run in capture(scenario)["runs"]]
-
-
-def import_(store: Path, *paths: Path) -> list[dict]:
-    proc = cli("import", "--store", str(store), "--json", *map(str, paths))
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
-def listing(store: Path) -> dict[str, dict]:
-    proc = cli("sessions", "--store", str(store), "--json")
-    assert proc.returncode == 0, proc.stderr
-    return {s["name"]: s for s in json.loads(proc.stdout)}
-
-
-def turns(events: list[dict]) -> list[str]:
-    return [e["type"] for e in events if e["type"] in ("turn.completed", "turn.failed")]
-
-
-def started(events: list[dict]) -> list[dict]:
-    return [e.get("context", {}) for e in events if e["type"] == "turn.started"]
 
 
 def translate(*paths: Path) -> tuple[list[dict], dict]:
@@ -226,13 +216,7 @@ def test_record_of_each_run_then_the_chat_files_is_one_session_each_thing_once(t
     gave, nothing twice."""
     sid = capture("resume_two_turns")["session_id"]
     store = tmp_path / "store"
-    for stream, run in zip(streams("resume_two_turns"), capture("resume_two_turns")["runs"]):
-        proc = subprocess.run([*MEMFS, "record", "--store", str(store), "work", "--", sys.executable,
-                               str(REPLAY), str(stream), "--status", str(run["exit_code"])],
-                              capture_output=True, timeout=120)
-        assert proc.returncode == run["exit_code"], proc.stderr
-        assert proc.stdout == stream.read_bytes()  # passed through unchanged
-    recorded = events_of(store, "work")
+    recorded = record_replayed(store, "work", streams("resume_two_turns"), capture("resume_two_turns")["runs"])
     assert turns(recorded) == ["turn.completed", "turn.completed"]
     reports = import_(store, chats("resume_two_turns"))
     assert {r["session"] for r in reports} == {"work"}
@@ -271,12 +255,8 @@ def test_the_views_of_a_gemini_session_through_the_mount(tmp_path):
     sid = capture("ok_failing_command")["session_id"]
     store = tmp_path / "store"
     import_(store, chats("ok_failing_command"))
-    with mounted(store, tmp_path / "mnt") as m:
-        s = m.mnt / "sessions" / sid
-        memory = json.loads(sh("cat derived/memory.json", s).stdout)
-        context = sh("cat derived/context.md", s).stdout
-        summary = sh("cat derived/summary.md", s).stdout
-    assert "ran cat CHANGELOG.md (exit 1)" in [f["fact"] for f in memory["grounded_facts"]]
+    found, context, summary = mounted_views(store, tmp_path / "mnt", sid)
+    assert "ran cat CHANGELOG.md (exit 1)" in found
     assert "**Goal:** Show me the changelog" in context
     assert "- **Turns:** 1 closed (1 completed, 0 failed, 0 abandoned)" in summary
     assert "There is no CHANGELOG.md in this project." in summary

@@ -18,12 +18,25 @@ from pathlib import Path
 import memfs
 import pytest
 
-from agent_helpers import MEMFS, cli, events_of, facts, items, of_type, view
-from mounting import mounted, needs_fuse, sh
+from agent_helpers import (
+    MEMFS,
+    cli,
+    events_of,
+    facts,
+    import_,
+    items,
+    listing,
+    mounted_views,
+    of_type,
+    record_replayed,
+    started,
+    turns,
+    view,
+)
+from mounting import needs_fuse
 
 OPENCODE = Path(__file__).parent / "fixtures" / "agents" / "opencode"
 SCENARIOS = sorted(p.name for p in OPENCODE.iterdir() if p.is_dir())
-REPLAY = Path(__file__).parent / "agents" / "replay.py"
 FAMILY = {"thread.started", "turn.started", "turn.completed", "turn.failed", "item.started", "item.completed",
           "thread.completed", "thread.compact_boundary"}
 
@@ -41,26 +54,6 @@ def data_dir(tmp_path: Path, scenario: str) -> Path:
     dest = tmp_path / "home" / scenario
     shutil.copytree(OPENCODE / scenario / "home", dest)
     return dest / ".local" / "share" / "opencode"
-
-
-def import_(store: Path, *paths: Path, ok: bool = True) -> list[dict]:
-    proc = cli("import", "--store", str(store), "--json", *map(str, paths))
-    assert (proc.returncode == 0) == ok, proc.stderr + proc.stdout
-    return json.loads(proc.stdout)
-
-
-def listing(store: Path) -> dict[str, dict]:
-    proc = cli("sessions", "--store", str(store), "--json")
-    assert proc.returncode == 0, proc.stderr
-    return {s["name"]: s for s in json.loads(proc.stdout)}
-
-
-def closes(events: list[dict]) -> list[str]:
-    return [e["type"] for e in events if e["type"] in ("turn.completed", "turn.failed")]
-
-
-def started(events: list[dict]) -> list[dict]:
-    return [e.get("context", {}) for e in events if e["type"] == "turn.started"]
 
 
 def quoted(prompt: str) -> str:
@@ -109,7 +102,7 @@ def test_a_plain_turn_is_the_prompt_the_answer_and_the_session_metadata(tmp_path
     doc = capture("plain")
     sid = doc["session_id"]
     ev = events_of(store, sid)
-    assert closes(ev) == ["turn.completed"]
+    assert turns(ev) == ["turn.completed"]
     assert [i["text"] for i in of_type(ev, "agent_message")] == [doc["script"]["steps"][0]["text"]]
     s = listing(store)[sid]
     assert (s["agent"], s["agent_version"], s["conversation_id"], s["status"], s["model"]) == (
@@ -128,7 +121,7 @@ def test_a_command_that_exits_1_is_a_failed_command_with_its_exit_code(tmp_path)
     assert (cmd["command"], cmd["status"], cmd["exit_code"]) == ("cat CHANGELOG.md", "failed", 1)
     assert cmd["aggregated_output"] == "cat: CHANGELOG.md: No such file or directory\n"
     assert cmd["id"].startswith("prt_")  # OpenCode's part id
-    assert closes(ev) == ["turn.completed"]  # the run itself succeeded
+    assert turns(ev) == ["turn.completed"]  # the run itself succeeded
     assert "ran cat CHANGELOG.md (exit 1)" in facts(store, sid)
     assert json.loads(view(store, sid, "progress.json"))["goal"] == quoted(prompts("ok_failing_command")[0])
 
@@ -161,7 +154,7 @@ def test_a_retried_500_leaves_one_completed_turn(tmp_path):
     store = tmp_path / "store"
     import_(store, data_dir(tmp_path, "http_500_then_ok"))
     ev = events_of(store, capture("http_500_then_ok")["session_id"])
-    assert closes(ev) == ["turn.completed"]
+    assert turns(ev) == ["turn.completed"]
     assert [i["text"] for i in of_type(ev, "agent_message")] == ["The README describes a tiny demo project."]
 
 
@@ -190,11 +183,11 @@ def test_a_continued_session_appends_its_new_turn_to_the_same_session(tmp_path):
     _truncate(early / "opencode.db", second[0] - 1)
     store = tmp_path / "store"
     import_(store, early)
-    assert closes(events_of(store, sid)) == ["turn.completed"]
+    assert turns(events_of(store, sid)) == ["turn.completed"]
     (report,) = import_(store, full)
     assert (report["session"], report["status"], report["duplicates"] > 0) == (sid, "imported", True)
     ev = events_of(store, sid)
-    assert closes(ev) == ["turn.completed", "turn.completed"]
+    assert turns(ev) == ["turn.completed", "turn.completed"]
     assert [c["prompt"] for c in started(ev)] == [quoted(p) for p in prompts("resume_two_turns")]
     assert [i["text"] for i in of_type(ev, "agent_message")] == [
         "The project has one file: README.md.", "It is a tiny demo project."]
@@ -212,7 +205,7 @@ def test_a_turn_imported_while_open_gets_its_new_items_and_its_close_once(tmp_pa
     store = tmp_path / "store"
     import_(store, early)
     ev = events_of(store, sid)
-    assert closes(ev) == [] and [c["command"] for c in of_type(ev, "command_execution")] == ["cat CHANGELOG.md"]
+    assert turns(ev) == [] and [c["command"] for c in of_type(ev, "command_execution")] == ["cat CHANGELOG.md"]
     assert listing(store)[sid]["status"] == "running"
     import_(store, full)
     ev = events_of(store, sid)
@@ -228,7 +221,7 @@ def test_an_interrupted_run_is_an_open_turn_with_what_it_did(tmp_path):
     store = tmp_path / "store"
     import_(store, data_dir(tmp_path, "interrupted"))
     ev = events_of(store, doc["session_id"])
-    assert closes(ev) == []  # nothing in OpenCode's record says the turn ended
+    assert turns(ev) == []  # nothing in OpenCode's record says the turn ended
     assert [(c["command"], c["exit_code"]) for c in of_type(ev, "command_execution")] == [("ls", 0)]
     assert listing(store)[doc["session_id"]]["status"] == "running"
 
@@ -341,7 +334,7 @@ def test_the_stream_and_the_store_in_either_order_store_each_thing_once(tmp_path
             for report in import_(store, source, ok=True):
                 assert (report["session"], report["refused"]) == (sid, 0), report
         ev = events_of(store, sid)
-        assert len(closes(ev)) == len(prompts(scenario)), order
+        assert len(turns(ev)) == len(prompts(scenario)), order
         ids = [i["id"] for i in items(ev)]
         assert len(ids) == len(set(ids)), order
         # (OpenCode's own cost is in its store only: thread.completed when the store came first)
@@ -356,14 +349,8 @@ def test_record_of_the_runs_then_the_store_is_one_session_each_thing_once(tmp_pa
     import`` of OpenCode's store: one session, the name the user gave, nothing twice."""
     sid = capture("resume_two_turns")["session_id"]
     store = tmp_path / "store"
-    for stream, run in zip(streams("resume_two_turns"), capture("resume_two_turns")["runs"]):
-        proc = subprocess.run([*MEMFS, "record", "--store", str(store), "work", "--", sys.executable,
-                               str(REPLAY), str(stream), "--status", str(run["exit_code"])],
-                              capture_output=True, timeout=120)
-        assert proc.returncode == run["exit_code"], proc.stderr
-        assert proc.stdout == stream.read_bytes()  # passed through unchanged
-    recorded = events_of(store, "work")
-    assert closes(recorded) == ["turn.completed", "turn.completed"]
+    recorded = record_replayed(store, "work", streams("resume_two_turns"), capture("resume_two_turns")["runs"])
+    assert turns(recorded) == ["turn.completed", "turn.completed"]
     assert recorded[0] == {"type": "thread.started", "thread_id": sid, "agent": "opencode"}
     reports = import_(store, data_dir(tmp_path, "resume_two_turns"))
     assert {r["session"] for r in reports} == {"work"}
@@ -391,14 +378,12 @@ def test_record_of_the_real_cli_then_import_of_its_store_is_one_session(tmp_path
     record``, then ``memfs import`` of the data directory it wrote: one session, nothing twice,
     and what only the store says (the prompt, the model, the cwd) added."""
     sys.path.insert(0, str(Path(__file__).parent / "agents"))
-    from clis import OpenCode, installed
+    from clis import OpenCode
     from model_server import ModelServer
 
-    why = installed()
-    if why:
-        if os.environ.get("MEMFS_REQUIRE_AGENTS") == "1":
-            pytest.fail(f"MEMFS_REQUIRE_AGENTS=1 but {why}")
-        pytest.skip(why)
+    from test_agents_cli import need_clis
+
+    need_clis()
     script = {"steps": [{"tool": {"name": "bash", "arguments": {"command": "false", "description": "Fail"}}},
                         {"text": "The command failed."}], "side": OpenCode.side}
     store = tmp_path / "store"
@@ -410,7 +395,7 @@ def test_record_of_the_real_cli_then_import_of_its_store_is_one_session(tmp_path
                               stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
     recorded = events_of(store, "live")
-    assert closes(recorded) == ["turn.completed"]
+    assert turns(recorded) == ["turn.completed"]
     (cmd,) = of_type(recorded, "command_execution")
     assert (cmd["command"], cmd["status"], cmd["exit_code"]) == ("false", "failed", 1)
     reports = import_(store, agent.home / ".local" / "share" / "opencode")
@@ -451,12 +436,8 @@ def test_the_views_of_an_opencode_session_through_the_mount(tmp_path):
     store = tmp_path / "store"
     import_(store, data_dir(tmp_path, "ok_failing_command"))
     sid = capture("ok_failing_command")["session_id"]
-    with mounted(store, tmp_path / "mnt") as m:
-        s = m.mnt / "sessions" / sid
-        memory = json.loads(sh("cat derived/memory.json", s).stdout)
-        context = sh("cat derived/context.md", s).stdout
-        summary = sh("cat derived/summary.md", s).stdout
-    assert "ran cat CHANGELOG.md (exit 1)" in [f["fact"] for f in memory["grounded_facts"]]
+    found, context, summary = mounted_views(store, tmp_path / "mnt", sid)
+    assert "ran cat CHANGELOG.md (exit 1)" in found
     assert '**Goal:** "Show me the changelog"' in context
     assert "- **Turns:** 1 closed (1 completed, 0 failed, 0 abandoned)" in summary
     assert "There is no CHANGELOG.md in this project." in summary
@@ -487,4 +468,4 @@ def test_auto_compaction_is_a_boundary_and_a_summary_fact_in_a_turn_of_its_own(t
     for source in [*streams("compact"), data_dir(tmp_path / "again", "compact")]:
         import_(streamed, source)
     ids = [i["id"] for i in items(events_of(streamed, sid))]
-    assert len(ids) == len(set(ids)) and len(closes(events_of(streamed, sid))) == 4
+    assert len(ids) == len(set(ids)) and len(turns(events_of(streamed, sid))) == 4

@@ -56,16 +56,23 @@ def built(root, persist_mode: str):
     return store, search
 
 
+def saved(root) -> list[str]:
+    """A store of sessions (:func:`make_store`) whose index one searcher saved and closed: their
+    names."""
+    names = make_store(root)
+    store, search = built(root, "save")
+    search.close()
+    store.close()
+    return names
+
+
 def ranked(search) -> list[list[dict]]:
     return [search.index.search(q, max_results=50, now=NOW) for q in QUERIES]
 
 
 def test_a_saved_index_loads_with_the_scores_of_a_fresh_build(tmp_path):
     root = tmp_path / "sessions"
-    names = make_store(root)
-    store, first = built(root, "save")
-    first.close()
-    store.close()
+    names = saved(root)
     assert persist.index_path(root, "none-none-facts").is_file()
     store, loaded = built(root, "load")
     fresh_store, fresh = built(root, "none")
@@ -81,10 +88,7 @@ def test_a_saved_index_loads_with_the_scores_of_a_fresh_build(tmp_path):
 
 def test_a_store_changed_since_the_save_is_caught_up_session_by_session(tmp_path):
     root = tmp_path / "sessions"
-    names = make_store(root)
-    store, first = built(root, "save")
-    first.close()
-    store.close()
+    names = saved(root)
     memfs_append(root, names[3], turn_lines("The zeppelin landed in module m3."))
     memfs_append(root, "newcomer", turn_lines("A zeppelin in a new session."))
     (root / names[5] / "events.jsonl").unlink()  # a session gone: its directory no longer is one
@@ -112,10 +116,7 @@ def test_a_store_changed_since_the_save_is_caught_up_session_by_session(tmp_path
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "flipped", "other format"])
 def test_an_unusable_index_file_is_ignored_and_rebuilt(tmp_path, damage, monkeypatch):
     root = tmp_path / "sessions"
-    names = make_store(root)
-    store, first = built(root, "save")
-    first.close()
-    store.close()
+    names = saved(root)
     path = persist.index_path(root, "none-none-facts")
     data = bytearray(path.read_bytes())
     if damage == "garbage":

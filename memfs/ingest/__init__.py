@@ -41,6 +41,19 @@ class Untranslatable(ValueError):
     """A source line the translator cannot read (its one-line reason is ``str(exc)``)."""
 
 
+class VarsState:
+    """A translator whose whole resumable state is its attributes (``import --follow`` stores
+    :meth:`state` and gives it back to :meth:`restore`; a key it no longer has is ignored)."""
+
+    def state(self) -> dict:
+        return dict(vars(self))
+
+    def restore(self, state: dict) -> None:
+        for key, value in state.items():
+            if key in vars(self):
+                setattr(self, key, value)
+
+
 def parse_object(raw: bytes, fmt: str) -> dict:
     """``raw`` as a JSON object, or :class:`Untranslatable` naming the format."""
     try:

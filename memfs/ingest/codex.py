@@ -62,7 +62,16 @@ import orjson
 
 from memfs import counts
 from memfs.agents import CODEX, UNKNOWN, Origin
-from memfs.ingest import bounded_output, bounded_prompt, dumps, parse_object, request_entry, stamp_close, text_of
+from memfs.ingest import (
+    VarsState,
+    bounded_output,
+    bounded_prompt,
+    dumps,
+    parse_object,
+    request_entry,
+    stamp_close,
+    text_of,
+)
 from memfs.ingest import codex_shapes as shapes
 from memfs.ingest.changes import event_changes
 from memfs.ingest.codex_shapes import turn_signature  # noqa: F401  (identity's name for it)
@@ -112,7 +121,7 @@ class ExecTranslator:
         self.origin.thread_id = origin.get("thread_id")
 
 
-class RolloutTranslator:
+class RolloutTranslator(VarsState):
     kind = "rollout"
 
     def __init__(self) -> None:
@@ -139,14 +148,6 @@ class RolloutTranslator:
         self.calls: dict[str, dict] = {}  # call_id -> {name, arguments, namespace}
         self.v2 = False  # the rollout writes ``item_completed`` items (0.171)
         self.history = 0  # response items since the thread started or was compacted
-
-    def state(self) -> dict:
-        return dict(vars(self))
-
-    def restore(self, state: dict) -> None:
-        for key, value in state.items():
-            if key in vars(self):
-                setattr(self, key, value)
 
     # --- the turn ------------------------------------------------------------------------------
 

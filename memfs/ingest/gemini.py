@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memfs.ingest import bounded_output, bounded_prompt, dumps, parse_object, request_entry, stamp_close
+from memfs.ingest import VarsState, bounded_output, bounded_prompt, dumps, parse_object, request_entry, stamp_close
 from memfs.ingest.changes import gemini_change
 from memfs.ingest.gemini_shapes import (
     AGENT,
@@ -71,7 +71,7 @@ ROLLED_BACK = "the request failed: Gemini CLI took the turn back out of its hist
 ENDED_EARLY = "the run ended before Gemini answered"
 
 
-class GeminiTranslator:
+class GeminiTranslator(VarsState):
     kind = "gemini"
 
     def __init__(self) -> None:
@@ -85,14 +85,6 @@ class GeminiTranslator:
         self.meta: dict = {}
         self.file_meta: dict = {}  # chat: what the file says before its first turn (a file
         # holding no turn, like the one a resume leaves behind, says nothing of the session)
-
-    def state(self) -> dict:
-        return {k: v for k, v in vars(self).items()}
-
-    def restore(self, state: dict) -> None:
-        for key, value in state.items():
-            if key in vars(self):
-                setattr(self, key, value)
 
     # --- turns ---------------------------------------------------------------------------------
 

@@ -110,6 +110,22 @@ def reject(handle, raw: bytes | LongLine, reason: str | ValidationError) -> None
     handle.writes.reject(raw, reason if isinstance(reason, ValidationError) else ValidationError(reason))
 
 
+def feed_line(translator: AutoTranslator, raw: bytes | LongLine,
+              max_line: int) -> tuple[list[bytes], ValidationError | str | None] | None:
+    """One source line through ``translator``: ``(its events, None)``, or ``([], why)`` when it
+    is refused (too long, so unread: :class:`LongLine`; or untranslatable); None for a blank line."""
+    if isinstance(raw, LongLine):
+        return [], line_too_long(raw.size, max_line)
+    if raw.endswith(b"\r"):
+        raw = raw[:-1]
+    if not raw.strip():
+        return None
+    try:
+        return translator.feed(raw), None
+    except Untranslatable as exc:
+        return [], str(exc)
+
+
 # --- one source file ---------------------------------------------------------------------------
 
 
@@ -397,18 +413,13 @@ class Source:
         out: list[bytes] = []
         for raw in lines:
             item.lines += 1
-            if isinstance(raw, LongLine):  # refused unread (inputs.SourceLines)
-                error: ValidationError | str = line_too_long(raw.size, self.max_line)
-            else:
-                if raw.endswith(b"\r"):
-                    raw = raw[:-1]
-                if not raw.strip():
-                    continue
-                try:
-                    out.extend(self.translator.feed(raw))
-                    continue
-                except Untranslatable as exc:
-                    error = str(exc)
+            fed = feed_line(self.translator, raw, self.max_line)  # (a LongLine: inputs.SourceLines)
+            if fed is None:
+                continue
+            events, error = fed
+            if error is None:
+                out.extend(events)
+                continue
             self._emit(root, out, item, dry_run, force=True)
             out = []
             item.refused += 1

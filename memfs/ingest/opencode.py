@@ -41,7 +41,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from memfs.ingest import bounded_output, bounded_prompt, child_session_name, conversations, dumps, identity
+from memfs.ingest import VarsState, bounded_output, bounded_prompt, child_session_name, conversations, dumps, identity
 from memfs.ingest.opencode_shapes import (
     AGENT,
     BUILTIN_TOOLS,
@@ -360,7 +360,7 @@ def _import_one(root: Path, db: Path, s: dict, names: dict[str, str], item, *, d
 # --- opencode run --format json -------------------------------------------------------------------
 
 
-class StreamTranslator:
+class StreamTranslator(VarsState):
     """``opencode run --format json`` stdout → events (``memfs record`` and ``memfs import`` of a
     saved stream). One run is one turn: it opens at the first line and closes at a
     ``step_finish`` whose ``reason`` is not ``tool-calls`` (``turn.completed``) or at an
@@ -376,14 +376,6 @@ class StreamTranslator:
         self.usage: dict = {}
         self.requests: list = []
         self.meta: dict = {}
-
-    def state(self) -> dict:
-        return {k: v for k, v in vars(self).items()}
-
-    def restore(self, state: dict) -> None:
-        for key, value in state.items():
-            if key in vars(self):
-                setattr(self, key, value)
 
     def _close(self, out: list, failed: str | None, ts: Any) -> None:
         event: dict = {"type": "turn.failed", "message": failed} if failed is not None else {"type": "turn.completed"}

@@ -54,13 +54,13 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from memfs.errors import MemfsError, ValidationError
-from memfs.ingest import AutoTranslator, Untranslatable, dumps, identity
-from memfs.ingest.importer import reject
+from memfs.errors import MemfsError
+from memfs.ingest import AutoTranslator, dumps, identity
+from memfs.ingest.importer import feed_line, reject
 from memfs.store.batch import append_tolerant
 from memfs.store.catalog import forgotten
-from memfs.store.config import DEFAULT_EVICT_TO, DEFAULT_MAX_LINE_BYTES, line_too_long
-from memfs.store.lines import LineSplitter, LongLine
+from memfs.store.config import DEFAULT_EVICT_TO, DEFAULT_MAX_LINE_BYTES
+from memfs.store.lines import LineSplitter
 from memfs.store.paths import remove_tree, sanitize
 from memfs.store.session import open_session
 
@@ -155,20 +155,14 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
                 parts = [tail] if (tail := splitter.finish()) is not None else []
             batch: list[bytes] = []
             for raw in parts:
-                if isinstance(raw, LongLine):  # refused unread
-                    error: ValidationError | str = line_too_long(raw.size, max_line_bytes)
-                else:
-                    if raw.endswith(b"\r"):
-                        raw = raw[:-1]
-                    if not raw.strip():
-                        continue
-                    try:
-                        batch.extend(translator.feed(raw))
-                        report.lines += 1
-                        continue
-                    except Untranslatable as exc:
-                        error = str(exc)
+                fed = feed_line(translator, raw, max_line_bytes)
+                if fed is None:
+                    continue
                 report.lines += 1
+                events, error = fed
+                if error is None:
+                    batch.extend(events)
+                    continue
                 _append(batch)
                 batch = []
                 report.refused += 1

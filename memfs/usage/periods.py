@@ -235,11 +235,7 @@ def _key(by: str, c: Contribution, use: Use, tz: tzinfo | None):
         return period(use.at, by, tz)
     if by == "model":
         return use.model
-    if by == "project":
-        return c.project
-    if by == "agent":
-        return c.agent
-    return c.session
+    return c.group(by)
 
 
 def report(contribs, opts: Options, now: float | None = None) -> dict:

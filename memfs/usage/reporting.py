@@ -89,6 +89,15 @@ class Contribution:
     stamp: tuple  # (events length, about.json identity) it was computed from
     uses: tuple[Use, ...] = ()  # its turns, dated (see Use)
 
+    def group(self, by: str) -> str | None:
+        """Its group in a grouping by one of its own fields: ``project``, ``agent`` or (any
+        other ``by``) ``session``."""
+        if by == "project":
+            return self.project
+        if by == "agent":
+            return self.agent
+        return self.session
+
 
 def _at(turn: dict) -> float | None:
     for key in ("completed_at", "started_at"):
@@ -280,11 +289,7 @@ def _key(by: str, c: Contribution, row: Row):
         return row.day
     if by == "model":
         return row.model
-    if by == "project":
-        return c.project
-    if by == "agent":
-        return c.agent
-    return c.session
+    return c.group(by)
 
 
 class Groups:
