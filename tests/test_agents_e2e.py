@@ -32,6 +32,12 @@ ANSWERS = ["There is no CHANGELOG.md.", "It is a tiny demo project."]
 FAILED_FACT = re.compile(r"ran .*cat CHANGELOG\.md'? \(exit 1\)")  # Codex's stream: /bin/bash -lc '…'
 
 
+def stored(agent: str, prompt: str) -> str:
+    """The prompt as the agent records it: ``opencode run`` joins its arguments and quotes one
+    that holds a space (docs/agents.md), and memfs keeps what the agent recorded."""
+    return f'"{prompt}"' if agent == "opencode" and " " in prompt else prompt
+
+
 def memfs(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*MEMFS, *args], capture_output=True, text=True, timeout=120)
 
@@ -41,7 +47,8 @@ def memfs(*args: str) -> subprocess.CompletedProcess:
 def test_record_twice_then_import_the_clis_store_is_one_faithful_session(agent, tmp_path):
     need_clis()
     store = tmp_path / "store"
-    script = {"steps": [{"tool": SHELL[agent]}, {"text": ANSWERS[0]}, {"text": ANSWERS[1]}]}
+    script = {"steps": [{"tool": SHELL[agent]}, {"text": ANSWERS[0]}, {"text": ANSWERS[1]}],
+              "side": getattr(AGENTS[agent], "side", [])}  # OpenCode's title request
     with ModelServer(script, tmp_path / "requests.jsonl") as server:
         cli = AGENTS[agent](tmp_path / "sandbox", server.url)
         record = [*MEMFS, "record", "--store", str(store), "work", "--"]
@@ -50,7 +57,8 @@ def test_record_twice_then_import_the_clis_store_is_one_faithful_session(agent, 
         conversation = cli.session_id(first)
         second = run([*record, *cli.argv(SECOND, resume=conversation)], cli.proj, cli.env())
         assert second.exit_code == 0, second.stderr.decode(errors="replace")[-3000:]
-        assert [r["answer"] for r in server.requests() if r["method"] == "POST"] == ["step0", "step1", "step2"]
+        assert [r["answer"] for r in server.requests() if r["method"] == "POST" and not r["answer"].startswith("side")] \
+            == ["step0", "step1", "step2"]
     assert ANSWERS[0].encode() in first.stdout and ANSWERS[1].encode() in second.stdout  # passed through
 
     proc = memfs("import", "--store", str(store), "--json", str(cli.home))
@@ -64,7 +72,8 @@ def test_record_twice_then_import_the_clis_store_is_one_faithful_session(agent, 
     assert session["name"] == "work" and session["turn_count"] == 2, session
     assert (session["agent"], session["conversation_id"]) == (agent, conversation)
     assert session["cwd"] == str(cli.proj) and session["project"] == str(cli.proj)
-    assert session["model"] and session["title"] == FIRST, session
+    title = "Scripted title" if agent == "opencode" else FIRST  # (OpenCode titles a session itself: the side step)
+    assert session["model"] and session["title"] == title, session
 
     with mounted(store, tmp_path / "mnt") as m:
         derived = m.mnt / "sessions" / "work" / "derived"
@@ -78,4 +87,4 @@ def test_record_twice_then_import_the_clis_store_is_one_faithful_session(agent, 
     (command,) = trajectory[0]["commands"]
     assert "cat CHANGELOG.md" in command["command"] and (command["exit_code"], command["status"]) == (1, "failed")
     assert [facts.count(a) for a in ANSWERS] == [1, 1], facts  # each answer once
-    assert f"**Goal:** {SECOND}\n" in progress  # the latest turn's prompt, which no stream printed
+    assert f"**Goal:** {stored(agent, SECOND)}\n" in progress  # the latest turn's prompt, which no stream printed

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from memfs.ingest import VarsState, bounded_output, bounded_prompt, child_session_name, conversations, dumps, identity
+from memfs.ingest.inputs import real_dir
 from memfs.ingest.opencode_shapes import (
     AGENT,
     BUILTIN_TOOLS,
@@ -247,13 +248,19 @@ class Translation:
 
 def split_stores(paths) -> tuple[list[Path], list[Path]]:
     """``(OpenCode databases, the other paths)`` of the paths given to ``memfs import``: a file
-    ``opencode.db`` or a directory holding one (its data directory) is a store."""
+    ``opencode.db`` or a directory holding one (its data directory) is a store; a home
+    directory (``.local/share/opencode/``) or a data directory (``opencode/``) holding one adds
+    that store and is still searched for the other agents' files."""
     stores, rest = [], []
     for p in map(Path, paths):
         db = is_store(p)
         if db is None:
             rest.append(p)
-        elif db not in stores:
+            nested = next((d for d in (p / ".local" / "share" / "opencode", p / "opencode")
+                           if all(real_dir(p / part) for part in (*d.relative_to(p).parents[:-1], d.relative_to(p)))  # (no link)
+                           and is_store(d) is not None), None)
+            db = is_store(nested) if nested is not None else None
+        if db is not None and db not in stores:
             stores.append(db)
     return stores, rest
 
