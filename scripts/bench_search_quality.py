@@ -57,9 +57,10 @@ OPTION_SETS = {  # name → the §5.1 parameters, as search/<query>?… takes th
 # --- quality -----------------------------------------------------------------------------
 
 def capture_homes() -> list[Path]:
-    """The CLIs' own stores of every real capture: the test fixtures and the relevance captures."""
-    homes = sorted((ROOT / "tests" / "fixtures" / "agents").glob("*/*/home"))
-    return homes + sorted((RELEVANCE / "captures").glob("*/*/home"))
+    """The CLIs' own stores of the captures the relevance set is labelled over."""
+    runs = json.loads((RELEVANCE / "queries.json").read_text())["runs"]  # (later fixtures are not labelled)
+    homes = sorted((ROOT / "tests" / "fixtures" / "agents").glob("*/*/home")) + sorted((RELEVANCE / "captures").glob("*/*/home"))
+    return [h for h in homes if f"{h.parts[-3]}/{h.parts[-2]}" in runs]
 
 
 def build_store(root: Path) -> None:

@@ -14,8 +14,12 @@ FIXTURES = REPO / "tests" / "fixtures" / "agents"
 
 
 def captures() -> list[Path]:
-    """Every capture's directory: the test fixtures and the relevance set's own."""
-    return sorted(FIXTURES.glob("*/*/capture.json")) + sorted((RELEVANCE / "captures").glob("*/*/capture.json"))
+    """Every capture the set is labelled over (its ``runs``): the relevance set's own and the
+    test fixtures of its time (fixtures captured later — OpenCode's, the model switches — are
+    not in it)."""
+    runs = json.loads((RELEVANCE / "queries.json").read_text())["runs"]
+    return [p for p in sorted(FIXTURES.glob("*/*/capture.json")) + sorted((RELEVANCE / "captures").glob("*/*/capture.json"))
+            if f"{p.parts[-3]}/{p.parts[-2]}" in runs]
 
 
 def test_labels_name_the_imported_sessions(tmp_path):

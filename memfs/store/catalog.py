@@ -97,6 +97,7 @@ VERIFY_SECONDS = 300.0  # a reader (a command) checks every session when the las
 BACKGROUND_VERIFY_SECONDS = 30.0  # a server checks at least this often, on a thread of its own…
 BACKGROUND_VERIFY_MIN = 1.0  # …and at most this often…
 BACKGROUND_VERIFY_DUTY = 0.1  # …its check taking at most this share of the time between two
+RACY_NS = 1_000_000_000  # a root mtime younger than this when read is not trusted (see sync)
 FRESH_SECONDS = 0.05  # rows read are trusted this long before asking SQLite whether another process wrote
 
 
@@ -327,7 +328,10 @@ class Catalog:
             names = set(session_names(self.root)) if mtime != -2 else set()
             known = {r[0] for r in self.db.query("SELECT name FROM sessions")}
             rows = [row for n in sorted(names - known) if (row := scan(self.root, n)) is not None]
-            self.db.put(rows, sorted(known - names), {"root_mtime_ns": mtime})
+            # a root mtime this recent may be shared by a later change (the clock's tick is
+            # coarse): not trusted, so the next read lists the names again
+            racy = mtime >= 0 and time.time_ns() - mtime < RACY_NS
+            self.db.put(rows, sorted(known - names), {"root_mtime_ns": -3 if racy else mtime})
             self._changed()
             if stored == -1:
                 self.verify()
