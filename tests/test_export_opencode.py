@@ -131,3 +131,11 @@ def test_resume_in_opencode_continues_the_session_and_brings_each_new_turn_back_
     assert users == ["What files are in the project?", "What is the project about?", '"Anything else?"', '"And now?"']
     about = json.loads(cli("sessions", "--store", str(store), "--json").stdout)[0]
     assert about["conversation_id"] == SID and about["name"] == session  # still the conversation it was
+    # a plain import of OpenCode's store afterwards: the resumed OpenCode session is this session's,
+    # and holds nothing it lacks
+    proc = cli("import", "--store", str(store), "--json", str(agent.home / ".local" / "share" / "opencode"))
+    assert proc.returncode == 0, proc.stderr
+    assert {i["session"] for i in json.loads(proc.stdout)} == {session}
+    assert events_of(store, session) == ev
+    (listed,) = json.loads(cli("sessions", "--store", str(store), "--json").stdout)
+    assert listed["conversation_id"] == SID

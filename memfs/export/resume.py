@@ -199,7 +199,6 @@ def resume_session(root: str | os.PathLike, session: str, to: str, args: Sequenc
     return result
 
 
-RESUMED = "opencode-resume"  # import-sources.json key: the OpenCode session this one was imported as
 
 
 def _resume_opencode(root: Path, session: str, args: Sequence[str], home, max_events: int, chosen: str | None,
@@ -215,7 +214,7 @@ def _resume_opencode(root: Path, session: str, args: Sequence[str], home, max_ev
     import orjson
 
     from memfs.export import ExportError, export_session
-    from memfs.ingest import opencode
+    from memfs.ingest import conversations, opencode
     from memfs.ingest.importer import read_sources, write_sources
     from memfs.ingest.opencode_shapes import DB_NAME
     from memfs.ingest.record import check_runnable
@@ -224,8 +223,8 @@ def _resume_opencode(root: Path, session: str, args: Sequence[str], home, max_ev
         check_runnable("opencode")
         name = handle.name
         here, origin = (chosen, "--cwd") if chosen is not None else _session_cwd(about.read(handle.path).get("cwd"))
-        sid = (read_sources(handle.path).get(RESUMED) or {}).get("session")
-        if not isinstance(sid, str):
+        sid = opencode.resumed_as(Path(handle.path))
+        if sid is None:
             with tempfile.TemporaryDirectory(prefix="memfs-opencode-") as tmp:
                 exported = export_session(handle, "opencode", Path(tmp), home=Path(home) if home else None, cwd=here)
                 sid = exported.conversation_id
@@ -237,9 +236,11 @@ def _resume_opencode(root: Path, session: str, args: Sequence[str], home, max_ev
                     raise ExportError(f"resume: opencode import failed ({done.returncode}): "
                                        f"{why[-1] if why else 'no output'}")
             sources = read_sources(handle.path)
-            sources[RESUMED] = {"session": sid}
+            sources[opencode.RESUMED] = {"session": sid}
             sources[f"opencode:{sid}"] = {"skip": skip, "open_turn": None}
             write_sources(handle.path, sources)
+            about.merge(Path(handle.path), {"continued_in": {sid: "opencode"}})  # (a plain import of
+            conversations.register(root, sid, "opencode", name)  # OpenCode's store comes here too)
     if tell is not None:
         tell(f"memfs resume: opencode runs in {here} ({origin})")
     argv = ["opencode", "run", "--session", sid, *args] if args else ["opencode", "--session", sid]

@@ -82,7 +82,10 @@ def _holds(root: Path, name: str, conversation_id: str, agent: str | None) -> bo
     if not is_session_dir(path):
         return False
     meta = about.read(path)
-    return meta.get("conversation_id") == conversation_id and _agents_match(agent, meta.get("agent"))
+    if meta.get("conversation_id") == conversation_id and _agents_match(agent, meta.get("agent")):
+        return True
+    continued = meta.get("continued_in")  # (conversations of other agents it was resumed as)
+    return isinstance(continued, dict) and conversation_id in continued and _agents_match(agent, continued[conversation_id])
 
 
 def _read_map(root: Path) -> dict | None:
@@ -119,6 +122,10 @@ def _scan(root: Path) -> dict:
         cid = meta.get("conversation_id")
         if isinstance(cid, str) and cid and cid not in found:
             found[cid] = {"session": name, "agent": meta.get("agent")}
+        continued = meta.get("continued_in")
+        for other, agent in (continued.items() if isinstance(continued, dict) else ()):
+            if isinstance(other, str) and other:
+                found.setdefault(other, {"session": name, "agent": agent})
     return found
 
 

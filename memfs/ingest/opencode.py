@@ -298,12 +298,27 @@ def import_store(root: Path, db: Path, *, dry_run: bool = False, max_events: int
     return items
 
 
+RESUMED = "opencode-resume"  # import-sources.json key: the OpenCode session a memfs session was imported into
+# OpenCode as (memfs resume --in opencode); the conversation map points that OpenCode session's
+# id to the memfs session, so a plain import of OpenCode's store continues it as resume does
+
+
+def resumed_as(session_dir: Path) -> str | None:
+    """The OpenCode session id ``session_dir`` was resumed as, if any."""
+    from memfs.ingest.importer import read_sources
+
+    sid = (read_sources(session_dir).get(RESUMED) or {}).get("session")
+    return sid if isinstance(sid, str) else None
+
+
 def _import_one(root: Path, db: Path, s: dict, names: dict[str, str], item, *, dry_run: bool,
                 max_events: int, evict_to: float, into: str | None = None) -> None:
     sid = s["id"]
+    found = into or conversations.find_conversation(root, sid, AGENT, write=not dry_run)
+    if found and not into and resumed_as(root / found) == sid:
+        into = found  # (a session resumed in OpenCode: its new turns come back to it, as resume brings them)
     parent = names.get(s.get("parent_id")) if s.get("parent_id") and not into else None
     extra = {"parent_session": parent} if parent else {}
-    found = into or conversations.find_conversation(root, sid, AGENT, write=not dry_run)
     name = found or (child_session_name(parent, sid) if parent else None) or conversations.new_session_name(root, sid)
     names[sid] = name
     item.session = name

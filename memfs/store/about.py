@@ -77,6 +77,8 @@ def merged(old: dict, new: dict) -> dict:
             continue
         if key == "children":
             out[key] = sorted(set(out.get(key) or []) | set(value))
+        elif key == "continued_in" and isinstance(value, dict):  # {conversation id: agent} it was resumed as
+            out[key] = {**(out.get(key) if isinstance(out.get(key), dict) else {}), **value}
         elif key in NOTES and isinstance(value, dict):
             turns = {n: dict(t) for n, t in (out.get(key) or {}).items() if isinstance(t, dict)}
             for n, fields in value.items():
