@@ -130,7 +130,9 @@ def template_store(work: Path) -> tuple[list[Conversation], str]:
     the import wrote (ids and times left out)."""
     store = work / "templates"
     shutil.rmtree(store, ignore_errors=True)
-    homes = sorted(str(p) for p in FIXTURES.glob("*/*/home"))
+    # (Claude, Codex and Gemini: their session names are the ids the copies rewrite; OpenCode's
+    # ses_ ids are not UUIDs and would repeat)
+    homes = sorted(str(p) for p in FIXTURES.glob("*/*/home") if p.parts[-3] in ("claude", "codex", "gemini"))
     out = subprocess.run([sys.executable, "-m", "memfs", "import", "--store", str(store), *homes], cwd=ROOT,
                          capture_output=True)
     if out.returncode not in (0, 3):  # 3: lines refused (the fixtures hold shapes memfs refuses, as recorded)
