@@ -334,8 +334,8 @@ def gc(root: str | os.PathLike, policy: Policy = Policy(), *, preserve: Iterable
     now = time.time() if now is None else now
     cutoff = now - policy.max_age_days * DAY
     preserved = {sanitize(p) for p in preserve}
-    catalog = catalog_of(root).current(verify=False)
-    catalog.verify()  # (a stat of each session: what changed without memfs decides too, before anything is removed)
+    catalog = catalog_of(root)
+    catalog.verify()  # (the names listed, a stat of each session: what changed without memfs decides too)
     rows = {r.name: r for r in catalog.rows()}
     entries = root_entries(root)
     candidates: dict[str, _Candidate] = {}
