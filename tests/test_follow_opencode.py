@@ -264,6 +264,40 @@ def test_an_unreadable_database_is_reported_with_its_reason_and_read_again(tmp_p
     assert events_of(store, sid) == events_of(whole_import(tmp_path), sid)
 
 
+def test_without_inotify_a_stat_check_finds_each_change_and_a_write_elsewhere_imports_nothing(tmp_path):
+    """The follower on its own, as ``follow`` runs it when inotify is unavailable: a ``stat`` of
+    the database and its WAL every half second. A write that touches no session (OpenCode's other
+    tables) costs a look at what changed and no import: the session's import record is not
+    rewritten; the new turn's rows are imported at the next check."""
+    from memfs.ingest.follow_opencode import POLL_UNWATCHED, StoreFollower
+
+    sid = capture(SCENARIO)["session_id"]
+    turn = SecondTurn(tmp_path / "home")
+    store = tmp_path / "store"
+    reports: list = []
+    follower = StoreFollower(store, turn.data / "opencode.db", report=reports.append)
+    assert follower.watch(None) is None and follower.poll == POLL_UNWATCHED
+
+    def stepping(cond, what: str):
+        return wait_for(lambda: follower.step(time.monotonic()) or cond(), what=what)
+
+    stepping(lambda: turns(safe_events(store, sid)) == ["turn.completed"], "the first pass")
+    assert [(r.session, r.status) for r in reports] == [(sid, "imported")]
+    record = store / sid / "index" / "import-sources.json"
+    before = record.stat().st_mtime_ns
+    writer = Writer(turn.data / "opencode.db")  # (the database switched to WAL: a change of the file)
+    try:
+        writer.conn.execute("PRAGMA user_version = 7")  # a write to no session's rows
+        stepping(lambda: follower.seen == follower.fingerprint(), "a pass over the change")
+        assert record.stat().st_mtime_ns == before and len(reports) == 1
+        writer.write(("message", turn.user))
+        writer.write(*turn.opened())
+        stepping(lambda: len(started(safe_events(store, sid))) == 2, "the new turn at the next check")
+        assert [r.status for r in reports] == ["imported"] * 2
+    finally:
+        writer.close()
+
+
 # --- the real OpenCode (node and the CLIs installed) ----------------------------------------------
 
 

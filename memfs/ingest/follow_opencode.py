@@ -60,6 +60,20 @@ def recent_sessions(db: Path, since: int) -> dict[str, tuple[int, int]]:
     return {sid: (t, n) for sid, t, n in rows if isinstance(sid, str) and type(t) is int}
 
 
+def newest(db: Path) -> int | None:
+    """The newest ``time_updated`` of a session, message or part row (ms), None when none."""
+    conn = connect(db)
+    try:
+        (top,) = conn.execute("SELECT max(t) FROM (SELECT max(time_updated) AS t FROM session "
+                              "UNION ALL SELECT max(time_updated) FROM message "
+                              "UNION ALL SELECT max(time_updated) FROM part)").fetchone()
+    except sqlite3.Error as exc:
+        raise StoreError(f"{db}: not an OpenCode database: {exc}") from None
+    finally:
+        conn.close()
+    return top if type(top) is int else None
+
+
 class StoreFollower:
     """One OpenCode database under ``import --follow``: :meth:`touched` for each write inotify
     reports in its directory, :meth:`step` whenever :meth:`due` (a monotonic time) has come.
@@ -74,7 +88,8 @@ class StoreFollower:
         self.poll = poll
         self.import_kw = import_kw
         self.mark: int | None = None  # the newest time_updated read by a good pass (ms)
-        self.window: dict[str, tuple[int, int]] = {}  # what that pass's recent_sessions said
+        self.window: dict[str, tuple[int, int]] = {}  # what that pass's recent_sessions said,
+        self.since = 0  # of the rows updated since then (ms)
         self.seen: tuple | None = None  # the files' stat as of that pass
         self.first: float | None = None  # the first and last write not yet read
         self.last = 0.0
@@ -132,30 +147,39 @@ class StoreFollower:
         self.sync()
 
     def sync(self) -> None:
-        """One pass: import the sessions updated since the last good pass."""
+        """One pass: every session the first time (or when another database took its place),
+        then the sessions updated since the last good pass."""
         from memfs.ingest.importer import ImportItem
         from memfs.ingest.opencode import import_store
 
         stat = self.fingerprint()
         started = time.time() * 1000
         if self.seen is not None and (stat[0] or (None,))[0] != (self.seen[0] or (None,))[0]:
-            self.mark, self.window = None, {}  # another database in its place: read it all
+            self.mark = None  # another database in its place: read it all
+        sids: set[str] | None = None  # (None: all)
         try:
-            window = recent_sessions(self.db, 0 if self.mark is None else self.mark - SLACK_MS)
+            if self.mark is None:
+                top = newest(self.db)
+                since = (top or 0) - SLACK_MS
+                window = recent_sessions(self.db, since)
+            else:
+                since = self.mark - SLACK_MS
+                window = recent_sessions(self.db, since)
+                same = since == self.since  # (the last window covered the same rows: compare)
+                sids = {sid for sid, now in window.items()
+                        if now[0] >= started - SLACK_MS or not same or self.window.get(sid) != now}
         except (StoreError, OSError) as exc:
             self._failed([ImportItem(str(self.db), format="opencode", status="error", reason=str(exc))])
             return
-        sids = {sid for sid, seen in window.items() if seen[0] >= started - SLACK_MS or self.window.get(sid) != seen}
-        items = import_store(self.root, self.db, only=sids, **self.import_kw) if sids else []
+        items = import_store(self.root, self.db, only=sids, **self.import_kw) if sids is None or sids else []
         if any(i.status == "error" for i in items):
             self._failed(items)
             return
         for item in items:
             if item.appended or item.refused:
                 self.report(item)
-        self.seen, self.window, self.retry_at, self.delay = stat, window, None, RETRY_FIRST
-        if window:
-            self.mark = max(self.mark or 0, *(t for t, _n in window.values()))
+        self.seen, self.window, self.since, self.retry_at, self.delay = stat, window, since, None, RETRY_FIRST
+        self.mark = max(self.mark or 0, since + SLACK_MS, *(t for t, _n in window.values()))
 
     def _failed(self, items: list) -> None:
         for item in items:
