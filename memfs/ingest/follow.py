@@ -6,7 +6,9 @@ as they add them through :class:`memfs.ingest.importer.Source`, each source's po
 the same sidecar as ``memfs import``'s, so a restart neither loses nor repeats a line and never
 rewrites a session. As ``memfs import``, it reads only regular files reached without following
 a link and never watches or enters a linked directory (:mod:`memfs.ingest.inputs`); what it
-skips is reported once, with its reason.
+skips is reported once, with its reason. OpenCode's database is followed beside the files
+(:mod:`memfs.ingest.follow_opencode`: its directory in the same inotify watch). Without inotify,
+it looks again every half second.
 """
 
 from __future__ import annotations
