@@ -298,6 +298,45 @@ def test_without_inotify_a_stat_check_finds_each_change_and_a_write_elsewhere_im
         writer.close()
 
 
+def test_a_sub_agent_session_begun_while_followed_is_its_parents_child(tmp_path):
+    """``subagent``: the parent's session read first; the sub-agent's session, messages and parts
+    written later (a pass that reads the child alone) make ``<parent>.<child>``, as a plain
+    import of the whole store names it."""
+    from memfs.ingest.follow_opencode import StoreFollower
+
+    parent = capture("subagent")["session_id"]
+    full = OPENCODE / "subagent" / "home" / ".local" / "share" / "opencode" / "opencode.db"
+    rows = rows_of(full)
+    (sub,) = [s["id"] for s in rows["session"] if s["parent_id"] == parent]
+    data = data_dir(tmp_path / "home", "subagent")
+    conn = sqlite3.connect(data / "opencode.db")
+    try:
+        for table, column in (("part", "session_id"), ("message", "session_id"), ("session", "id")):
+            conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (sub,))
+        conn.commit()
+    finally:
+        conn.close()
+    store = tmp_path / "store"
+    follower = StoreFollower(store, data / "opencode.db", report=lambda item: None)
+    follower.watch(None)
+    wait_for(lambda: follower.step(time.monotonic()) or turns(safe_events(store, parent)), what="the parent")
+    writer = Writer(data / "opencode.db")
+    try:
+        writer.write(*(("session", s) for s in rows["session"] if s["id"] == sub))
+        writer.write(*(("message", m) for m in rows["message"] if m["session_id"] == sub),
+                     *(("part", p) for p in rows["part"] if p["session_id"] == sub))
+        child = f"{parent}.{sub}"
+        wait_for(lambda: follower.step(time.monotonic()) or turns(safe_events(store, child)), what="the sub-agent")
+    finally:
+        writer.close()
+    whole = tmp_path / "whole"
+    import_(whole, data_dir(tmp_path / "whole-home", "subagent"))
+    assert events_of(store, child) == events_of(whole, child)
+    sessions = listing(store)
+    assert set(sessions) == {parent, child} and sessions[child]["parent_session"] == parent
+    assert child in sessions[parent]["children"]
+
+
 # --- the real OpenCode (node and the CLIs installed) ----------------------------------------------
 
 
