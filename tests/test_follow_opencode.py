@@ -244,8 +244,9 @@ def test_a_plain_import_takes_a_running_turn_as_far_as_it_is_final(tmp_path):
 
 
 def test_an_unreadable_database_is_reported_with_its_reason_and_read_again(tmp_path, follower):
-    """The database replaced by something that is not one: the follow says why, once a second
-    at first, and goes on; the store put back (grown meanwhile) is read whole again."""
+    """The database replaced by something that is not one: the follow says why in one line at
+    each try (after 1 s, then 2 s, …) and goes on; the store put back (grown meanwhile) is read
+    whole again."""
     sid = capture(SCENARIO)["session_id"]
     turn = SecondTurn(tmp_path / "home")
     db = turn.data / "opencode.db"
@@ -255,8 +256,9 @@ def test_an_unreadable_database_is_reported_with_its_reason_and_read_again(tmp_p
     aside = tmp_path / "aside.db"
     aside.write_bytes(b"not a database\n" * 100)
     os.replace(aside, db)
-    out = output_until(proc, b"not a SQLite database (again in ")
-    assert sid.encode() not in out.split(b"not a SQLite")[-1]  # one line, the reason
+    out = output_until(proc, b"(again in 2 s)\n")  # said, and retried: 1 s, then 2 s, …
+    errors = [line for line in out.decode().splitlines() if ": error: " in line]
+    assert errors[:2] == [f"skip {db}: error: {db}: not a SQLite database (again in {n} s)" for n in (1, 2)]
     shutil.copyfile(FULL, aside)
     os.replace(aside, db)
     wait_for(lambda: len(turns(safe_events(store, sid))) == 2, what="the store read again")
