@@ -88,8 +88,8 @@ class StoreFollower:
         self.poll = poll
         self.import_kw = import_kw
         self.mark: int | None = None  # the newest time_updated read by a good pass (ms)
-        self.window: dict[str, tuple[int, int]] = {}  # what that pass's recent_sessions said,
-        self.since = 0  # of the rows updated since then (ms)
+        self.window: dict[str, tuple[int, int]] = {}  # that pass's recent_sessions(db, since)
+        self.since = 0  # (ms)
         self.seen: tuple | None = None  # the files' stat as of that pass
         self.first: float | None = None  # the first and last write not yet read
         self.last = 0.0
