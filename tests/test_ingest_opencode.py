@@ -405,11 +405,6 @@ def test_record_of_the_real_cli_then_import_of_its_store_is_one_session(tmp_path
     assert (s["agent"], s["model"], s["cwd"], s["first_prompt"]) == ("opencode", "gpt-5.5", str(agent.proj), quoted("Run false"))
 
 
-def test_follow_of_the_database_is_refused_with_the_reason(tmp_path):
-    proc = cli("import", "--store", str(tmp_path / "store"), "--follow", str(data_dir(tmp_path, "plain")))
-    assert proc.returncode != 0 and "--follow does not watch OpenCode's database" in proc.stderr
-
-
 # --- what the next agent reads: usage with OpenCode's own cost, the views through the mount -------
 
 

@@ -140,12 +140,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.follow:
         if args.dry_run:
             raise _Usage("--follow and --dry-run do not go together")
-        from memfs.ingest.opencode import split_stores
-
-        if split_stores(args.paths)[0]:
-            raise _Usage("--follow does not watch OpenCode's database yet; run memfs import again to take "
-                         "what was added")
         from memfs.ingest.follow import follow
+        from memfs.ingest.opencode import split_stores
 
         seen = []
 
@@ -153,8 +149,10 @@ def cmd_import(args: argparse.Namespace) -> int:
             seen.append(importer.ImportItem(item.source, status=item.status, refused=item.refused))
             show(item)
 
-        follow(root, args.paths, fmt=args.format, max_events=config.max_events, evict_to=config.evict_to,
-               max_line_bytes=config.max_line_bytes, report=keep)
+        stores, paths = split_stores(args.paths)
+        follow(root, paths, fmt=args.format, max_events=config.max_events, evict_to=config.evict_to,
+               max_line_bytes=config.max_line_bytes, report=keep, stores=stores,
+               notice=lambda text: print(f"memfs: import: {text}", file=sys.stderr, flush=True))
         return _import_status([i for i in seen if i.status not in ("error", "changed")])  # (errors: retried)
     with ProgressBar("import") as bar:
         items = importer.import_paths(root, args.paths, fmt=args.format, dry_run=args.dry_run,
@@ -219,8 +217,8 @@ def register(c: Commands) -> None:
     p.add_argument("--format", choices=FORMATS, default="auto", help="the files' format (default: auto, per file)")
     p.add_argument("--dry-run", action="store_true", help="change nothing; say what would be imported")
     p.add_argument("--follow", action="store_true",
-                   help="keep watching the DIRs (inotify) and append lines as the tools write them; "
-                        "Ctrl-C or SIGTERM stops")
+                   help="keep watching the DIRs and OpenCode's database (inotify) and append what the tools "
+                        "write as they write it; Ctrl-C or SIGTERM stops")
     p.add_argument("--max-events", type=_nonneg_int, metavar="N",
                    help="event cap per session (default 10000; 0 = unlimited)")
     p.add_argument("--evict-to", type=_evict_to, metavar="FRACTION", help=EVICT_TO_HELP)

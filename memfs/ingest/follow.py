@@ -6,7 +6,9 @@ as they add them through :class:`memfs.ingest.importer.Source`, each source's po
 the same sidecar as ``memfs import``'s, so a restart neither loses nor repeats a line and never
 rewrites a session. As ``memfs import``, it reads only regular files reached without following
 a link and never watches or enters a linked directory (:mod:`memfs.ingest.inputs`); what it
-skips is reported once, with its reason.
+skips is reported once, with its reason. OpenCode's database is followed beside the files
+(:mod:`memfs.ingest.follow_opencode`: its directory in the same inotify watch). Without inotify,
+it looks again every half second.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import select
 import signal
 import struct
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -82,23 +85,39 @@ class Inotify:
 def follow(root: Path, dirs: Iterable[str | os.PathLike], *, fmt: str = "auto", max_events: int = 0,
            evict_to: float = DEFAULT_EVICT_TO, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
            report: Callable[[ImportItem], None] | None = None, should_stop: Callable[[], bool] | None = None,
-           poll_interval: float = 0.5) -> None:
+           poll_interval: float = 0.5, stores: Iterable[str | os.PathLike] = (),
+           notice: Callable[[str], None] | None = None) -> None:
     """Import what ``dirs`` hold, then keep appending what tools add, until SIGINT/SIGTERM
     (or ``should_stop()``). Appends use ``write`` durability: each line reaches the log as
-    it is appended. ``report`` is called with every batch that appended or refused lines."""
+    it is appended. ``report`` is called with every batch that appended or refused lines.
+    ``stores``: OpenCode databases, followed too (:mod:`memfs.ingest.follow_opencode`).
+    Without inotify (or a watch refused) it polls, and says so once through ``notice``."""
+    from memfs.ingest.follow_opencode import POLL_UNWATCHED, StoreFollower
+
     stop = False
 
     def on_signal(signum, frame):
         nonlocal stop
         stop = True
 
+    def say(text: str) -> None:
+        if notice is not None:
+            notice(text)
+
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    ino = Inotify()
+    ino: Inotify | None
+    try:
+        ino = Inotify()
+    except OSError as exc:
+        ino = None
+        say(f"inotify unavailable ({exc.strerror}): checking for changes every {POLL_UNWATCHED:g} s")
+    followers = [StoreFollower(root, Path(db), report=report or (lambda item: None), max_events=max_events,
+                               evict_to=evict_to) for db in stores]
     sources: dict[str, Source] = {}
     said: set[str] = set()  # what was reported as skipped
     try:
         def watch_tree(top: Path) -> None:
-            if not real_dir(top):
+            if ino is None or not real_dir(top):
                 return
             ino.watch(top)
             for parent, subdirs, _files in os.walk(top):  # (os.walk never enters a linked directory)
@@ -146,18 +165,43 @@ def follow(root: Path, dirs: Iterable[str | os.PathLike], *, fmt: str = "auto", 
         for top in tops:
             if not real_dir(top):
                 raise NotADirectoryError(errno.ENOTDIR, LINK if top.is_symlink() else "Not a directory", str(top))
+        for f in followers:  # (before the trees: a tree holding a data directory names it as it does)
+            if (problem := f.watch(ino)) is not None:
+                say(problem)
+        watched = {f.dir: f for f in followers}
+        trees = [Path(os.path.abspath(t)) for t in tops]
         for top in dict.fromkeys([*tops, *(r for t in tops for r in source_roots(t))]):
             watch_tree(top)
         for path in found(tops):
             process(path)
+        rescan = 0.0  # (without inotify: when to look at the files again)
         while not stop and not (should_stop and should_stop()):
-            for directory, mask, name in ino.read(poll_interval):
+            for f in followers:
+                f.step(time.monotonic())
+            timeout = poll_interval
+            if followers:
+                timeout = max(0.0, min(timeout, min(f.due() for f in followers) - time.monotonic()))
+            if ino is None:
+                time.sleep(timeout)
+                if tops and time.monotonic() >= rescan:
+                    rescan = time.monotonic() + POLL_UNWATCHED
+                    for path in found(tops):
+                        process(path)
+                continue
+            for directory, mask, name in ino.read(timeout):
                 if mask & IN_Q_OVERFLOW:
+                    for f in followers:
+                        f.touched(f.db.name, time.monotonic())
                     for path in found(tops):
                         process(path)
                     continue
                 if directory is None or not name:
                     continue
+                here = Path(os.path.abspath(directory))
+                if here in watched:
+                    watched[here].touched(name, time.monotonic())
+                    if not any(here.is_relative_to(t) for t in trees):
+                        continue  # (a data directory only: its other files are not sources)
                 path = directory / name
                 if mask & IN_ISDIR:
                     if mask & (IN_CREATE | IN_MOVED_TO):
@@ -168,6 +212,7 @@ def follow(root: Path, dirs: Iterable[str | os.PathLike], *, fmt: str = "auto", 
                 elif wanted(path) and os.path.lexists(path):
                     process(path)
     finally:
-        ino.close()
+        if ino is not None:
+            ino.close()
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -27,7 +27,9 @@ without a prompt either (synthetic text is never a prompt nor an answer). The cl
 after the close carries OpenCode's own running cost as ``total_cost_usd`` (kept beside memfs's,
 as Claude's is). A last turn still going (no error, its last
 assistant message not completed: still running, or the process was killed — the record does
-not say which) stays open; the next import goes on with it (its new items and its close: the
+not say which) stays open, less the parts of its unfinished message still being written (a text
+without its end, a tool not done: an item is taken once, so it waits until final); the next
+import goes on with it (its new items and its close: the
 open turn is remembered in the session's ``index/import-sources.json``, key ``opencode:<id>``). An
 earlier unfinished turn failed ("the run ended before OpenCode answered").
 
@@ -38,6 +40,7 @@ session holds (:class:`memfs.ingest.identity.Dedupe`) and appends only new turns
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +123,20 @@ def tool_item(part: dict, children: dict[str, str]) -> dict | None:
     return item
 
 
+def _final(part: dict, message: dict) -> bool:
+    """A part of a running turn that will not change any more: its message completed, or a
+    text or reasoning part ended, a tool part done."""
+    if type((message.get("time") or {}).get("completed")) in (int, float):
+        return True
+    kind = part.get("type")
+    if kind in ("text", "reasoning"):
+        return type((part.get("time") or {}).get("end")) in (int, float)
+    if kind == "tool":
+        state = part.get("state")
+        return isinstance(state, dict) and state.get("status") in ("completed", "error")
+    return True
+
+
 class Translation:
     """One OpenCode session's messages and parts as event lines (see the module docstring);
     ``meta``: what it says of the conversation (``memfs.store.about`` keys)."""
@@ -156,6 +173,8 @@ class Translation:
         for n, user in enumerate(users):
             last = n == len(users) - 1
             self.seen = messages[:position[id(user)]]
+            if last and not parts.get(user["id"]) and not answers.get(user["id"]):
+                continue  # (its parts not written yet: OpenCode writes the message first)
             if user["id"] not in skip:
                 self._turn(out, user, answers.get(user["id"], []), parts, last)
         return out
@@ -196,6 +215,8 @@ class Translation:
                 self.cost += cost
             for part in parts.get(reply["id"], []):
                 kind = part.get("type")
+                if going and not _final(part, reply):
+                    continue  # (still being written: taken once it is final, as an item is taken once)
                 if kind == "text" and _str(part.get("text")).strip() and not part.get("synthetic"):
                     item = {"id": part["id"], "type": "agent_message", "text": part["text"]}
                     if compaction is not None or reply.get("summary") is True:  # the summary, as a fact
@@ -271,10 +292,12 @@ def import_stores(root: Path, stores: list[Path], **kw) -> list:
 
 
 def import_store(root: Path, db: Path, *, dry_run: bool = False, max_events: int = 0,
-                 evict_to: float = DEFAULT_EVICT_TO, only: str | None = None, into: str | None = None) -> list:
-    """Import every session of OpenCode's database ``db`` (``only``: that one; ``into``: into
-    that memfs session, whose conversation it continues — ``memfs resume --in opencode``); one
-    :class:`ImportItem` per session (``source``: ``<db>#<session id>``)."""
+                 evict_to: float = DEFAULT_EVICT_TO, only: str | Collection[str] | None = None,
+                 into: str | None = None) -> list:
+    """Import every session of OpenCode's database ``db`` (``only``: that one, or those —
+    ``import --follow``, :mod:`memfs.ingest.follow_opencode`; ``into``: into that memfs session,
+    whose conversation it continues — ``memfs resume --in opencode``); one :class:`ImportItem`
+    per session (``source``: ``<db>#<session id>``)."""
     from memfs.ingest.importer import ImportItem
 
     root = Path(root)
@@ -284,9 +307,14 @@ def import_store(root: Path, db: Path, *, dry_run: bool = False, max_events: int
         return [ImportItem(str(db), status="error", reason=str(exc))]
     names: dict[str, str] = {}  # OpenCode session id -> memfs session
     items = []
+    wanted = None if only is None else {only} if isinstance(only, str) else set(only)
+    parents = {s["parent_id"] for s in sessions if wanted is None or s["id"] in wanted}
     for s in sessions:
         sid = s["id"]
-        if only is not None and sid != only:
+        if wanted is not None and sid not in wanted:
+            if sid in parents and not into:  # (a sub-agent's parent left out: its name, for the child's)
+                names[sid] = conversations.find_conversation(root, sid, AGENT, write=not dry_run) or \
+                    conversations.new_session_name(root, sid)
             continue
         item = ImportItem(f"{db}#{sid}", format=AGENT)
         items.append(item)
