@@ -140,7 +140,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.follow:
         if args.dry_run:
             raise _Usage("--follow and --dry-run do not go together")
-        from memfs.ingest.opencode import split_stores
+        from memfs.agents.opencode.read import split_stores
 
         if split_stores(args.paths)[0]:
             raise _Usage("--follow does not watch OpenCode's database yet; run memfs import again to take "

@@ -1,6 +1,6 @@
 """A session's log read back as a conversation (SPEC §11): its turns, each with its prompt,
 its items in the order they began (an item's last state wins), its outcome and its own usage.
-The writers (:mod:`memfs.export.claude`, :mod:`memfs.export.codex`) render this, never the log.
+The writers (:mod:`memfs.agents.claude.write`, :mod:`memfs.agents.codex.write`) render this, never the log.
 
 * An item's place is where it first appeared (``item.started`` of a tool call), its content
   what it last said (``item.completed``). A ``tool_output`` whose ``call_id`` names a

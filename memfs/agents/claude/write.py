@@ -1,6 +1,6 @@
 """A conversation as a Claude Code transcript (SPEC §11): the lines ``claude --resume <uuid>``
 reads from ``~/.claude/projects/<cwd slug>/<uuid>.jsonl``. Shapes of Claude Code 2.1.332 (the
-captured fixtures; docs/agents.md), read back by :mod:`memfs.ingest.claude`.
+captured fixtures; docs/agents.md), read back by :mod:`memfs.agents.claude.read`.
 
 Every line carries ``sessionId`` (= the file's name), ``cwd``, ``version``, ``timestamp``,
 ``uuid`` and ``parentUuid`` — the previous line's, so that the chain Claude Code follows back
@@ -13,8 +13,8 @@ recorded result gets an ``is_error`` result saying so. Items map as the importer
 back: commands → ``Bash``, MCP calls → ``mcp__<server>__<tool>``, file changes → ``Edit`` /
 ``Write`` (one per path), to-do lists → ``TodoWrite``, web searches → ``WebSearch``, other
 tools under their own names; reasoning, plans, decisions, summaries, a lone tool output are
-folded into text blocks ("Reasoning: …", :func:`~memfs.ingest.claude_tools.fold_text`) that
-their line's ``memfs`` key names (:func:`~memfs.ingest.claude_tools.fold_mark`), so that an import
+folded into text blocks ("Reasoning: …", :func:`~memfs.agents.claude.tools.fold_text`) that
+their line's ``memfs`` key names (:func:`~memfs.agents.claude.tools.fold_mark`), so that an import
 restores them as they were (Claude Code ignores the key; a thinking block would need the model's
 signature), API retries are ``system``/``api_error`` lines, and
 a failed turn ends with Claude Code's own API-error message (``isApiErrorMessage``).
@@ -30,8 +30,8 @@ from typing import Any
 import orjson
 
 from memfs import counts
+from memfs.agents.claude.tools import FOLDED, fold_mark, fold_text
 from memfs.export.conversation import NAMESPACE, Clock, Conversation, Turn, parse_time
-from memfs.ingest.claude_tools import FOLDED, fold_mark, fold_text
 
 VERSION = "2.1.332"  # the Claude Code version these shapes were checked against
 _RETRY = re.compile(r"\AAPI retry (\d{1,9})/(\d{1,9}|None): (.*)\Z", re.S)

@@ -13,7 +13,7 @@ same item ids (SPEC §10 "Identity"; the ingest drops what a session already hol
 The mapping:
 
 * Ids: a tool call's item is the ``tool_use.id`` (its result completes that same item, see
-  :mod:`memfs.ingest.claude_tools`); a text or thinking block is ``<message.id>:<n>``, ``n``
+  :mod:`memfs.agents.claude.tools`); a text or thinking block is ``<message.id>:<n>``, ``n``
   counting the blocks of that API message across the lines it is split over (a text block that
   memfs's export folded from an item Claude has no shape for — reasoning, a plan, a harness
   event, … — named in its line's ``memfs`` mark, is that item again); an API retry is
@@ -67,8 +67,7 @@ import orjson
 
 from memfs import counts
 from memfs.agents import CLAUDE
-from memfs.ingest import bounded_prompt, dumps, parse_object, request_entry, stamp_close, text_of
-from memfs.ingest.claude_tools import (
+from memfs.agents.claude.tools import (
     apply_task,
     call_item,
     child_session,
@@ -78,6 +77,7 @@ from memfs.ingest.claude_tools import (
     todo_item,
     unfold,
 )
+from memfs.ingest import bounded_prompt, dumps, parse_object, request_entry, stamp_close, text_of
 
 TURN_ENDING_STOPS = ("end_turn", "stop_sequence", "max_tokens", "refusal")
 INTERRUPTED = "[Request interrupted by user"

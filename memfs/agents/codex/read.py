@@ -51,7 +51,7 @@ The rollout mapping:
 Ids (shared contract): a call's item id is its ``call_id``; a message, reasoning, error or
 summary item is ``<turn id>:<n>`` (n counts those items in the turn); the to-do list of a turn
 is named by its first ``update_plan`` call. The shapes' small readers are in
-:mod:`memfs.ingest.codex_shapes`.
+:mod:`memfs.agents.codex.shapes`.
 """
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ import orjson
 
 from memfs import counts
 from memfs.agents import CODEX, UNKNOWN, Origin
+from memfs.agents.changes import event_changes
+from memfs.agents.codex import shapes
+from memfs.agents.codex.shapes import turn_signature  # noqa: F401  (identity's name for it)
 from memfs.ingest import (
     VarsState,
     bounded_output,
@@ -72,9 +75,6 @@ from memfs.ingest import (
     stamp_close,
     text_of,
 )
-from memfs.ingest import codex_shapes as shapes
-from memfs.ingest.changes import event_changes
-from memfs.ingest.codex_shapes import turn_signature  # noqa: F401  (identity's name for it)
 
 
 class ExecTranslator:
@@ -460,7 +460,7 @@ class RolloutTranslator(VarsState):
 
     @staticmethod
     def _changes(changes: Any) -> list[dict]:
-        return event_changes(changes)  # (with each change's diff or content: memfs.ingest.changes)
+        return event_changes(changes)  # (with each change's diff or content: memfs.agents.changes)
 
     def _command(self, call_id: Any, command: Any, exit_code: Any, status: Any, output: Any, ts: Any,
                  out: list) -> None:

@@ -1,5 +1,5 @@
 """Claude Code tool calls → items (SPEC §10): which item a call becomes, and how its result
-completes it. Used by :mod:`memfs.ingest.claude`; pure (a side file is read only through the
+completes it. Used by :mod:`memfs.agents.claude.read`; pure (a side file is read only through the
 reader a runner passes in).
 
 Every item's ``id`` is the call's ``tool_use.id``; the result completes that same item
@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 
+from memfs.agents.changes import claude_change
 from memfs.ingest import bounded_output, child_session_name, text_of
-from memfs.ingest.changes import claude_change
 
 FILE_TOOLS = ("Edit", "Write", "MultiEdit", "NotebookEdit")
 WEB_TOOLS = ("WebSearch", "WebFetch")

@@ -1,7 +1,7 @@
 """A conversation as a Codex rollout (SPEC §11): the lines ``codex exec resume <uuid>`` reads
 from ``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<uuid>.jsonl``. Shapes of
 ``codex-rs/protocol`` (``RolloutLine``: ``{timestamp, type, payload}``) as Codex CLI 0.171.0
-reads them (the captured fixtures; docs/agents.md), read back by :mod:`memfs.ingest.codex`.
+reads them (the captured fixtures; docs/agents.md), read back by :mod:`memfs.agents.codex.read`.
 
 The first line is ``session_meta`` whose ``id`` is the file name's UUID. ``model_provider`` is
 the provider the target Codex is configured with (``provider``), or absent: Codex refuses to
@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from memfs import counts
-from memfs.export.claude import NO_RESULT, fold_text
+from memfs.agents.claude.write import NO_RESULT, fold_text
 from memfs.export.conversation import NAMESPACE, Clock, Conversation, Turn, parse_time
 
 VERSION = "0.171.0"  # the Codex CLI version these shapes were checked against

@@ -1,5 +1,5 @@
 """Gemini CLI's shapes (SPEC §10): which lines are Gemini CLI's, and what a record, a tool
-call and its result say. Pure; used by :mod:`memfs.ingest.gemini` (the translator) and by
+call and its result say. Pure; used by :mod:`memfs.agents.gemini.read` (the translator) and by
 :func:`memfs.ingest.classify`.
 """
 

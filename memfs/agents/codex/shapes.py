@@ -1,5 +1,5 @@
 """Codex rollout shapes → values of this event family: small pure readers used by
-:mod:`memfs.ingest.codex` (command lines, tool outputs and their exit codes, MCP results,
+:mod:`memfs.agents.codex.read` (command lines, tool outputs and their exit codes, MCP results,
 prompts). Shapes of ``codex-rs/protocol`` as Codex CLI 0.171 writes them, older ones too."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 
 from memfs import counts
+from memfs.agents.changes import patch_changes  # noqa: F401  (the Codex reader's name for it)
 from memfs.ingest import text_of
-from memfs.ingest.changes import patch_changes  # noqa: F401  (the Codex reader's name for it)
 
 SHELL_TOOLS = ("shell", "container.exec", "exec_command", "local_shell", "shell_command")
 # user-role text Codex writes itself: environment, instructions, notices (never the prompt)

@@ -1,6 +1,6 @@
 """OpenCode's store → sessions (SPEC §10, fourth agent): ``memfs import`` of its database.
 
-The database is read through :mod:`memfs.ingest.opencode_shapes` (read-only SQLite, one short
+The database is read through :mod:`memfs.agents.opencode.store` (read-only SQLite, one short
 transaction per session). One memfs session per OpenCode session: the session holding its id
 as ``conversation_id`` (agent ``opencode``), else a new one named by the id; a sub-agent's
 session (``parent_id`` set: the ``task`` tool) becomes the child ``<parent session>.<its id>``
@@ -41,9 +41,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from memfs.ingest import VarsState, bounded_output, bounded_prompt, child_session_name, conversations, dumps, identity
-from memfs.ingest.inputs import real_dir
-from memfs.ingest.opencode_shapes import (
+from memfs.agents.opencode.store import (
     AGENT,
     BUILTIN_TOOLS,
     DEFAULT_TITLE,
@@ -56,6 +54,8 @@ from memfs.ingest.opencode_shapes import (
     read_session,
     usage_of,
 )
+from memfs.ingest import VarsState, bounded_output, bounded_prompt, child_session_name, conversations, dumps, identity
+from memfs.ingest.inputs import real_dir
 from memfs.store.batch import append_tolerant
 from memfs.store.catalog import is_session_dir
 from memfs.store.config import DEFAULT_EVICT_TO

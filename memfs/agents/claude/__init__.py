@@ -1,0 +1,1 @@
+"""claude: read (ingest) and write (export) of its records."""

@@ -1,0 +1,1 @@
+"""codex: read (ingest) and write (export) of its records."""

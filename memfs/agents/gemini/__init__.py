@@ -1,0 +1,1 @@
+"""gemini: read (ingest) and write (export) of its records."""

@@ -1,0 +1,1 @@
+"""opencode: read (ingest) and write (export) of its records."""
