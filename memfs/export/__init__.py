@@ -36,6 +36,7 @@ from pathlib import Path
 
 import orjson
 
+from memfs import agents
 from memfs.agents.claude import write as claude
 from memfs.agents.codex import write as codex
 from memfs.agents.opencode import write as opencode
@@ -44,7 +45,7 @@ from memfs.export.conversation import Conversation, read_conversation
 from memfs.store import about as about_store
 from memfs.store.paths import fsync_dir, write_temp
 
-TARGETS = ("claude", "codex", "opencode", "markdown", "jsonl")
+TARGETS = (*agents.writers(), "markdown", "jsonl")  # the agents with a write.py (memfs.agents), then ours
 
 
 @dataclass(frozen=True)

@@ -52,11 +52,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from memfs import agents
 from memfs.errors import MemfsError
 from memfs.store import about
 from memfs.store.session import open_session
 
-TARGETS = ("claude", "codex", "opencode")
+TARGETS = agents.writers()  # the agents memfs writes a file for (memfs.agents)
 
 
 @dataclass

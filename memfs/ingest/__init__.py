@@ -187,18 +187,23 @@ def session_id_of(obj: dict) -> str | None:
     return None
 
 
+def translators() -> dict:
+    """Every agent folder's translators (its ``read.TRANSLATORS``: kind → class)."""
+    from memfs import agents
+
+    out: dict = {}
+    for name in agents.AGENTS:
+        module = agents.reader(name)
+        out.update(getattr(module, "TRANSLATORS", None) or {})
+    return out
+
+
 def make_translator(kind: str, reader=None):
-    """A fresh translator for ``native``, ``rollout`` or ``claude``. ``reader`` (see
+    """A fresh translator for a kind :func:`classify` names (``native``, ``rollout``, ``claude``,
+    ``gemini``, ``opencode``: :func:`translators`). ``reader`` (see
     :class:`memfs.ingest.sidefiles.SideReader`) is handed to a translator that reads side files
     (``reader`` attribute: Claude Code's ``tool-results/``)."""
-    from memfs.agents.claude import read as claude
-    from memfs.agents.codex import read as codex
-    from memfs.agents.gemini import read as gemini
-    from memfs.agents.opencode import read as opencode
-
-    translator = {"native": codex.ExecTranslator, "rollout": codex.RolloutTranslator,
-                  "claude": claude.ClaudeTranslator, "gemini": gemini.GeminiTranslator,
-                  "opencode": opencode.StreamTranslator}[kind]()
+    translator = translators()[kind]()
     if reader is not None and hasattr(translator, "reader"):
         translator.reader = reader
     return translator

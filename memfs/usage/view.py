@@ -34,13 +34,14 @@ from pathlib import Path
 
 import orjson
 
+from memfs.agents import recorded_disjoint
+from memfs.agents.common import own_input
 from memfs.store.about import ABOUT
 from memfs.store.meta import OUTCOME_NAMES, parse_rfc3339
 from memfs.usage import VIEW_VERSION, calls, prices
 from memfs.usage.prices import TOKEN_KEYS
 
 VERSION = VIEW_VERSION
-CLAUDE = "claude"
 
 
 def about_stamp(session_dir: Path) -> list[int] | None:
@@ -56,8 +57,7 @@ def normal_tokens(raw: list[int], agent: str | None) -> dict:
     """The fold's five counters (input, cached, creation, output, reasoning as recorded) in the
     normal form of the module docstring."""
     inp, cached, creation, output, reasoning = raw
-    if agent != CLAUDE:
-        inp = max(inp - cached - creation, 0)
+    inp = own_input(recorded_disjoint(agent), inp, cached, creation)
     tokens = {"input": inp, "cached_input": cached, "cache_creation": creation, "output": output,
               "reasoning": reasoning}
     tokens["total"] = inp + cached + creation + output

@@ -67,6 +67,7 @@ import orjson
 
 from memfs import counts
 from memfs.agents import CLAUDE
+from memfs.agents.claude.shapes import SHAPES
 from memfs.agents.claude.tools import (
     apply_task,
     call_item,
@@ -77,6 +78,7 @@ from memfs.agents.claude.tools import (
     todo_item,
     unfold,
 )
+from memfs.agents.common import read_usage, request_tokens
 from memfs.ingest import bounded_prompt, dumps, parse_object, request_entry, stamp_close, text_of
 
 TURN_ENDING_STOPS = ("end_turn", "stop_sequence", "max_tokens", "refusal")
@@ -94,10 +96,8 @@ _STATE = ("thread_id", "session_id", "started", "in_turn", "turns", "run_closed"
 
 
 def usage_of(u: Any) -> dict:
-    """A Claude usage object as this family's Usage."""
-    return counts.translate(u, (("input_tokens", "input_tokens"), ("cache_read_input_tokens", "cached_input_tokens"),
-                                ("cache_creation_input_tokens", "cache_creation_tokens"),
-                                ("output_tokens", "output_tokens")))
+    """A Claude usage object as this family's Usage (:data:`SHAPES`: disjoint, kept so)."""
+    return read_usage(SHAPES.usage, u)
 
 
 def _with_status(text: str, status: Any) -> str:
@@ -270,9 +270,7 @@ class ClaudeTranslator:
         out = []
         for mid, u in self.turn_usage.items():
             model, at = self.turn_models.get(mid) or (None, None)
-            out.append(request_entry(model, {"input": u.get("input_tokens"), "cached_input": u.get("cached_input_tokens"),
-                                             "cache_creation": u.get("cache_creation_tokens"),
-                                             "output": u.get("output_tokens")}, at))
+            out.append(request_entry(model, request_tokens(SHAPES.usage, u), at))
         return out
 
     def _retry(self, obj: dict, out: list, attempt: Any, text: str) -> None:
@@ -544,3 +542,6 @@ class ClaudeTranslator:
         if isinstance(cost, (int, float)) and not isinstance(cost, bool):
             event["total_cost_usd"] = cost
         out.append(dumps(event))
+
+
+TRANSLATORS = {"claude": ClaudeTranslator}  # (memfs.agents.reader: kind -> translator)

@@ -1,1 +1,3 @@
-"""codex: read (ingest) and write (export) of its records."""
+"""Codex: ``shapes`` (its table and the rollout's small readers), ``read`` (``exec --json``
+passed through, rollout files → events), ``write`` (a conversation as a rollout ``codex exec
+resume`` continues)."""

@@ -529,7 +529,7 @@ class RolloutTranslator(VarsState):
             name = p.get("name") if isinstance(p.get("name"), str) else "tool"
             arguments = p.get("arguments") if t == "function_call" else p.get("input")
             self._progress()
-            if name == "update_plan":
+            if shapes.SHAPES.tools.get(name) == "todo_list":
                 args = shapes.json_or_text(arguments)
                 if isinstance(args, dict):
                     self._todo(args, call_id, ts, out)
@@ -557,7 +557,7 @@ class RolloutTranslator(VarsState):
         failed = success is False or (code is not None and code != 0)
         status = "failed" if failed else "completed"
         mcp = shapes.mcp_name(name, call.get("namespace"))
-        if name in shapes.SHELL_TOOLS:
+        if shapes.SHAPES.tools.get(name) == "command_execution":
             args = shapes.json_or_text(arguments)
             args = args if isinstance(args, dict) else {"command": arguments}
             self._command(call_id, args.get("command") or args.get("cmd"), code,
@@ -568,7 +568,7 @@ class RolloutTranslator(VarsState):
             result = {"content": content, "structured_content": structured if isinstance(structured, dict) else None}
             self._mcp(call_id, mcp[0], mcp[1], shapes.json_or_text(arguments), None if failed else result,
                       {"message": text} if failed else None, status, ts, out)
-        elif name == "apply_patch":
+        elif shapes.SHAPES.tools.get(name) == "file_change":
             self._once(call_id)
             patch = arguments if isinstance(arguments, str) else ""
             if patch.startswith("{"):
@@ -584,3 +584,6 @@ class RolloutTranslator(VarsState):
                              "status": "completed", "arguments": shapes.json_or_text(arguments)}, ts)
             self._item(out, {"id": f"{call_id}:out", "type": "tool_output", "call_id": call_id, "status": status,
                              "output": bounded_output(text)}, ts)
+
+
+TRANSLATORS = {"native": ExecTranslator, "rollout": RolloutTranslator}  # (memfs.agents.reader: kind -> translator)

@@ -44,6 +44,7 @@ from __future__ import annotations
 from typing import Any
 
 from memfs.agents.changes import gemini_change
+from memfs.agents.common import mcp_outcome
 from memfs.agents.gemini.shapes import (
     AGENT,
     EXITED,
@@ -235,12 +236,7 @@ class GeminiTranslator(VarsState):
                 item["changes"][0]["kind"] = "add"
             gemini_change(item["changes"][0], args, result)
         elif kind == "mcp_tool_call":
-            if failed:
-                item["result"], item["error"] = None, {"message": bounded_output(output)}
-            else:
-                item["result"] = {"content": [{"type": "text", "text": bounded_output(output)}],
-                                  "structured_content": None}
-                item["error"] = None
+            item["result"], item["error"] = mcp_outcome(output, failed)
         elif kind == "tool":
             item["output"] = bounded_output(output)
         self._shared(out, {"type": "item.completed", "item": item})
@@ -541,3 +537,6 @@ class GeminiTranslator(VarsState):
                 children.append(child)
         self._tool_done(out, tid, name, args, failed=failed, output=output, exit_code=exit_code,
                         display=call.get("displayName"), extra=extra, new_file=new_file, result=display)
+
+
+TRANSLATORS = {"gemini": GeminiTranslator}  # (memfs.agents.reader: kind -> translator)

@@ -41,11 +41,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from memfs.agents.common import mcp_outcome
+from memfs.agents.opencode.shapes import BUILTIN_TOOLS, SHAPES
 from memfs.agents.opencode.store import (
     AGENT,
-    BUILTIN_TOOLS,
     DEFAULT_TITLE,
-    FILE_TOOLS,
     StoreError,
     error_message,
     is_store,
@@ -85,7 +85,8 @@ def tool_item(part: dict, children: dict[str, str]) -> dict | None:
     output = _str(state.get("output")) or _str(state.get("error"))
     failed = status == "error"
     done = "failed" if failed else "completed" if status == "completed" else "in_progress"
-    if name == "bash":
+    kind = SHAPES.tools.get(name)
+    if kind == "command_execution":
         exit_code = meta.get("exit") if type(meta.get("exit")) is int else None
         item = {"id": pid, "type": "command_execution", "command": _str(args.get("command")),
                 "aggregated_output": bounded_output(output or _str(meta.get("output"))),
@@ -93,12 +94,12 @@ def tool_item(part: dict, children: dict[str, str]) -> dict | None:
         if exit_code is not None:
             item["exit_code"] = exit_code
         return item
-    if name == "todowrite":
+    if kind == "todo_list":
         todos = args.get("todos") if isinstance(args.get("todos"), list) else []
         return {"id": pid, "type": "todo_list", "items": [
             {"text": _str(t.get("content")), "completed": t.get("status") == "completed", "status": _str(t.get("status"))}
             for t in todos if isinstance(t, dict)]}
-    if name in FILE_TOOLS:
+    if kind == "file_change":
         path = _str(args.get("filePath") or args.get("path"))
         return {"id": pid, "type": "file_change", "changes": [{"path": path, "kind": "add" if name == "write" else "update"}],
                 "status": done}
@@ -106,11 +107,7 @@ def tool_item(part: dict, children: dict[str, str]) -> dict | None:
         server, _, tool = name.partition("_")
         item = {"id": pid, "type": "mcp_tool_call", "tool_name": name, "server": server, "tool": tool,
                 "arguments": args, "status": done}
-        if failed:
-            item["result"], item["error"] = None, {"message": bounded_output(output)}
-        else:
-            item["result"], item["error"] = {"content": [{"type": "text", "text": bounded_output(output)}],
-                                             "structured_content": None}, None
+        item["result"], item["error"] = mcp_outcome(output, failed)
         return item
     item = {"id": pid, "type": "tool_invocation", "tool_name": name, "status": done, "arguments": args,
             "output": bounded_output(output)}
@@ -456,3 +453,6 @@ class StreamTranslator(VarsState):
             if part.get("reason") != "tool-calls":
                 self._close(out, None, ts)
         return out
+
+
+TRANSLATORS = {"opencode": StreamTranslator}  # (memfs.agents.reader: kind -> translator)

@@ -24,6 +24,8 @@ from typing import Any
 import orjson
 
 from memfs.agents.claude.write import NO_RESULT, fold_text
+from memfs.agents.common import ms_of, native_usage
+from memfs.agents.opencode.shapes import SHAPES
 from memfs.export.conversation import Clock, Conversation, parse_time
 
 VERSION = "1.18.33"  # the OpenCode version these shapes were checked against
@@ -43,9 +45,9 @@ def session_id(conv: Conversation) -> str:
 
 
 def _ms(text: Any) -> int:
-    value = parse_time(text)
+    value = ms_of(text)
     assert value is not None
-    return int(value.timestamp() * 1000)
+    return value
 
 
 class _Writer:
@@ -80,13 +82,8 @@ class _Writer:
         user = self._message(start, role="user", time={"created": start}, agent="build", model=model)
         self._part(user, start, type="text", text=turn.prompt or "(no prompt recorded)")
         begun = _ms(self.clock.at())
-        usage = turn.usage or {}
-        cached = int(usage.get("cached_input_tokens") or 0)
-        written = int(usage.get("cache_creation_tokens") or 0)
-        tokens = {"input": max(int(usage.get("input_tokens") or 0) - cached - written, 0),
-                  "output": int(usage.get("output_tokens") or 0), "reasoning": 0,
-                  "cache": {"read": cached, "write": written}}
-        zero = {"input": 0, "output": 0, "reasoning": 0, "cache": {"read": 0, "write": 0}}
+        tokens = native_usage(SHAPES.usage, turn.disjoint_usage())
+        zero = native_usage(SHAPES.usage, {})
 
         def assistant(ms: int) -> dict:
             return self._message(ms, parentID=user["info"]["id"], role="assistant", mode="build", agent="build",
@@ -109,7 +106,7 @@ class _Writer:
                 exit_code = item.get("exit_code") if type(item.get("exit_code")) is int else None
                 command = str(item.get("command") or "")
                 text = output if output is not None else NO_RESULT
-                self._part(answer, at, type="tool", tool="bash", callID=f"call_{self.counter}", state={
+                self._part(answer, at, type="tool", tool=SHAPES.writes["command_execution"], callID=f"call_{self.counter}", state={
                     "status": "completed", "input": {"command": command, "description": command[:60]},
                     "output": text, "title": command,
                     "metadata": {"output": text, "exit": exit_code, "description": command[:60], "truncated": False},
