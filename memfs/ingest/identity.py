@@ -147,10 +147,12 @@ class Dedupe:
 
     def _final(self, event: dict, usage: dict) -> dict:
         """What a dropped close from an agent's file says of the stored turn: its usage, its
-        requests and the turn's record times (those it has)."""
+        requests, its model and the turn's record times (those it has)."""
         final: dict = {"usage": usage}
         if type(event.get("requests")) is list:
             final["requests"] = event["requests"]
+        if type(event.get("model")) is str and event["model"]:  # (Codex exec --json names none)
+            final["model"] = event["model"]
         for key, value in (("started_at", self.head_ctx.get("timestamp")), ("completed_at", event.get("completed_at"))):
             if type(value) is str:
                 final[key] = value
