@@ -13,7 +13,7 @@ from typing import Any
 
 import memfs
 import orjson
-from memfs.agents.claude.tools import fold_text
+from memfs.agents.common import fold_text
 from memfs.cli import main
 from memfs.export.conversation import Conversation, Turn, read_conversation
 from memfs.store import about

@@ -108,3 +108,19 @@ def test_an_opencode_time_reads_and_writes_back_to_the_millisecond(ms):
 def test_times_that_are_not_times_read_as_none():
     assert common.iso_ms(0) is None and common.iso_ms(True) is None and common.iso_ms(10**20) is None
     assert common.ms_of("yesterday") is None and common.parse_time(None) is None
+
+
+def test_no_agent_folder_imports_another():
+    """What several agents share is in memfs.agents.common (or changes, origin), so a folder
+    can be added or removed alone."""
+    import ast
+
+    root = Path(memfs.__file__).parent / "agents"
+    for agent in agents.AGENTS:
+        for path in (root / agent).glob("*.py"):
+            tree = ast.parse(path.read_text())
+            names = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)] + \
+                [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+            others = [m for m in names for o in agents.AGENTS
+                      if o != agent and (m == f"memfs.agents.{o}" or m.startswith(f"memfs.agents.{o}."))]
+            assert others == [], f"{path} imports {others}"

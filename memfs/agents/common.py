@@ -2,9 +2,10 @@
 one per agent, in ``memfs/agents/<agent>/shapes.py``) and the helpers that read and write by
 it — token counts (:func:`read_usage`, :func:`request_tokens`, :func:`native_usage`), tool
 names (:func:`kind_of`), a command's exit code in its output (:func:`exit_code`,
-:func:`with_exit`) and times (:func:`parse_time`, :func:`iso`, :func:`iso_ms`, :func:`ms_of`).
-The reader and the writer of an agent use the same table, so a name, a pattern or a token
-field is said once. Pure; no I/O.
+:func:`with_exit`), an MCP call's cut result (:func:`mcp_outcome`), what a writer folds into
+text (:func:`fold_text`, :data:`NO_RESULT`) and times (:func:`parse_time`, :func:`iso`,
+:func:`iso_ms`, :func:`ms_of`). The reader and the writer of an agent use the same table, so a
+name, a pattern or a token field is said once; no agent folder imports another. Pure; no I/O.
 
 Token counts (SPEC §10, §12). memfs's *disjoint form* — a close's ``requests``, the usage view —
 counts ``input`` without cache reads and writes, ``cached_input``, ``cache_creation`` and
@@ -20,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import orjson
 
 from memfs import counts
 from memfs.facts import bounded_output
@@ -88,6 +91,35 @@ def mcp_outcome(output: str, failed: bool, content: Any = None) -> tuple[dict | 
     if not isinstance(content, list) or len(output.encode()) > MCP_CONTENT_BYTES:
         content = [{"type": "text", "text": bounded_output(output)}]
     return {"content": content, "structured_content": None}, None
+
+
+# --- what a writer cannot express -----------------------------------------------------------------
+
+NO_RESULT = "memfs: no result was recorded for this call (the session ended before it finished)"
+REASONING = "Reasoning: "  # the text a folded reasoning block begins with
+
+
+def fold_text(item: dict) -> str | None:
+    """What an item the target has no shape for says, as text (None: the item is a message or
+    a tool call, which the targets express). Every writer folds so; Claude's marks the fold so
+    that its reader restores the item (:func:`memfs.agents.claude.tools.unfold`)."""
+    kind = item.get("type")
+    if kind == "reasoning":
+        return f"{REASONING}{item.get('text') or ''}"
+    if kind == "plan":
+        return f"Plan: {item.get('text') or ''}"
+    if kind == "decision":
+        return f"Decision: {item.get('summary') or ''} ({item.get('rationale') or ''})"
+    if kind == "harness":
+        return f"[{item.get('event') or 'harness'}] {item.get('message') or ''}".rstrip()
+    if kind == "user_message":
+        return f"User: {item.get('text') or ''}"
+    if kind == "tool_output":
+        return f"Output of tool call {item.get('call_id') or '?'}: {item.get('output') or ''}"
+    if kind in ("agent_message", "command_execution", "mcp_tool_call", "file_change", "todo_list",
+                "web_search", "tool_invocation", "error"):
+        return None
+    return f"[{kind}] {orjson.dumps({k: v for k, v in item.items() if k != 'id'}).decode()}"
 
 
 # --- token counts ---------------------------------------------------------------------------------

@@ -13,11 +13,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from memfs.agents import common
 from memfs.agents.changes import claude_change
 from memfs.agents.claude.shapes import SHAPES
+from memfs.agents.common import REASONING, fold_text  # noqa: F401  (the writer's and reader's names)
 from memfs.ingest import bounded_output, child_session_name, text_of
 
 _CREATED = re.compile(r"Task #([A-Za-z0-9_-]{1,64}) created")
@@ -162,31 +161,6 @@ def result_item(call: dict, tid: str, block: dict, extra: Any, output: str) -> d
 
 
 FOLDED = "memfs"  # a transcript line's key naming the blocks an export folded into text (SPEC §11)
-REASONING = "Reasoning: "  # the text a folded reasoning block begins with
-
-
-def fold_text(item: dict) -> str | None:
-    """What an item the target has no shape for says, as text (None: the item is a message or
-    a tool call, which the targets express)."""
-    kind = item.get("type")
-    if kind == "reasoning":
-        return f"{REASONING}{item.get('text') or ''}"
-    if kind == "plan":
-        return f"Plan: {item.get('text') or ''}"
-    if kind == "decision":
-        return f"Decision: {item.get('summary') or ''} ({item.get('rationale') or ''})"
-    if kind == "harness":
-        return f"[{item.get('event') or 'harness'}] {item.get('message') or ''}".rstrip()
-    if kind == "user_message":
-        return f"User: {item.get('text') or ''}"
-    if kind == "tool_output":
-        return f"Output of tool call {item.get('call_id') or '?'}: {item.get('output') or ''}"
-    if kind in ("agent_message", "command_execution", "mcp_tool_call", "file_change", "todo_list",
-                "web_search", "tool_invocation", "error"):
-        return None
-    return f"[{kind}] {orjson.dumps({k: v for k, v in item.items() if k != 'id'}).decode()}"
-
-
 def fold_mark(folded: dict[int, dict]) -> dict:
     """The mark of an assistant line whose blocks ``{index: item}`` are folded items: reasoning
     by index only (its text is the block's), any other item whole but its id."""

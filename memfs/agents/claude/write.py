@@ -13,7 +13,7 @@ recorded result gets an ``is_error`` result saying so. Items map as the importer
 back: commands → ``Bash``, MCP calls → ``mcp__<server>__<tool>``, file changes → ``Edit`` /
 ``Write`` (one per path), to-do lists → ``TodoWrite``, web searches → ``WebSearch``, other
 tools under their own names; reasoning, plans, decisions, summaries, a lone tool output are
-folded into text blocks ("Reasoning: …", :func:`~memfs.agents.claude.tools.fold_text`) that
+folded into text blocks ("Reasoning: …", :func:`~memfs.agents.common.fold_text`) that
 their line's ``memfs`` key names (:func:`~memfs.agents.claude.tools.fold_mark`), so that an import
 restores them as they were (Claude Code ignores the key; a thinking block would need the model's
 signature), API retries are ``system``/``api_error`` lines, and
@@ -32,12 +32,11 @@ import orjson
 from memfs import counts
 from memfs.agents.claude.shapes import SHAPES
 from memfs.agents.claude.tools import FOLDED, fold_mark, fold_text
-from memfs.agents.common import exit_code, native_usage, with_exit
+from memfs.agents.common import NO_RESULT, exit_code, native_usage, with_exit
 from memfs.export.conversation import NAMESPACE, Clock, Conversation, Turn, parse_time
 
 VERSION = "2.1.332"  # the Claude Code version these shapes were checked against
 _RETRY = re.compile(r"\AAPI retry (\d{1,9})/(\d{1,9}|None): (.*)\Z", re.S)
-NO_RESULT = "memfs: no result was recorded for this call (the session ended before it finished)"
 
 
 def slug(cwd: str) -> str:

@@ -29,9 +29,8 @@ from typing import Any
 import orjson
 
 from memfs import counts
-from memfs.agents.claude.write import NO_RESULT, fold_text
 from memfs.agents.codex.shapes import SHAPES
-from memfs.agents.common import native_usage, with_exit
+from memfs.agents.common import NO_RESULT, fold_text, native_usage, with_exit
 from memfs.export.conversation import NAMESPACE, Clock, Conversation, Turn, parse_time
 
 VERSION = "0.171.0"  # the Codex CLI version these shapes were checked against

@@ -7,7 +7,7 @@ Per turn: a user message (its prompt as a ``text`` part) and the assistant messa
 it (``parentID``; a new one after each run of tool calls, as OpenCode writes one per request,
 so the model sees the turn in its order), holding the turn's texts as ``text`` parts and its
 commands as ``bash`` ``tool`` parts (``state``: the command, its output, ``metadata.exit``); what OpenCode has no part for is
-folded into text (:func:`memfs.agents.claude.write.fold_text`); a failed turn's assistant message
+folded into text (:func:`memfs.agents.common.fold_text`); a failed turn's assistant message
 carries the failure as its ``error``. Its tokens are the turn's usage in OpenCode's disjoint
 form. Ids are OpenCode's: ``ses_``/``msg_``/``prt_`` and 26 characters, message and part ids
 ascending in time as OpenCode's are (it orders by them), derived from the session so that a
@@ -23,8 +23,7 @@ from typing import Any
 
 import orjson
 
-from memfs.agents.claude.write import NO_RESULT, fold_text
-from memfs.agents.common import ms_of, native_usage
+from memfs.agents.common import NO_RESULT, fold_text, ms_of, native_usage
 from memfs.agents.opencode.shapes import SHAPES
 from memfs.export.conversation import Clock, Conversation, parse_time
 
