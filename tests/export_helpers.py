@@ -13,9 +13,9 @@ from typing import Any
 
 import memfs
 import orjson
+from memfs.agents.common import fold_text
 from memfs.cli import main
 from memfs.export.conversation import Conversation, Turn, read_conversation
-from memfs.ingest.claude_tools import fold_text
 from memfs.store import about
 
 FIXTURES = Path(__file__).parent / "fixtures" / "agents"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from memfs.ingest.changes import claude_change, event_changes, patch_changes
+from memfs.agents.changes import claude_change, event_changes, patch_changes
 
 from agent_helpers import cli, events_of
 

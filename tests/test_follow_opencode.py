@@ -271,7 +271,7 @@ def test_without_inotify_a_stat_check_finds_each_change_and_a_write_elsewhere_im
     the database and its WAL every half second. A write that touches no session (OpenCode's other
     tables) costs a look at what changed and no import: the session's import record is not
     rewritten; the new turn's rows are imported at the next check."""
-    from memfs.ingest.follow_opencode import POLL_UNWATCHED, StoreFollower
+    from memfs.agents.opencode.follow import POLL_UNWATCHED, StoreFollower
 
     sid = capture(SCENARIO)["session_id"]
     turn = SecondTurn(tmp_path / "home")
@@ -304,7 +304,7 @@ def test_a_sub_agent_session_begun_while_followed_is_its_parents_child(tmp_path)
     """``subagent``: the parent's session read first; the sub-agent's session, messages and parts
     written later (a pass that reads the child alone) make ``<parent>.<child>``, as a plain
     import of the whole store names it."""
-    from memfs.ingest.follow_opencode import StoreFollower
+    from memfs.agents.opencode.follow import StoreFollower
 
     parent = capture("subagent")["session_id"]
     full = OPENCODE / "subagent" / "home" / ".local" / "share" / "opencode" / "opencode.db"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import orjson
 import pytest
+from memfs.agents.codex.read import turn_signature
 from memfs.events import parse_line
 from memfs.ingest import OUTPUT_HEAD, OUTPUT_TAIL, AutoTranslator
-from memfs.ingest.codex import turn_signature
 
 from mounting import cleanup, needs_fuse, start
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from memfs.export.claude import slug
+from memfs.agents.claude.write import slug
 from memfs.export.resume import ResumeRefused, checked_cwd, cwd_problem
 
 from agent_helpers import MEMFS, cli, events_of

@@ -262,7 +262,8 @@ def test_an_unknown_grouping_is_refused(tmp_path, by):
 
 
 def test_reasoning_tokens_are_part_of_output_and_cumulative_totals_are_differenced(tmp_path):
-    from memfs.ingest import codex_shapes, gemini_shapes
+    from memfs.agents.codex import shapes as codex_shapes
+    from memfs.agents.gemini import shapes as gemini_shapes
 
     # what the translators keep of the agents' counters: Codex reasoning_output_tokens; Gemini thoughts
     assert codex_shapes.usage_of({"input_tokens": 9, "output_tokens": 5, "reasoning_output_tokens": 3}) == {

@@ -227,6 +227,10 @@ FIXTURES = Path(__file__).parent / "fixtures" / "agents"
     ("claude", ("claude-opus-5-5", "claude-haiku-4-5"), (0.0093, 0.00135)),
     # Gemini CLI 0.61.0, `-m` per run: gemini-2.5-pro at $1.25/$10, then gemini-2.5-flash (not priced)
     ("gemini", ("gemini-2.5-pro", "gemini-2.5-flash"), (0.003075, None)),
+    # Codex CLI 0.171.0, `codex exec -m gpt-5.5` then `codex exec resume -m gpt-5.4-mini`: the rollout's
+    # turn_context names each turn's model; $5/$30 (1000/20 + 1100/25 = $0.01185), then $0.75/$4.5
+    # (1200/30 = $0.001035)
+    ("codex", ("gpt-5.5", "gpt-5.4-mini"), (0.01185, 0.001035)),
 ])
 def test_a_model_switch_between_runs_comes_through_per_request(agent, models, costs, tmp_path):
     """tests/fixtures/agents/<agent>/model_switch (captured from the real CLIs): a first run of two

@@ -140,8 +140,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.follow:
         if args.dry_run:
             raise _Usage("--follow and --dry-run do not go together")
+        from memfs.agents.opencode.read import split_stores
         from memfs.ingest.follow import follow
-        from memfs.ingest.opencode import split_stores
 
         seen = []
 

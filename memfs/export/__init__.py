@@ -1,9 +1,9 @@
 """Sessions out (SPEC §11): a session written in a tool's own format so that its CLI continues
 it — :func:`export_session`.
 
-Targets: ``claude`` (a Claude Code transcript, :mod:`memfs.export.claude`), ``codex`` (a Codex
-rollout, :mod:`memfs.export.codex`), ``opencode`` (a file for ``opencode import``,
-:mod:`memfs.export.opencode`; it needs an ``out``), ``markdown`` (:func:`memfs.export.markdown.render`) and
+Targets: ``claude`` (a Claude Code transcript, :mod:`memfs.agents.claude.write`), ``codex`` (a Codex
+rollout, :mod:`memfs.agents.codex.write`), ``opencode`` (a file for ``opencode import``,
+:mod:`memfs.agents.opencode.write`; it needs an ``out``), ``markdown`` (:func:`memfs.export.markdown.render`) and
 ``jsonl`` (the session's own log, byte for byte).
 
 Where the file goes (``out``; docs/design.md "Export: where --out puts the file"):
@@ -36,13 +36,16 @@ from pathlib import Path
 
 import orjson
 
+from memfs import agents
+from memfs.agents.claude import write as claude
+from memfs.agents.codex import write as codex
+from memfs.agents.opencode import write as opencode
 from memfs.errors import MemfsError
-from memfs.export import claude, codex, opencode
 from memfs.export.conversation import Conversation, read_conversation
 from memfs.store import about as about_store
 from memfs.store.paths import fsync_dir, write_temp
 
-TARGETS = ("claude", "codex", "opencode", "markdown", "jsonl")
+TARGETS = (*agents.writers(), "markdown", "jsonl")  # the agents with a write.py (memfs.agents), then ours
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """A session's log read back as a conversation (SPEC §11): its turns, each with its prompt,
 its items in the order they began (an item's last state wins), its outcome and its own usage.
-The writers (:mod:`memfs.export.claude`, :mod:`memfs.export.codex`) render this, never the log.
+The writers (:mod:`memfs.agents.claude.write`, :mod:`memfs.agents.codex.write`) render this, never the log.
 
 * An item's place is where it first appeared (``item.started`` of a tool call), its content
   what it last said (``item.completed``). A ``tool_output`` whose ``call_id`` names a
@@ -25,7 +25,8 @@ from typing import Any
 import orjson
 
 from memfs import counts
-from memfs.agents import CLAUDE, CODEX, UNKNOWN, Origin, agent_name, run_local_id
+from memfs.agents import CODEX, UNKNOWN, Origin, agent_name, recorded_disjoint, run_local_id
+from memfs.agents.common import iso, own_input, parse_time  # noqa: F401  (the writers' names for them)
 
 USAGE_KEYS = ("input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens")
 NAMESPACE = uuid.UUID("6f1c2a52-8d0e-4d8e-9c1e-6d656d667321")  # uuid5 namespace of memfs exports
@@ -52,8 +53,8 @@ class Turn:
         reads and writes): Claude reports it so; Codex, Gemini and native logs count the cache
         inside ``input_tokens`` (as :func:`memfs.usage.view.normal_tokens` reads them)."""
         out = {k: v for k, v in zip(USAGE_KEYS, counts.read(self.usage, USAGE_KEYS)[0])}
-        if self.agent != CLAUDE:
-            out["input_tokens"] = max(out["input_tokens"] - out["cached_input_tokens"] - out["cache_creation_tokens"], 0)
+        out["input_tokens"] = own_input(recorded_disjoint(self.agent), out["input_tokens"], out["cached_input_tokens"],
+                                        out["cache_creation_tokens"])
         return out
     usage_error: str | None = None  # a refused token count's reason (memfs.counts): the writers carry it on
 
@@ -232,22 +233,6 @@ def _failure(event: dict) -> str:
 
 
 # --- time --------------------------------------------------------------------------------------
-
-
-def parse_time(text: Any) -> datetime | None:
-    """An ISO 8601 time (``Z`` or an offset) as an aware datetime, or None."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
-def iso(value: datetime) -> str:
-    """``2026-12-03T07:58:54.967Z`` (milliseconds, UTC), as both CLIs write."""
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
 
 
 class Clock:

@@ -5,7 +5,7 @@
 from), then each turn under ``## Turn N — outcome`` with its prompt (the ``turn.started``
 context's, else what a later capture noted), messages, reasoning, plans, commands and tool
 calls with their arguments and results, file changes (with their diff or written content when
-the record has it, :mod:`memfs.ingest.changes`), todo lists, errors and failures (shown,
+the record has it, :mod:`memfs.agents.changes`), todo lists, errors and failures (shown,
 never dropped), and the turn's token usage when the record has it. Records outside turns
 (a compaction, the thread's end) appear where they are in the log. A long output or argument
 is cut to its first and last 2 KiB with a marker saying how much was left out. Text from the
@@ -201,7 +201,7 @@ def item_markdown(item: dict) -> str:
         for change in (c for c in item.get("changes") or [] if isinstance(c, dict)):
             parts.append(f"- {_inline(change.get('kind') or '?')} {_code(change.get('path') or '?', 300)}\n")
             diff, content = _str(change.get("diff")), _str(change.get("content"))
-            if diff or content:  # what it changed (memfs.ingest.changes)
+            if diff or content:  # what it changed (memfs.agents.changes)
                 parts.append("\n" + fenced(cut(diff or content or ""), "diff" if diff else "text") + "\n")
         return "**Files changed**" + _status(item) + ":\n\n" + "".join(parts).rstrip("\n") + "\n"
     if kind == "todo_list":

@@ -52,11 +52,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from memfs import agents
 from memfs.errors import MemfsError
 from memfs.store import about
 from memfs.store.session import open_session
 
-TARGETS = ("claude", "codex", "opencode")
+TARGETS = agents.writers()  # the agents memfs writes a file for (memfs.agents)
 
 
 @dataclass
@@ -208,15 +209,16 @@ def _resume_opencode(root: Path, session: str, args: Sequence[str], home, max_ev
     ``index/import-sources.json``, with the user messages that were exported), the tool runs
     ``opencode run --session ID ARGS`` (no ARGS: its TUI, ``opencode --session ID``), and the
     turns it added come back from its database into this session
-    (:func:`memfs.ingest.opencode.import_store` with ``into``), the exported ones left out."""
+    (:func:`memfs.agents.opencode.read.import_store` with ``into``), the exported ones left out."""
     import tempfile
 
     import orjson
 
+    from memfs.agents.opencode import read as opencode
+    from memfs.agents.opencode.store import DB_NAME
     from memfs.export import ExportError, export_session
-    from memfs.ingest import conversations, opencode
+    from memfs.ingest import conversations
     from memfs.ingest.importer import read_sources, write_sources
-    from memfs.ingest.opencode_shapes import DB_NAME
     from memfs.ingest.record import check_runnable
 
     with open_session(root, session, read_only=True) as handle:

@@ -12,7 +12,7 @@ Formats (``--format``): ``codex`` covers Codex ``exec --json`` output (already t
 family: passed through byte for byte) and Codex rollout files; ``claude`` covers Claude Code
 ``stream-json`` output and Claude Code transcripts; ``gemini`` covers Gemini CLI ``stream-json``
 output and chat files; ``opencode`` covers ``opencode run --format json`` output (OpenCode's
-store is a database: :mod:`memfs.ingest.opencode`); ``auto`` picks by the first JSON line.
+store is a database: :mod:`memfs.agents.opencode.read`); ``auto`` picks by the first JSON line.
 No I/O happens in the translators; :mod:`memfs.ingest.record` and
 :mod:`memfs.ingest.importer` (with :mod:`memfs.ingest.follow`) are the runners.
 """
@@ -179,7 +179,7 @@ def session_id_of(obj: dict) -> str | None:
         sid = obj.get("session_id") or obj.get("sessionId")
         return sid if isinstance(sid, str) and sid else None
     if kind == "gemini":
-        from memfs.ingest.gemini_shapes import session_id
+        from memfs.agents.gemini.shapes import session_id
 
         return session_id(obj)
     if kind == "opencode":
@@ -187,15 +187,23 @@ def session_id_of(obj: dict) -> str | None:
     return None
 
 
+def translators() -> dict:
+    """Every agent folder's translators (its ``read.TRANSLATORS``: kind → class)."""
+    from memfs import agents
+
+    out: dict = {}
+    for name in agents.AGENTS:
+        module = agents.reader(name)
+        out.update(getattr(module, "TRANSLATORS", None) or {})
+    return out
+
+
 def make_translator(kind: str, reader=None):
-    """A fresh translator for ``native``, ``rollout`` or ``claude``. ``reader`` (see
+    """A fresh translator for a kind :func:`classify` names (``native``, ``rollout``, ``claude``,
+    ``gemini``, ``opencode``: :func:`translators`). ``reader`` (see
     :class:`memfs.ingest.sidefiles.SideReader`) is handed to a translator that reads side files
     (``reader`` attribute: Claude Code's ``tool-results/``)."""
-    from memfs.ingest import claude, codex, gemini, opencode
-
-    translator = {"native": codex.ExecTranslator, "rollout": codex.RolloutTranslator,
-                  "claude": claude.ClaudeTranslator, "gemini": gemini.GeminiTranslator,
-                  "opencode": opencode.StreamTranslator}[kind]()
+    translator = translators()[kind]()
     if reader is not None and hasattr(translator, "reader"):
         translator.reader = reader
     return translator

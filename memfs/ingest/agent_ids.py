@@ -101,17 +101,17 @@ def _has_usage(usage) -> bool:
 
 def signature(event: dict) -> tuple | None:
     """A completed turn's close as Codex identifies it across captures (the thread's running
-    token total, :func:`memfs.ingest.codex_shapes.turn_signature`), or None (a failed turn's message
+    token total, :func:`memfs.agents.codex.shapes.turn_signature`), or None (a failed turn's message
     names no one turn)."""
-    from memfs.ingest.codex_shapes import turn_signature
+    from memfs.agents.codex.shapes import turn_signature
 
     sig = turn_signature(event)
     return sig if sig and sig[0] == "completed" and any(sig[1:]) else None
 
 
 def failed_message(event: dict) -> str:
-    """A ``turn.failed``'s message, as :func:`memfs.ingest.codex_shapes.turn_signature` reads it."""
-    from memfs.ingest.codex_shapes import turn_signature
+    """A ``turn.failed``'s message, as :func:`memfs.agents.codex.shapes.turn_signature` reads it."""
+    from memfs.agents.codex.shapes import turn_signature
 
     return turn_signature(event)[1]
 

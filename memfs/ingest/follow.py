@@ -7,7 +7,7 @@ the same sidecar as ``memfs import``'s, so a restart neither loses nor repeats a
 rewrites a session. As ``memfs import``, it reads only regular files reached without following
 a link and never watches or enters a linked directory (:mod:`memfs.ingest.inputs`); what it
 skips is reported once, with its reason. OpenCode's database is followed beside the files
-(:mod:`memfs.ingest.follow_opencode`: its directory in the same inotify watch). Without inotify,
+(:mod:`memfs.agents.opencode.follow`: its directory in the same inotify watch). Without inotify,
 it looks again every half second.
 """
 
@@ -90,9 +90,9 @@ def follow(root: Path, dirs: Iterable[str | os.PathLike], *, fmt: str = "auto", 
     """Import what ``dirs`` hold, then keep appending what tools add, until SIGINT/SIGTERM
     (or ``should_stop()``). Appends use ``write`` durability: each line reaches the log as
     it is appended. ``report`` is called with every batch that appended or refused lines.
-    ``stores``: OpenCode databases, followed too (:mod:`memfs.ingest.follow_opencode`).
+    ``stores``: OpenCode databases, followed too (:mod:`memfs.agents.opencode.follow`).
     Without inotify (or a watch refused) it polls, and says so once through ``notice``."""
-    from memfs.ingest.follow_opencode import POLL_UNWATCHED, StoreFollower
+    from memfs.agents.opencode.follow import POLL_UNWATCHED, StoreFollower
 
     stop = False
 

@@ -78,7 +78,7 @@ class Dedupe:
     appended as they arrive. Otherwise, for a Codex capture (``codex``) while the session
     holds turns known only by their close (``exec --json`` turns: no agent ids), a turn no id
     decided is held to its close and dropped when its signature
-    (:func:`memfs.ingest.codex_shapes.turn_signature`: the thread's running token total) is one
+    (:func:`memfs.agents.codex.shapes.turn_signature`: the thread's running token total) is one
     of theirs, or when it failed and pairs with a stored failed turn (module docstring).
     ``notes()``: the session's ``turn_notes`` as they are now (the turn ids noted for stored
     turns, which stored turns another capture paired), read at most once a :meth:`feed`.
@@ -147,10 +147,12 @@ class Dedupe:
 
     def _final(self, event: dict, usage: dict) -> dict:
         """What a dropped close from an agent's file says of the stored turn: its usage, its
-        requests and the turn's record times (those it has)."""
+        requests, its model and the turn's record times (those it has)."""
         final: dict = {"usage": usage}
         if type(event.get("requests")) is list:
             final["requests"] = event["requests"]
+        if type(event.get("model")) is str and event["model"]:  # (Codex exec --json names none)
+            final["model"] = event["model"]
         for key, value in (("started_at", self.head_ctx.get("timestamp")), ("completed_at", event.get("completed_at"))):
             if type(value) is str:
                 final[key] = value

@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from memfs.agents.gemini import shapes as gemini_shapes
 from memfs.errors import MemfsError, ValidationError
 from memfs.events import parse_line
 from memfs.ingest import (
@@ -64,7 +65,6 @@ from memfs.ingest import (
     Untranslatable,
     classify,
     conversations,
-    gemini_shapes,
     identity,
     parse_object,
     session_id_of,
@@ -436,8 +436,8 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
     """Import each source file once (see the module docstring); one item per file, and one
     ``skipped`` item (with its reason) per file or directory not read (:mod:`memfs.ingest.inputs`).
     OpenCode's store (a SQLite database, not lines) goes to
-    :func:`memfs.ingest.opencode.import_store`: one item per OpenCode session."""
-    from memfs.ingest import opencode
+    :func:`memfs.agents.opencode.read.import_store`: one item per OpenCode session."""
+    from memfs.agents.opencode import read as opencode
 
     stores, paths = opencode.split_stores(paths)
     items = opencode.import_stores(root, stores, dry_run=dry_run, max_events=max_events, evict_to=evict_to)

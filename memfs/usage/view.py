@@ -34,13 +34,14 @@ from pathlib import Path
 
 import orjson
 
+from memfs.agents import recorded_disjoint
+from memfs.agents.common import own_input
 from memfs.store.about import ABOUT
 from memfs.store.meta import OUTCOME_NAMES, parse_rfc3339
 from memfs.usage import VIEW_VERSION, calls, prices
 from memfs.usage.prices import TOKEN_KEYS
 
 VERSION = VIEW_VERSION
-CLAUDE = "claude"
 
 
 def about_stamp(session_dir: Path) -> list[int] | None:
@@ -56,8 +57,7 @@ def normal_tokens(raw: list[int], agent: str | None) -> dict:
     """The fold's five counters (input, cached, creation, output, reasoning as recorded) in the
     normal form of the module docstring."""
     inp, cached, creation, output, reasoning = raw
-    if agent != CLAUDE:
-        inp = max(inp - cached - creation, 0)
+    inp = own_input(recorded_disjoint(agent), inp, cached, creation)
     tokens = {"input": inp, "cached_input": cached, "cache_creation": creation, "output": output,
               "reasoning": reasoning}
     tokens["total"] = inp + cached + creation + output
@@ -120,9 +120,10 @@ def _day(at: float | None) -> str | None:
     return time.strftime("%Y-%m-%d", time.gmtime(at)) if at is not None else None
 
 
-def _final(about: dict, ordinal: int) -> tuple[tuple[list[int], str | None], list | None, str | None, str | None] | None:
+def _final(about: dict, ordinal: int) -> tuple[tuple[list[int], str | None], list | None, str | None, str | None,
+                                               str | None] | None:
     """A turn's ``final`` note (ingest.identity: what the agent's file says of a turn another
-    capture stored): (tokens and refusal, requests, started_at, completed_at), or None."""
+    capture stored): (tokens and refusal, requests, started_at, completed_at, model), or None."""
     notes = about.get("turn_notes")
     note = notes.get(str(ordinal)) if type(notes) is dict else None
     final = note.get("final") if type(note) is dict else None
@@ -132,7 +133,9 @@ def _final(about: dict, ordinal: int) -> tuple[tuple[list[int], str | None], lis
     requests = final.get("requests")  # (each request is read as the close's are: _parts, _request_cost)
     times = [t if type(t) is str and parse_rfc3339(t) is not None else None
              for t in (final.get("started_at"), final.get("completed_at"))]
-    return usage, requests if type(requests) is list else None, times[0], times[1]
+    model = final.get("model")
+    return usage, requests if type(requests) is list else None, times[0], times[1], \
+        model if type(model) is str and model else None
 
 
 def _note_usage(about: dict, ordinal: int) -> tuple[list[int], str | None] | None:
@@ -269,16 +272,17 @@ _TURNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Fold -> _Turn
 
 def _turn(rec, i: int, ctx: dict) -> dict:
     raw, refused = [*rec.usage, rec.reasoning], rec.usage_error
-    requests, started, completed = rec.requests, rec.started_at, rec.completed_at
+    requests, started, completed, model = rec.requests, rec.started_at, rec.completed_at, rec.model
     final = _final(ctx["about"], rec.ordinal)  # an imported file's record of the turn (ingest.identity)
     if final is not None:
         raw, refused = final[0]
         requests = final[1] if final[1] is not None else requests
         started, completed = final[2] or started, final[3] or completed
+        model = model or final[4]  # (a stored close that names none: Codex exec --json)
     elif not any(raw) and refused is None:
         raw, refused = _note_usage(ctx["about"], rec.ordinal) or (raw, None)
     tokens = normal_tokens(raw, rec.agent or ctx["agent"])  # (the turn's own agent says what its counts mean)
-    model = rec.model or ctx["model"]
+    model = model or ctx["model"]
     parts = _parts(requests, tokens, model)
     if ctx["native"] and started is None and completed is None:
         recorded = ctx["times"].get(rec.ordinal)

@@ -230,9 +230,10 @@ class Codex(Agent):
 
     def argv(self, prompt, resume=None):
         codex = str(BIN / "codex")
+        model = ["-m", self.run_model] if self.run_model else []
         if resume:
-            return [codex, "exec", "--json", "resume", resume, prompt]
-        return [codex, "exec", "--json", prompt]
+            return [codex, "exec", "--json", "resume", *model, resume, prompt]
+        return [codex, "exec", "--json", *model, prompt]
 
     def store_files(self):
         codex_home = self.home / ".codex"

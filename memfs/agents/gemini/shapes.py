@@ -1,6 +1,8 @@
-"""Gemini CLI's shapes (SPEC §10): which lines are Gemini CLI's, and what a record, a tool
-call and its result say. Pure; used by :mod:`memfs.ingest.gemini` (the translator) and by
-:func:`memfs.ingest.classify`.
+"""Gemini CLI's shapes (SPEC §10): its table (:data:`SHAPES`: tool names, the stream's exit
+code wording, its two usage objects), which lines are Gemini CLI's, and what a record, a tool
+call and its result say. Pure; used by :mod:`memfs.agents.gemini.read` (the translator) and by
+:func:`memfs.ingest.classify`. memfs writes no Gemini format yet, so this folder has no
+``write.py`` and :data:`SHAPES` no ``writes``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from typing import Any
 import orjson
 
 from memfs import counts
+from memfs.agents import common
+from memfs.agents.common import Shapes, UsageShape, read_usage, request_tokens
 from memfs.formats import GEMINI_RECORD_TYPES, GEMINI_STREAM_TYPES, gemini_shape
 from memfs.ingest import child_session_name
 
@@ -21,13 +25,28 @@ SHELL_TOOL = "run_shell_command"
 FILE_TOOLS = ("write_file", "replace")
 FINAL_STATUSES = ("success", "error", "cancelled")
 IGNORED_PROMPTS = ("<session_context>", "<hook_context>")  # the CLI's own context, not a prompt
-EXITED = re.compile(r"\ACommand exited with code: (-?\d{1,9})\Z")  # the stream's output of a silent failure
 WORKSPACE = re.compile(r"Workspace Directories:\*{0,2}\n\s*- ([^\n]+)")  # in <session_context>
 _TRAILERS = ("Error", "Exit Code", "Signal", "Background PIDs", "Process Group PGID")
 _MCP_DISPLAY = re.compile(r"\A(.+) \((.+) MCP Server\)\Z")
 
 
 shape = gemini_shape  # (memfs.formats: the one home of other agents' line shapes)
+
+SHAPES = Shapes(
+    name=AGENT,
+    tools={SHELL_TOOL: "command_execution", **dict.fromkeys(FILE_TOOLS, "file_change"), "write_todos": "todo_list",
+           "google_web_search": "web_search", "complete_task": "report"},
+    writes={},  # (no write.py yet: see the module docstring)
+    mcp_prefix="mcp_",
+    exit_pattern=re.compile(r"\ACommand exited with code: (-?\d{1,9})\Z"),  # the stream's output of a silent failure
+    # a chat record's ``tokens``: ``input`` includes ``cached``; ``thoughts`` are output, counted apart
+    usage=UsageShape((("input", "input_tokens"), ("cached", "cached_input_tokens"), ("output", "output_tokens"),
+                      ("thoughts", "reasoning_output_tokens")), reasoning_in_output=False),
+    # the stream ``result``'s ``stats`` (the whole run: in ``-p`` mode, one turn)
+    stream_usage=UsageShape((("input_tokens", "input_tokens"), ("cached", "cached_input_tokens"),
+                             ("output_tokens", "output_tokens"))),
+)
+EXITED = SHAPES.exit_pattern
 
 
 def session_id(obj: dict) -> str | None:
@@ -54,31 +73,19 @@ def child_name(parent: str | None, child: Any) -> str | None:
 
 
 def usage_of(tokens: Any) -> dict:
-    """A chat record's ``tokens`` (``input`` includes ``cached``; ``thoughts`` are output)."""
-    if not isinstance(tokens, dict):
-        return {}
-    out = counts.translate(tokens, (("input", "input_tokens"), ("cached", "cached_input_tokens"),
-                                    ("output", "output_tokens"), ("thoughts", "")))
-    thoughts = out.pop("", None)
-    if thoughts:
-        out["output_tokens"] = out.get("output_tokens", 0) + thoughts
-        out["reasoning_output_tokens"] = thoughts  # (part of output: memfs.usage reports them)
-    return out
+    """A chat record's ``tokens`` as a Usage (:data:`SHAPES`)."""
+    return read_usage(SHAPES.usage, tokens)
 
 
 def disjoint(usage: dict) -> dict:
     """A :func:`usage_of` result in memfs's disjoint form (``input`` without the cached part)."""
-    cached = usage.get("cached_input_tokens", 0)
-    return {"input": max(usage.get("input_tokens", 0) - cached, 0), "cached_input": cached,
-            "output": usage.get("output_tokens", 0), "reasoning": usage.get("reasoning_output_tokens", 0)}
+    return request_tokens(SHAPES.usage, usage)
 
 
 def stats_usage(stats: Any) -> dict:
-    """The stream ``result``'s ``stats`` (the whole run: in ``-p`` mode, one turn)."""
-    if not isinstance(stats, dict):
-        return {}
-    return counts.translate(stats, (("input_tokens", "input_tokens"), ("cached", "cached_input_tokens"),
-                                    ("output_tokens", "output_tokens")))
+    """The stream ``result``'s ``stats`` as a Usage."""
+    assert SHAPES.stream_usage is not None
+    return read_usage(SHAPES.stream_usage, stats)
 
 
 def add_usages(usages) -> dict:
@@ -165,20 +172,8 @@ def shell_result(text: str) -> tuple[str, int | None, bool]:
 
 
 def kind_of(name: str) -> str:
-    """The item kind of a call of tool ``name``."""
-    if name == SHELL_TOOL:
-        return "command_execution"
-    if name in FILE_TOOLS:
-        return "file_change"
-    if name.startswith("mcp_"):
-        return "mcp_tool_call"
-    if name == "write_todos":
-        return "todo_list"
-    if name == "google_web_search":
-        return "web_search"
-    if name == "complete_task":
-        return "report"
-    return "tool"
+    """The item kind of a call of tool ``name`` (:data:`SHAPES`)."""
+    return common.kind_of(SHAPES, name)
 
 
 def mcp_names(name: str, display: Any = None) -> tuple[str, str]:
@@ -187,7 +182,7 @@ def mcp_names(name: str, display: Any = None) -> tuple[str, str]:
     m = _MCP_DISPLAY.match(display) if isinstance(display, str) else None
     if m:
         return m.group(2), m.group(1)
-    server, _, tool = name[len("mcp_"):].partition("_")
+    server, _, tool = name[len(SHAPES.mcp_prefix or ""):].partition("_")
     return server, tool or server
 
 

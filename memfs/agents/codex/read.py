@@ -51,7 +51,7 @@ The rollout mapping:
 Ids (shared contract): a call's item id is its ``call_id``; a message, reasoning, error or
 summary item is ``<turn id>:<n>`` (n counts those items in the turn); the to-do list of a turn
 is named by its first ``update_plan`` call. The shapes' small readers are in
-:mod:`memfs.ingest.codex_shapes`.
+:mod:`memfs.agents.codex.shapes`.
 """
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ import orjson
 
 from memfs import counts
 from memfs.agents import CODEX, UNKNOWN, Origin
+from memfs.agents.changes import event_changes
+from memfs.agents.codex import shapes
+from memfs.agents.codex.shapes import turn_signature  # noqa: F401  (identity's name for it)
 from memfs.ingest import (
     VarsState,
     bounded_output,
@@ -72,9 +75,6 @@ from memfs.ingest import (
     stamp_close,
     text_of,
 )
-from memfs.ingest import codex_shapes as shapes
-from memfs.ingest.changes import event_changes
-from memfs.ingest.codex_shapes import turn_signature  # noqa: F401  (identity's name for it)
 
 
 class ExecTranslator:
@@ -460,7 +460,7 @@ class RolloutTranslator(VarsState):
 
     @staticmethod
     def _changes(changes: Any) -> list[dict]:
-        return event_changes(changes)  # (with each change's diff or content: memfs.ingest.changes)
+        return event_changes(changes)  # (with each change's diff or content: memfs.agents.changes)
 
     def _command(self, call_id: Any, command: Any, exit_code: Any, status: Any, output: Any, ts: Any,
                  out: list) -> None:
@@ -529,7 +529,7 @@ class RolloutTranslator(VarsState):
             name = p.get("name") if isinstance(p.get("name"), str) else "tool"
             arguments = p.get("arguments") if t == "function_call" else p.get("input")
             self._progress()
-            if name == "update_plan":
+            if shapes.SHAPES.tools.get(name) == "todo_list":
                 args = shapes.json_or_text(arguments)
                 if isinstance(args, dict):
                     self._todo(args, call_id, ts, out)
@@ -557,7 +557,7 @@ class RolloutTranslator(VarsState):
         failed = success is False or (code is not None and code != 0)
         status = "failed" if failed else "completed"
         mcp = shapes.mcp_name(name, call.get("namespace"))
-        if name in shapes.SHELL_TOOLS:
+        if shapes.SHAPES.tools.get(name) == "command_execution":
             args = shapes.json_or_text(arguments)
             args = args if isinstance(args, dict) else {"command": arguments}
             self._command(call_id, args.get("command") or args.get("cmd"), code,
@@ -568,7 +568,7 @@ class RolloutTranslator(VarsState):
             result = {"content": content, "structured_content": structured if isinstance(structured, dict) else None}
             self._mcp(call_id, mcp[0], mcp[1], shapes.json_or_text(arguments), None if failed else result,
                       {"message": text} if failed else None, status, ts, out)
-        elif name == "apply_patch":
+        elif shapes.SHAPES.tools.get(name) == "file_change":
             self._once(call_id)
             patch = arguments if isinstance(arguments, str) else ""
             if patch.startswith("{"):
@@ -584,3 +584,6 @@ class RolloutTranslator(VarsState):
                              "status": "completed", "arguments": shapes.json_or_text(arguments)}, ts)
             self._item(out, {"id": f"{call_id}:out", "type": "tool_output", "call_id": call_id, "status": status,
                              "output": bounded_output(text)}, ts)
+
+
+TRANSLATORS = {"native": ExecTranslator, "rollout": RolloutTranslator}  # (memfs.agents.reader: kind -> translator)

@@ -1,6 +1,6 @@
 """OpenCode's store → sessions (SPEC §10, fourth agent): ``memfs import`` of its database.
 
-The database is read through :mod:`memfs.ingest.opencode_shapes` (read-only SQLite, one short
+The database is read through :mod:`memfs.agents.opencode.store` (read-only SQLite, one short
 transaction per session). One memfs session per OpenCode session: the session holding its id
 as ``conversation_id`` (agent ``opencode``), else a new one named by the id; a sub-agent's
 session (``parent_id`` set: the ``task`` tool) becomes the child ``<parent session>.<its id>``
@@ -44,13 +44,11 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from memfs.ingest import VarsState, bounded_output, bounded_prompt, child_session_name, conversations, dumps, identity
-from memfs.ingest.inputs import real_dir
-from memfs.ingest.opencode_shapes import (
+from memfs.agents.common import mcp_outcome
+from memfs.agents.opencode.shapes import BUILTIN_TOOLS, SHAPES
+from memfs.agents.opencode.store import (
     AGENT,
-    BUILTIN_TOOLS,
     DEFAULT_TITLE,
-    FILE_TOOLS,
     StoreError,
     error_message,
     is_store,
@@ -59,6 +57,8 @@ from memfs.ingest.opencode_shapes import (
     read_session,
     usage_of,
 )
+from memfs.ingest import VarsState, bounded_output, bounded_prompt, child_session_name, conversations, dumps, identity
+from memfs.ingest.inputs import real_dir
 from memfs.store.batch import append_tolerant
 from memfs.store.catalog import is_session_dir
 from memfs.store.config import DEFAULT_EVICT_TO
@@ -88,7 +88,8 @@ def tool_item(part: dict, children: dict[str, str]) -> dict | None:
     output = _str(state.get("output")) or _str(state.get("error"))
     failed = status == "error"
     done = "failed" if failed else "completed" if status == "completed" else "in_progress"
-    if name == "bash":
+    kind = SHAPES.tools.get(name)
+    if kind == "command_execution":
         exit_code = meta.get("exit") if type(meta.get("exit")) is int else None
         item = {"id": pid, "type": "command_execution", "command": _str(args.get("command")),
                 "aggregated_output": bounded_output(output or _str(meta.get("output"))),
@@ -96,12 +97,12 @@ def tool_item(part: dict, children: dict[str, str]) -> dict | None:
         if exit_code is not None:
             item["exit_code"] = exit_code
         return item
-    if name == "todowrite":
+    if kind == "todo_list":
         todos = args.get("todos") if isinstance(args.get("todos"), list) else []
         return {"id": pid, "type": "todo_list", "items": [
             {"text": _str(t.get("content")), "completed": t.get("status") == "completed", "status": _str(t.get("status"))}
             for t in todos if isinstance(t, dict)]}
-    if name in FILE_TOOLS:
+    if kind == "file_change":
         path = _str(args.get("filePath") or args.get("path"))
         return {"id": pid, "type": "file_change", "changes": [{"path": path, "kind": "add" if name == "write" else "update"}],
                 "status": done}
@@ -109,11 +110,7 @@ def tool_item(part: dict, children: dict[str, str]) -> dict | None:
         server, _, tool = name.partition("_")
         item = {"id": pid, "type": "mcp_tool_call", "tool_name": name, "server": server, "tool": tool,
                 "arguments": args, "status": done}
-        if failed:
-            item["result"], item["error"] = None, {"message": bounded_output(output)}
-        else:
-            item["result"], item["error"] = {"content": [{"type": "text", "text": bounded_output(output)}],
-                                             "structured_content": None}, None
+        item["result"], item["error"] = mcp_outcome(output, failed)
         return item
     item = {"id": pid, "type": "tool_invocation", "tool_name": name, "status": done, "arguments": args,
             "output": bounded_output(output)}
@@ -295,7 +292,7 @@ def import_store(root: Path, db: Path, *, dry_run: bool = False, max_events: int
                  evict_to: float = DEFAULT_EVICT_TO, only: str | Collection[str] | None = None,
                  into: str | None = None) -> list:
     """Import every session of OpenCode's database ``db`` (``only``: that one, or those —
-    ``import --follow``, :mod:`memfs.ingest.follow_opencode`; ``into``: into that memfs session,
+    ``import --follow``, :mod:`memfs.agents.opencode.follow`; ``into``: into that memfs session,
     whose conversation it continues — ``memfs resume --in opencode``); one :class:`ImportItem`
     per session (``source``: ``<db>#<session id>``)."""
     from memfs.ingest.importer import ImportItem
@@ -484,3 +481,6 @@ class StreamTranslator(VarsState):
             if part.get("reason") != "tool-calls":
                 self._close(out, None, ts)
         return out
+
+
+TRANSLATORS = {"opencode": StreamTranslator}  # (memfs.agents.reader: kind -> translator)

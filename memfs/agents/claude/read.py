@@ -13,7 +13,7 @@ same item ids (SPEC §10 "Identity"; the ingest drops what a session already hol
 The mapping:
 
 * Ids: a tool call's item is the ``tool_use.id`` (its result completes that same item, see
-  :mod:`memfs.ingest.claude_tools`); a text or thinking block is ``<message.id>:<n>``, ``n``
+  :mod:`memfs.agents.claude.tools`); a text or thinking block is ``<message.id>:<n>``, ``n``
   counting the blocks of that API message across the lines it is split over (a text block that
   memfs's export folded from an item Claude has no shape for — reasoning, a plan, a harness
   event, … — named in its line's ``memfs`` mark, is that item again); an API retry is
@@ -67,8 +67,8 @@ import orjson
 
 from memfs import counts
 from memfs.agents import CLAUDE
-from memfs.ingest import bounded_prompt, dumps, parse_object, request_entry, stamp_close, text_of
-from memfs.ingest.claude_tools import (
+from memfs.agents.claude.shapes import SHAPES
+from memfs.agents.claude.tools import (
     apply_task,
     call_item,
     child_session,
@@ -78,6 +78,8 @@ from memfs.ingest.claude_tools import (
     todo_item,
     unfold,
 )
+from memfs.agents.common import read_usage, request_tokens
+from memfs.ingest import bounded_prompt, dumps, parse_object, request_entry, stamp_close, text_of
 
 TURN_ENDING_STOPS = ("end_turn", "stop_sequence", "max_tokens", "refusal")
 INTERRUPTED = "[Request interrupted by user"
@@ -94,10 +96,8 @@ _STATE = ("thread_id", "session_id", "started", "in_turn", "turns", "run_closed"
 
 
 def usage_of(u: Any) -> dict:
-    """A Claude usage object as this family's Usage."""
-    return counts.translate(u, (("input_tokens", "input_tokens"), ("cache_read_input_tokens", "cached_input_tokens"),
-                                ("cache_creation_input_tokens", "cache_creation_tokens"),
-                                ("output_tokens", "output_tokens")))
+    """A Claude usage object as this family's Usage (:data:`SHAPES`: disjoint, kept so)."""
+    return read_usage(SHAPES.usage, u)
 
 
 def _with_status(text: str, status: Any) -> str:
@@ -270,9 +270,7 @@ class ClaudeTranslator:
         out = []
         for mid, u in self.turn_usage.items():
             model, at = self.turn_models.get(mid) or (None, None)
-            out.append(request_entry(model, {"input": u.get("input_tokens"), "cached_input": u.get("cached_input_tokens"),
-                                             "cache_creation": u.get("cache_creation_tokens"),
-                                             "output": u.get("output_tokens")}, at))
+            out.append(request_entry(model, request_tokens(SHAPES.usage, u), at))
         return out
 
     def _retry(self, obj: dict, out: list, attempt: Any, text: str) -> None:
@@ -544,3 +542,6 @@ class ClaudeTranslator:
         if isinstance(cost, (int, float)) and not isinstance(cost, bool):
             event["total_cost_usd"] = cost
         out.append(dumps(event))
+
+
+TRANSLATORS = {"claude": ClaudeTranslator}  # (memfs.agents.reader: kind -> translator)

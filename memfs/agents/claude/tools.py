@@ -1,5 +1,5 @@
 """Claude Code tool calls → items (SPEC §10): which item a call becomes, and how its result
-completes it. Used by :mod:`memfs.ingest.claude`; pure (a side file is read only through the
+completes it. Used by :mod:`memfs.agents.claude.read`; pure (a side file is read only through the
 reader a runner passes in).
 
 Every item's ``id`` is the call's ``tool_use.id``; the result completes that same item
@@ -13,16 +13,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
+from memfs.agents import common
+from memfs.agents.changes import claude_change
+from memfs.agents.claude.shapes import SHAPES
+from memfs.agents.common import REASONING, fold_text  # noqa: F401  (the writer's and reader's names)
 from memfs.ingest import bounded_output, child_session_name, text_of
-from memfs.ingest.changes import claude_change
 
-FILE_TOOLS = ("Edit", "Write", "MultiEdit", "NotebookEdit")
-WEB_TOOLS = ("WebSearch", "WebFetch")
-AGENT_TOOLS = ("Agent", "Task")  # the sub-agent tool (``stream-json`` ``init`` names it ``Task``)
-TASK_TOOLS = ("TaskCreate", "TaskUpdate")
-_EXIT_CODE = re.compile(r"\AExit code (\d{1,9})\b")
 _CREATED = re.compile(r"Task #([A-Za-z0-9_-]{1,64}) created")
 _PERSISTED = re.compile(r"Full output saved to: ([^\n]+)")
 _SAFE_ID = re.compile(r"\A[A-Za-z0-9_-]{1,128}\Z")
@@ -30,22 +26,8 @@ _SAFE_NAME = re.compile(r"\A[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}\Z")
 
 
 def kind_of(name: str) -> str:
-    """The item kind of a tool call by the tool's name."""
-    if name == "Bash":
-        return "command_execution"
-    if name in FILE_TOOLS:
-        return "file_change"
-    if name.startswith("mcp__"):
-        return "mcp_tool_call"
-    if name in WEB_TOOLS:
-        return "web_search"
-    if name == "TodoWrite":
-        return "todo_list"
-    if name in TASK_TOOLS:
-        return "tasks"
-    if name in AGENT_TOOLS:
-        return "agent"
-    return "tool"
+    """The item kind of a tool call by the tool's name (:data:`SHAPES`)."""
+    return common.kind_of(SHAPES, name)
 
 
 def call_item(kind: str, tid: str, name: str, args: dict, status: str) -> dict:
@@ -58,7 +40,7 @@ def call_item(kind: str, tid: str, name: str, args: dict, status: str) -> dict:
         path = args.get("file_path") or args.get("notebook_path") or args.get("path") or ""
         return {"id": tid, "type": kind, "changes": [{"path": str(path), "kind": "update"}], "status": status}
     if kind == "mcp_tool_call":
-        server, _, tool = name[len("mcp__"):].partition("__")
+        server, _, tool = name[len(SHAPES.mcp_prefix or ""):].partition("__")
         return {"id": tid, "type": kind, "tool_name": name, "server": server, "tool": tool or server,
                 "arguments": args, "status": status}
     if kind == "web_search":
@@ -156,10 +138,10 @@ def result_item(call: dict, tid: str, block: dict, extra: Any, output: str) -> d
     status = "failed" if failed else "completed"
     item = call_item(kind, tid, name, args, status)
     if kind == "command_execution":
-        m = _EXIT_CODE.match(output)
+        code = common.exit_code(SHAPES, output)
         interrupted = isinstance(extra, dict) and extra.get("interrupted") is True
-        if m:
-            item["exit_code"] = int(m.group(1))
+        if code is not None:
+            item["exit_code"] = code
         elif not failed and not interrupted:
             item["exit_code"] = 0
         if interrupted:
@@ -170,15 +152,7 @@ def result_item(call: dict, tid: str, block: dict, extra: Any, output: str) -> d
             item["changes"][0]["kind"] = "add"
         claude_change(item["changes"][0], name, args)
     elif kind == "mcp_tool_call":
-        if failed:
-            item["error"] = {"message": bounded_output(output)}
-            item["result"] = None
-        else:
-            content = block.get("content")
-            if not isinstance(content, list) or len(output.encode()) > 4096:
-                content = [{"type": "text", "text": bounded_output(output)}]
-            item["result"] = {"content": content, "structured_content": None}
-            item["error"] = None
+        item["result"], item["error"] = common.mcp_outcome(output, failed, block.get("content"))
     elif kind == "web_search":
         pass
     else:
@@ -187,31 +161,6 @@ def result_item(call: dict, tid: str, block: dict, extra: Any, output: str) -> d
 
 
 FOLDED = "memfs"  # a transcript line's key naming the blocks an export folded into text (SPEC §11)
-REASONING = "Reasoning: "  # the text a folded reasoning block begins with
-
-
-def fold_text(item: dict) -> str | None:
-    """What an item the target has no shape for says, as text (None: the item is a message or
-    a tool call, which the targets express)."""
-    kind = item.get("type")
-    if kind == "reasoning":
-        return f"{REASONING}{item.get('text') or ''}"
-    if kind == "plan":
-        return f"Plan: {item.get('text') or ''}"
-    if kind == "decision":
-        return f"Decision: {item.get('summary') or ''} ({item.get('rationale') or ''})"
-    if kind == "harness":
-        return f"[{item.get('event') or 'harness'}] {item.get('message') or ''}".rstrip()
-    if kind == "user_message":
-        return f"User: {item.get('text') or ''}"
-    if kind == "tool_output":
-        return f"Output of tool call {item.get('call_id') or '?'}: {item.get('output') or ''}"
-    if kind in ("agent_message", "command_execution", "mcp_tool_call", "file_change", "todo_list",
-                "web_search", "tool_invocation", "error"):
-        return None
-    return f"[{kind}] {orjson.dumps({k: v for k, v in item.items() if k != 'id'}).decode()}"
-
-
 def fold_mark(folded: dict[int, dict]) -> dict:
     """The mark of an assistant line whose blocks ``{index: item}`` are folded items: reasoning
     by index only (its text is the block's), any other item whole but its id."""

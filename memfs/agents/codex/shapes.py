@@ -1,6 +1,8 @@
-"""Codex rollout shapes → values of this event family: small pure readers used by
-:mod:`memfs.ingest.codex` (command lines, tool outputs and their exit codes, MCP results,
-prompts). Shapes of ``codex-rs/protocol`` as Codex CLI 0.171 writes them, older ones too."""
+"""Codex's table (:data:`SHAPES`: tool names, the ``Process exited with code N`` wrapper of a
+command's output, its ``TokenUsage``), used by :mod:`memfs.agents.codex.read` and
+:mod:`memfs.agents.codex.write`, and small pure readers of rollout shapes used by the reader
+(command lines, tool outputs and their exit codes, MCP results, prompts). Shapes of
+``codex-rs/protocol`` as Codex CLI 0.171 writes them, older ones too."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ from typing import Any
 
 import orjson
 
-from memfs import counts
+from memfs.agents import common
+from memfs.agents.changes import patch_changes  # noqa: F401  (the Codex reader's name for it)
+from memfs.agents.common import Shapes, UsageShape, read_usage
 from memfs.ingest import text_of
-from memfs.ingest.changes import patch_changes  # noqa: F401  (the Codex reader's name for it)
 
 SHELL_TOOLS = ("shell", "container.exec", "exec_command", "local_shell", "shell_command")
 # user-role text Codex writes itself: environment, instructions, notices (never the prompt)
@@ -20,20 +23,28 @@ NOT_PROMPT = ("<environment_context>", "<user_instructions>", "<INSTRUCTIONS>", 
               "<skills_instructions>", "<permissions instructions>", "<user_shell_command>", "<turn_aborted>",
               "<collaboration_mode>", "<personality", "<apps_instructions>")
 SUMMARY_PREFIX = "Another language model started to solve this problem"
-EXIT_LINE = re.compile(r"^Process exited with code (-?\d{1,9})$", re.M)
 # 0.171 ``item_completed`` item types: a rollout that writes them has its answers there
 V2_ITEMS = frozenset(("UserMessage", "AgentMessage", "Reasoning", "CommandExecution", "McpToolCall",
                       "FileChange", "WebSearch", "ContextCompaction", "Plan"))
 USAGE_KEYS = ("input_tokens", "cached_input_tokens", "output_tokens")
 
+SHAPES = Shapes(
+    name="codex",
+    tools={**dict.fromkeys(SHELL_TOOLS, "command_execution"), "apply_patch": "file_change",
+           "update_plan": "todo_list"},
+    writes={"command_execution": "exec_command", "file_change": "apply_patch", "todo_list": "update_plan"},
+    mcp_prefix="mcp__",
+    exit_pattern=re.compile(r"^Process exited with code (-?\d{1,9})$", re.M),
+    exit_format="Process exited with code {code}\nOutput:\n{output}",
+    # input_tokens counts the cache reads; output_tokens the reasoning
+    usage=UsageShape(tuple((key, key) for key in (*USAGE_KEYS, "reasoning_output_tokens"))),
+)
+
 
 def usage_of(u: Any) -> dict:
     """The token counters of a Codex ``TokenUsage`` this family has a place for, and its
     ``reasoning_output_tokens`` when there are any (part of output; memfs.usage reports them)."""
-    out = counts.translate(u, (*((key, key) for key in USAGE_KEYS), ("reasoning_output_tokens", "reasoning_output_tokens")))
-    if not out.get("reasoning_output_tokens"):
-        out.pop("reasoning_output_tokens", None)
-    return out
+    return read_usage(SHAPES.usage, u)
 
 
 def request_tokens(total: dict, before: dict) -> dict | None:
@@ -46,9 +57,7 @@ def request_tokens(total: dict, before: dict) -> dict | None:
         grew = dict(total)
     if not any(grew.values()):
         return None
-    cached = grew.get("cached_input_tokens", 0)
-    return {"input": max(grew.get("input_tokens", 0) - cached, 0), "cached_input": cached,
-            "output": grew.get("output_tokens", 0), "reasoning": grew.get("reasoning_output_tokens", 0)}
+    return common.request_tokens(SHAPES.usage, grew)
 
 
 def command_text(value: Any) -> str:
@@ -107,8 +116,7 @@ def tool_output(output: Any) -> tuple[str, int | None, bool | None]:
     code = None
     head, sep, rest = text.partition("\nOutput:\n")
     if sep and len(head) < 1024:
-        m = EXIT_LINE.search(head)
-        code = int(m.group(1)) if m else None
+        code = common.exit_code(SHAPES, head)
         text = rest
     return text, code, None
 

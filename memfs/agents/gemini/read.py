@@ -2,7 +2,7 @@
 
 Shapes followed: Gemini CLI 0.61 (``chatRecordingService.ts``, ``chatRecordingTypes.ts``,
 ``output/types.ts``; the fixtures in ``tests/fixtures/agents/gemini``); which lines are whose:
-:func:`memfs.ingest.gemini_shapes.shape`. One translator reads both:
+:func:`memfs.agents.gemini.shapes.shape`. One translator reads both:
 
 * **stream-json**: ``init``, ``message`` (the user's prompt; the model's text in ``delta``
   pieces), ``tool_use``/``tool_result`` (``tool_id``), ``error``, ``result`` (``status``,
@@ -43,9 +43,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from memfs.ingest import VarsState, bounded_output, bounded_prompt, dumps, parse_object, request_entry, stamp_close
-from memfs.ingest.changes import gemini_change
-from memfs.ingest.gemini_shapes import (
+from memfs.agents.changes import gemini_change
+from memfs.agents.common import mcp_outcome
+from memfs.agents.gemini.shapes import (
     AGENT,
     EXITED,
     FINAL_STATUSES,
@@ -66,6 +66,7 @@ from memfs.ingest.gemini_shapes import (
     stats_usage,
     usage_of,
 )
+from memfs.ingest import VarsState, bounded_output, bounded_prompt, dumps, parse_object, request_entry, stamp_close
 
 ROLLED_BACK = "the request failed: Gemini CLI took the turn back out of its history"
 ENDED_EARLY = "the run ended before Gemini answered"
@@ -235,12 +236,7 @@ class GeminiTranslator(VarsState):
                 item["changes"][0]["kind"] = "add"
             gemini_change(item["changes"][0], args, result)
         elif kind == "mcp_tool_call":
-            if failed:
-                item["result"], item["error"] = None, {"message": bounded_output(output)}
-            else:
-                item["result"] = {"content": [{"type": "text", "text": bounded_output(output)}],
-                                  "structured_content": None}
-                item["error"] = None
+            item["result"], item["error"] = mcp_outcome(output, failed)
         elif kind == "tool":
             item["output"] = bounded_output(output)
         self._shared(out, {"type": "item.completed", "item": item})
@@ -541,3 +537,6 @@ class GeminiTranslator(VarsState):
                 children.append(child)
         self._tool_done(out, tid, name, args, failed=failed, output=output, exit_code=exit_code,
                         display=call.get("displayName"), extra=extra, new_file=new_file, result=display)
+
+
+TRANSLATORS = {"gemini": GeminiTranslator}  # (memfs.agents.reader: kind -> translator)

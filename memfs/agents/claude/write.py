@@ -1,6 +1,6 @@
 """A conversation as a Claude Code transcript (SPEC §11): the lines ``claude --resume <uuid>``
 reads from ``~/.claude/projects/<cwd slug>/<uuid>.jsonl``. Shapes of Claude Code 2.1.332 (the
-captured fixtures; docs/agents.md), read back by :mod:`memfs.ingest.claude`.
+captured fixtures; docs/agents.md), read back by :mod:`memfs.agents.claude.read`.
 
 Every line carries ``sessionId`` (= the file's name), ``cwd``, ``version``, ``timestamp``,
 ``uuid`` and ``parentUuid`` — the previous line's, so that the chain Claude Code follows back
@@ -13,8 +13,8 @@ recorded result gets an ``is_error`` result saying so. Items map as the importer
 back: commands → ``Bash``, MCP calls → ``mcp__<server>__<tool>``, file changes → ``Edit`` /
 ``Write`` (one per path), to-do lists → ``TodoWrite``, web searches → ``WebSearch``, other
 tools under their own names; reasoning, plans, decisions, summaries, a lone tool output are
-folded into text blocks ("Reasoning: …", :func:`~memfs.ingest.claude_tools.fold_text`) that
-their line's ``memfs`` key names (:func:`~memfs.ingest.claude_tools.fold_mark`), so that an import
+folded into text blocks ("Reasoning: …", :func:`~memfs.agents.common.fold_text`) that
+their line's ``memfs`` key names (:func:`~memfs.agents.claude.tools.fold_mark`), so that an import
 restores them as they were (Claude Code ignores the key; a thinking block would need the model's
 signature), API retries are ``system``/``api_error`` lines, and
 a failed turn ends with Claude Code's own API-error message (``isApiErrorMessage``).
@@ -30,13 +30,13 @@ from typing import Any
 import orjson
 
 from memfs import counts
+from memfs.agents.claude.shapes import SHAPES
+from memfs.agents.claude.tools import FOLDED, fold_mark, fold_text
+from memfs.agents.common import NO_RESULT, exit_code, native_usage, with_exit
 from memfs.export.conversation import NAMESPACE, Clock, Conversation, Turn, parse_time
-from memfs.ingest.claude_tools import FOLDED, fold_mark, fold_text
 
 VERSION = "2.1.332"  # the Claude Code version these shapes were checked against
 _RETRY = re.compile(r"\AAPI retry (\d{1,9})/(\d{1,9}|None): (.*)\Z", re.S)
-_EXIT = re.compile(r"\AExit code \d{1,9}\b")
-NO_RESULT = "memfs: no result was recorded for this call (the session ended before it finished)"
 
 
 def slug(cwd: str) -> str:
@@ -141,11 +141,8 @@ class _Writer:
             self._retry(r)
         failed_retries = retries
         if last_assistant is not None:
-            usage, own = last_assistant["message"]["usage"], turn.disjoint_usage()  # (Claude's counts are disjoint)
-            for src, dst in (("input_tokens", "input_tokens"), ("cached_input_tokens", "cache_read_input_tokens"),
-                             ("cache_creation_tokens", "cache_creation_input_tokens"),
-                             ("output_tokens", "output_tokens")):
-                usage[dst] = own[src]
+            usage = last_assistant["message"]["usage"]
+            usage.update(native_usage(SHAPES.usage, turn.disjoint_usage()))
             if turn.usage_error is not None:  # memfs's own marker: a re-import keeps the turn's usage refused
                 usage[counts.ERROR] = turn.usage_error
         if turn.outcome == "failed":
@@ -195,7 +192,7 @@ class _Writer:
 
 
 def _zero() -> dict:
-    return {"input_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 0}
+    return native_usage(SHAPES.usage, {})
 
 
 def _text_block(item: dict) -> dict | None:
@@ -226,15 +223,16 @@ def _tool_blocks(item: dict) -> list[tuple[dict, dict, dict | None]]:
         failed = status == "failed" or (type(code) is int and code != 0)
         if status == "in_progress":
             output, failed = NO_RESULT, True
-        elif failed and type(code) is int and not _EXIT.match(output):
-            output = f"Exit code {code}\n{output}"
-        use = {"type": "tool_use", "id": iid, "name": "Bash", "input": {"command": command}}
+        elif failed and type(code) is int and exit_code(SHAPES, output) is None:
+            output = with_exit(SHAPES, code, output)
+        use = {"type": "tool_use", "id": iid, "name": SHAPES.writes["command_execution"], "input": {"command": command}}
         extra = {"stdout": output, "stderr": "", "interrupted": False, "isImage": False}
         return [(use, _result(iid, output, failed), extra)]
     if kind == "mcp_tool_call":
         server, tool = str(item.get("server") or ""), str(item.get("tool") or "")
+        prefix = SHAPES.mcp_prefix or ""
         name = item.get("tool_name") if isinstance(item.get("tool_name"), str) and \
-            str(item.get("tool_name")).startswith("mcp__") else f"mcp__{server}__{tool}"
+            str(item.get("tool_name")).startswith(prefix) else f"{prefix}{server}__{tool}"
         args = item.get("arguments") if isinstance(item.get("arguments"), dict) else {}
         error = item.get("error") if isinstance(item.get("error"), dict) else None
         result = item.get("result") if isinstance(item.get("result"), dict) else None
@@ -254,7 +252,7 @@ def _tool_blocks(item: dict) -> list[tuple[dict, dict, dict | None]]:
         for k, change in enumerate(changes):
             cid = iid if k == 0 else f"{iid}_{k}"
             add = change.get("kind") == "add"
-            name = "Write" if add else "Edit"
+            name = SHAPES.writes["file_change.add" if add else "file_change"]
             text = f"{'Deleted' if change.get('kind') == 'delete' else 'Changed'} {change.get('path')}"
             use = {"type": "tool_use", "id": cid, "name": name, "input": {"file_path": str(change.get("path"))}}
             out.append((use, _result(cid, "failed" if failed else text, failed), {"type": "create"} if add else None))
@@ -263,14 +261,16 @@ def _tool_blocks(item: dict) -> list[tuple[dict, dict, dict | None]]:
         todos = [{"content": str(t.get("text", "")), "activeForm": str(t.get("text", "")),
                   "status": "completed" if t.get("completed") is True else "pending"}
                  for t in item.get("items") or [] if isinstance(t, dict)]
-        use = {"type": "tool_use", "id": iid, "name": "TodoWrite", "input": {"todos": todos}}
+        use = {"type": "tool_use", "id": iid, "name": SHAPES.writes["todo_list"], "input": {"todos": todos}}
         return [(use, _result(iid, "Todos have been modified successfully.", False), None)]
     if kind == "web_search":
         action = item.get("action") if isinstance(item.get("action"), dict) else {}
         if action.get("type") == "open_page":
-            use = {"type": "tool_use", "id": iid, "name": "WebFetch", "input": {"url": str(item.get("query") or "")}}
+            use = {"type": "tool_use", "id": iid, "name": SHAPES.writes["web_search.open_page"],
+                   "input": {"url": str(item.get("query") or "")}}
         else:
-            use = {"type": "tool_use", "id": iid, "name": "WebSearch", "input": {"query": str(item.get("query") or "")}}
+            use = {"type": "tool_use", "id": iid, "name": SHAPES.writes["web_search"],
+                   "input": {"query": str(item.get("query") or "")}}
         return [(use, _result(iid, "(the results were not recorded)", False), None)]
     # tool_invocation (its result: an ``output`` of its own, or the paired tool_output)
     name = item.get("tool_name") if isinstance(item.get("tool_name"), str) and item.get("tool_name") else "tool"

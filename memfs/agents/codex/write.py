@@ -1,7 +1,7 @@
 """A conversation as a Codex rollout (SPEC §11): the lines ``codex exec resume <uuid>`` reads
 from ``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<uuid>.jsonl``. Shapes of
 ``codex-rs/protocol`` (``RolloutLine``: ``{timestamp, type, payload}``) as Codex CLI 0.171.0
-reads them (the captured fixtures; docs/agents.md), read back by :mod:`memfs.ingest.codex`.
+reads them (the captured fixtures; docs/agents.md), read back by :mod:`memfs.agents.codex.read`.
 
 The first line is ``session_meta`` whose ``id`` is the file name's UUID. ``model_provider`` is
 the provider the target Codex is configured with (``provider``), or absent: Codex refuses to
@@ -29,7 +29,8 @@ from typing import Any
 import orjson
 
 from memfs import counts
-from memfs.export.claude import NO_RESULT, fold_text
+from memfs.agents.codex.shapes import SHAPES
+from memfs.agents.common import NO_RESULT, fold_text, native_usage, with_exit
 from memfs.export.conversation import NAMESPACE, Clock, Conversation, Turn, parse_time
 
 VERSION = "0.171.0"  # the Codex CLI version these shapes were checked against
@@ -85,11 +86,8 @@ class _Writer:
         last_text: str | None = None
         for item in turn.items:
             last_text = self._one(item) or last_text
-        turn_usage = dict.fromkeys(_CODEX_USAGE, 0)
-        own = turn.disjoint_usage()  # Codex counts cache reads (and writes, which it has no field for) in input
-        turn_usage["input_tokens"] = own["input_tokens"] + own["cached_input_tokens"] + own["cache_creation_tokens"]
-        turn_usage["cached_input_tokens"] = own["cached_input_tokens"]
-        turn_usage["output_tokens"] = own["output_tokens"]
+        # (Codex counts cache reads, and writes, which it has no field for, in input)
+        turn_usage = native_usage(SHAPES.usage, turn.disjoint_usage())
         turn_usage["total_tokens"] = turn_usage["input_tokens"] + turn_usage["output_tokens"]
         if turn.outcome == "open":
             return
@@ -136,12 +134,12 @@ class _Writer:
             if status == "in_progress":
                 text = NO_RESULT
             elif type(code) is int:
-                text = f"Process exited with code {code}\nOutput:\n{output}"
+                text = with_exit(SHAPES, code, output)
             elif status == "failed":
-                text = f"Process exited with code 1\nOutput:\n{output}"
+                text = with_exit(SHAPES, 1, output)
             else:
                 text = output
-            self._call(iid, "exec_command", {"cmd": str(item.get("command") or "")}, text)
+            self._call(iid, SHAPES.writes["command_execution"], {"cmd": str(item.get("command") or "")}, text)
         elif kind == "mcp_tool_call":
             self._mcp(item, iid)
         elif kind == "file_change":
@@ -149,12 +147,12 @@ class _Writer:
             heads = {"add": "Add", "delete": "Delete"}
             patch = "\n".join(["*** Begin Patch", *(f"*** {heads.get(str(c.get('kind')), 'Update')} File: {c.get('path')}"
                                                      for c in changes), "*** End Patch"])
-            output = "Process exited with code 1\nOutput:\npatch failed" if status == "failed" else "Success."
-            self._call(iid, "apply_patch", {"input": patch}, output)
+            output = with_exit(SHAPES, 1, "patch failed") if status == "failed" else "Success."
+            self._call(iid, SHAPES.writes["file_change"], {"input": patch}, output)
         elif kind == "todo_list":
             plan = [{"step": str(t.get("text", "")), "status": "completed" if t.get("completed") is True else "pending"}
                     for t in item.get("items") or [] if isinstance(t, dict)]
-            self._call(iid, "update_plan", {"plan": plan}, "Plan updated")
+            self._call(iid, SHAPES.writes["todo_list"], {"plan": plan}, "Plan updated")
         elif kind == "web_search":
             action = item.get("action") if isinstance(item.get("action"), dict) else {}
             query = str(item.get("query") or "")
@@ -176,11 +174,11 @@ class _Writer:
     def _mcp(self, item: dict, iid: str) -> None:
         server, tool = str(item.get("server") or ""), str(item.get("tool") or "")
         if not tool and isinstance(item.get("tool_name"), str):
-            server, _, tool = item["tool_name"].removeprefix("mcp__").partition("__")
+            server, _, tool = item["tool_name"].removeprefix(SHAPES.mcp_prefix or "").partition("__")
         args = item.get("arguments") if isinstance(item.get("arguments"), dict) else {}
         error = item.get("error") if isinstance(item.get("error"), dict) else None
         result = item.get("result") if isinstance(item.get("result"), dict) else None
-        name = f"mcp__{server}__{tool}"
+        name = f"{SHAPES.mcp_prefix}{server}__{tool}"
         self._item({"type": "function_call", "name": name, "arguments": orjson.dumps(args).decode(), "call_id": iid})
         end: dict = {"type": "mcp_tool_call_end", "call_id": iid,
                      "invocation": {"server": server, "tool": tool, "arguments": args},

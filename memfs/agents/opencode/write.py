@@ -1,13 +1,13 @@
 """A conversation as an OpenCode session file (SPEC §11): what ``opencode import FILE`` reads —
 the shape ``opencode export`` writes (OpenCode 1.18.33): ``{"info": session, "messages":
 [{"info": message, "parts": [part, …]}, …]}`` — so that ``opencode run --session ID`` continues
-it. Read back by :mod:`memfs.ingest.opencode` once OpenCode wrote it into its database.
+it. Read back by :mod:`memfs.agents.opencode.read` once OpenCode wrote it into its database.
 
 Per turn: a user message (its prompt as a ``text`` part) and the assistant messages answering
 it (``parentID``; a new one after each run of tool calls, as OpenCode writes one per request,
 so the model sees the turn in its order), holding the turn's texts as ``text`` parts and its
 commands as ``bash`` ``tool`` parts (``state``: the command, its output, ``metadata.exit``); what OpenCode has no part for is
-folded into text (:func:`memfs.export.claude.fold_text`); a failed turn's assistant message
+folded into text (:func:`memfs.agents.common.fold_text`); a failed turn's assistant message
 carries the failure as its ``error``. Its tokens are the turn's usage in OpenCode's disjoint
 form. Ids are OpenCode's: ``ses_``/``msg_``/``prt_`` and 26 characters, message and part ids
 ascending in time as OpenCode's are (it orders by them), derived from the session so that a
@@ -23,7 +23,8 @@ from typing import Any
 
 import orjson
 
-from memfs.export.claude import NO_RESULT, fold_text
+from memfs.agents.common import NO_RESULT, fold_text, ms_of, native_usage
+from memfs.agents.opencode.shapes import SHAPES
 from memfs.export.conversation import Clock, Conversation, parse_time
 
 VERSION = "1.18.33"  # the OpenCode version these shapes were checked against
@@ -43,9 +44,9 @@ def session_id(conv: Conversation) -> str:
 
 
 def _ms(text: Any) -> int:
-    value = parse_time(text)
+    value = ms_of(text)
     assert value is not None
-    return int(value.timestamp() * 1000)
+    return value
 
 
 class _Writer:
@@ -80,13 +81,8 @@ class _Writer:
         user = self._message(start, role="user", time={"created": start}, agent="build", model=model)
         self._part(user, start, type="text", text=turn.prompt or "(no prompt recorded)")
         begun = _ms(self.clock.at())
-        usage = turn.usage or {}
-        cached = int(usage.get("cached_input_tokens") or 0)
-        written = int(usage.get("cache_creation_tokens") or 0)
-        tokens = {"input": max(int(usage.get("input_tokens") or 0) - cached - written, 0),
-                  "output": int(usage.get("output_tokens") or 0), "reasoning": 0,
-                  "cache": {"read": cached, "write": written}}
-        zero = {"input": 0, "output": 0, "reasoning": 0, "cache": {"read": 0, "write": 0}}
+        tokens = native_usage(SHAPES.usage, turn.disjoint_usage())
+        zero = native_usage(SHAPES.usage, {})
 
         def assistant(ms: int) -> dict:
             return self._message(ms, parentID=user["info"]["id"], role="assistant", mode="build", agent="build",
@@ -109,7 +105,7 @@ class _Writer:
                 exit_code = item.get("exit_code") if type(item.get("exit_code")) is int else None
                 command = str(item.get("command") or "")
                 text = output if output is not None else NO_RESULT
-                self._part(answer, at, type="tool", tool="bash", callID=f"call_{self.counter}", state={
+                self._part(answer, at, type="tool", tool=SHAPES.writes["command_execution"], callID=f"call_{self.counter}", state={
                     "status": "completed", "input": {"command": command, "description": command[:60]},
                     "output": text, "title": command,
                     "metadata": {"output": text, "exit": exit_code, "description": command[:60], "truncated": False},

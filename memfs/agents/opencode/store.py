@@ -18,7 +18,6 @@ link, is opened. No other I/O here.
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import sqlite3
 import stat
@@ -28,6 +27,8 @@ from urllib.parse import quote
 
 import orjson
 
+from memfs.agents.common import iso_ms, read_usage
+from memfs.agents.opencode.shapes import SHAPES
 from memfs.errors import MemfsError
 
 AGENT = "opencode"
@@ -35,14 +36,6 @@ DB_NAME = "opencode.db"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT = 5.0  # seconds to wait for a writer's lock (reads in WAL mode rarely wait)
 DEFAULT_TITLE = "New session - "  # OpenCode's placeholder title, until its title request answers
-
-# OpenCode's built-in tools; any other name is an MCP tool, named ``<server>_<tool>``
-BUILTIN_TOOLS = frozenset((
-    "bash", "read", "write", "edit", "multiedit", "patch", "apply_patch", "glob", "grep", "list", "ls",
-    "task", "todowrite", "todoread", "webfetch", "websearch", "codesearch", "skill", "question", "lsp",
-    "batch", "invalid", "plan_enter", "plan_exit",
-))
-FILE_TOOLS = frozenset(("write", "edit", "multiedit", "patch", "apply_patch"))
 
 
 class StoreError(MemfsError):
@@ -161,37 +154,14 @@ def read_session(db: Path, sid: str) -> tuple[list[dict], dict[str, list[dict]]]
 # --- values ---------------------------------------------------------------------------------------
 
 
-def iso(ms: Any) -> str | None:
-    """OpenCode's times (ms since the epoch) as RFC 3339, or None."""
-    if type(ms) not in (int, float) or ms <= 0:
-        return None
-    try:
-        return _dt.datetime.fromtimestamp(ms / 1000, _dt.UTC).isoformat(timespec="milliseconds").replace(
-            "+00:00", "Z")
-    except (OverflowError, OSError, ValueError):
-        return None
-
-
-def _int(v: Any) -> int:
-    return v if type(v) is int and v >= 0 else 0
+iso = iso_ms  # OpenCode's times (ms since the epoch) as RFC 3339, or None
 
 
 def usage_of(tokens: Any) -> dict:
-    """A message's or step's ``tokens`` in memfs's Usage keys. OpenCode's counts are disjoint
-    (``input`` excludes the cache reads and writes, ``output`` excludes ``reasoning``); memfs's
-    ``input_tokens`` includes the cached ones (it subtracts them) and ``output_tokens`` the
-    reasoning ones."""
-    if not isinstance(tokens, dict):
-        return {}
-    cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
-    read, write, reasoning = _int(cache.get("read")), _int(cache.get("write")), _int(tokens.get("reasoning"))
-    out = {"input_tokens": _int(tokens.get("input")) + read + write, "cached_input_tokens": read,
-           "output_tokens": _int(tokens.get("output")) + reasoning}
-    if write:
-        out["cache_write_input_tokens"] = write
-    if reasoning:
-        out["reasoning_output_tokens"] = reasoning
-    return out
+    """A message's or step's ``tokens`` in memfs's Usage keys (:data:`SHAPES`: OpenCode's counts
+    are disjoint; memfs's ``input_tokens`` includes the cached ones and ``output_tokens`` the
+    reasoning ones)."""
+    return read_usage(SHAPES.usage, tokens)
 
 
 def error_message(error: Any) -> str | None:

@@ -1,13 +1,13 @@
 """``memfs import --follow`` of OpenCode's database (SPEC §10, the fourth agent).
 
 OpenCode keeps its sessions in one SQLite database in WAL mode
-(:mod:`memfs.ingest.opencode_shapes`): a change is a commit to ``opencode.db-wal`` (to
+(:mod:`memfs.agents.opencode.store`): a change is a commit to ``opencode.db-wal`` (to
 ``opencode.db`` itself in a rollback-journal database). :func:`memfs.ingest.follow.follow`
 watches the data directory with inotify and tells a :class:`StoreFollower` of writes to those two
 files; it waits for a quiet spell (:data:`DEBOUNCE`, never more than :data:`MAX_WAIT` after the
 first write: OpenCode writes many times a second while it streams), then asks the database which
 sessions have rows updated since the last pass (:func:`recent_sessions`) and imports those with
-:func:`memfs.ingest.opencode.import_store` — the plain import's identity and bookkeeping, so a
+:func:`memfs.agents.opencode.read.import_store` — the plain import's identity and bookkeeping, so a
 follow, a plain import and a follow again add each thing once, and a running turn stays open
 until OpenCode's record says it ended.
 
@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from memfs.ingest.opencode_shapes import StoreError, connect
+from memfs.agents.opencode.store import StoreError, connect
 
 DEBOUNCE = 0.1  # seconds without a write before a pass
 MAX_WAIT = 0.5  # seconds after the first write at most
@@ -149,8 +149,8 @@ class StoreFollower:
     def sync(self) -> None:
         """One pass: every session the first time (or when another database took its place),
         then the sessions updated since the last good pass."""
+        from memfs.agents.opencode.read import import_store
         from memfs.ingest.importer import ImportItem
-        from memfs.ingest.opencode import import_store
 
         stat = self.fingerprint()
         started = time.time() * 1000
