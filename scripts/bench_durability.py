@@ -261,6 +261,10 @@ def breakdown(rates: dict[str, list[float]], parts: dict[str, list[float]], loop
         if c is None:  # the floor's parts are memfs's too (nullfs and the floor's work are in memfs's round trip)
             c = b
         lines.append(f"{name:<{width}}  {a}  {b}  {c}")
+    spread = statistics.quantiles(native, n=4, method="inclusive") if len(native) > 1 else [native[0]] * 3
+    lines.append(f"(the time parts are differences of rates taken moments apart, so they hold only while the disk's "
+                 f"speed does — native's append took {spread[0]:.0f}–{spread[2]:.0f} µs between the rounds' quartiles "
+                 f"here; while it moves they can even come out below 0. The loop-CPU rows do not depend on the disk.)")
     return "\n".join(lines)
 
 
