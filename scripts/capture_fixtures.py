@@ -226,8 +226,8 @@ def interrupted(agent):
 def model_switch(agent):
     if agent == "opencode":
         return None
-    models = {"claude": ["claude-opus-5-5", "claude-haiku-4-5"], "gemini": ["gemini-2.5-pro", "gemini-2.5-flash"],
-              "codex": ["gpt-5.5", "gpt-5.4-mini"]}  # (codex exec resume -m)
+    models = {"claude": ["claude-opus-5-5", "claude-haiku-4-5"], "codex": ["gpt-5.5", "gpt-5.4-mini"],
+              "gemini": ["gemini-2.5-pro", "gemini-2.5-flash"]}
     return {"about": "a run of two requests (a shell command, then the answer) on one model, then the conversation "
                      "resumed on another model (--model / -m): each request names its model",
             "prompts": ["What files are in the project?", "What is the project about?"],

@@ -477,8 +477,8 @@ def _usage_tokens(store: Path) -> dict[str, tuple]:
 
 
 @pytest.mark.parametrize("agent, scenario", [("gemini", "compact"), ("gemini", "subagent"),
-                                             ("claude", "resume_two_turns"), ("claude", "model_switch"), ("codex", "model_switch"),
-                                             ("gemini", "model_switch")])
+                                             ("claude", "resume_two_turns"), ("claude", "model_switch"),
+                                             ("gemini", "model_switch"), ("codex", "model_switch")])
 def test_recorded_then_imported_ends_with_the_file_s_totals(agent, scenario, tmp_path):
     """A conversation captured by ``record`` and then imported from the agent's own file ends
     with the file's token counts, times and cost, turn for turn: the file is the agent's final record (Gemini's

@@ -478,3 +478,70 @@ def test_a_failed_turn_captured_twice_is_stored_once_one_to_one(tmp_path):
     shutil.copyfile(runs[0], third)
     memfs_import(store, third)
     check(store, 3)
+
+
+# --- a model switch between runs ------------------------------------------------------------------
+
+
+def rollout_requests(path: Path) -> list[list[tuple[str, int, int, int]]]:
+    """Per turn of a rollout, its model requests as ``(model, input, cached, output)``: each
+    ``token_count``'s ``last_token_usage``, on the model of the turn's ``turn_context``."""
+    turns: list[list[tuple[str, int, int, int]]] = []
+    model = None
+    for raw in path.read_bytes().splitlines():
+        obj = orjson.loads(raw)
+        p = obj.get("payload") or {}
+        if payload_type(obj) == "task_started":
+            turns.append([])
+        elif obj["type"] == "turn_context":
+            model = p["model"]
+        elif payload_type(obj) == "token_count" and (p.get("info") or {}).get("last_token_usage"):
+            last = p["info"]["last_token_usage"]
+            turns[-1].append((model, last["input_tokens"], last["cached_input_tokens"], last["output_tokens"]))
+    return turns
+
+
+def test_a_model_switch_between_runs_prices_each_turn_on_its_own_model(tmp_path):
+    """tests/fixtures/agents/codex/model_switch: `codex exec -m gpt-5.5`, then `codex exec
+    resume <id> -m gpt-5.4-mini` (Codex 0.171.0). Each turn's close names the model of its
+    requests; usage prices and groups each turn by its own model, whether the rollout came
+    alone, before or after the `exec --json` streams (which name no model: the rollout's
+    requests, noted for the streams' turns, say it)."""
+    from memfs.usage import prices
+
+    sid = capture("model_switch")["session_id"]
+    want = rollout_requests(rollout("model_switch"))
+    models = [reqs[-1][0] for reqs in want]
+    assert len(models) == 2 and models[0] != models[1] and models == capture("model_switch")["models"]
+
+    def usd(reqs):
+        total = 0.0
+        for model, inp, cached, out in reqs:
+            rate = prices.table().lookup(model)
+            total += ((inp - cached) * rate.input + cached * rate.cached_input + out * rate.output) / 1e6
+        return round(total, 6)
+
+    stores = {"rollout": [rollout("model_switch")], "streams_then_rollout": [*streams("model_switch"), rollout("model_switch")],
+              "rollout_then_streams": [rollout("model_switch"), *streams("model_switch")]}
+    for name, sources in stores.items():
+        store = tmp_path / name
+        memfs_import(store, *sources)
+        events = [orjson.loads(line)["event"] for line in (store / sid / "events.jsonl").read_bytes().splitlines()]
+        if name != "streams_then_rollout":  # the rollout's own closes
+            assert [(c["model"], c["agent"]) for c in closes(events)] == [(m, "codex") for m in models], name
+            assert [[(r["model"], r["input"], r["output"]) for r in c["requests"]] for c in closes(events)] == [
+                [(m, i - c, o) for m, i, c, o in reqs] for reqs in want], name
+        doc = json.loads(cli("show", "--store", str(store), sid, "--view", "usage.json"))
+        assert [(t["model"], t.get("requests"), t["cost_usd"]) for t in doc["turns"]] == [
+            (reqs[-1][0], len(reqs), usd(reqs)) for reqs in want], name
+        by_model = json.loads(cli("usage", "--store", str(store), "--by", "model", "--json"))
+        assert sorted((r["model"], r["turns"], r["tokens"]["output"], r["cost_usd"]) for r in by_model["rows"]) == sorted(
+            (reqs[-1][0], 1, sum(o for *_, o in reqs), usd(reqs)) for reqs in want), name
+        (listed,) = json.loads(cli("sessions", "--store", str(store), "--json"))
+        assert (listed["model"], listed["models"]) == (models[-1], models), name
+
+
+def cli(*args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "memfs", *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout

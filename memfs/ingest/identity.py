@@ -11,8 +11,9 @@ translators derive item ids and ``turn.started.context.turn_id`` from them):
   only, so ``record`` still appends as lines arrive; at the end of a run an undecided head is
   kept). What the dropped turn adds to the stored one — its prompt, its ``turn_id``, its
   token counts, when the stored turn lacks them — goes to ``about.json`` ``turn_notes`` (by the
-  stored turn's number), never into the log; an import's (not ``record``'s) close notes its
-  usage, requests and times as ``final``, which the usage view takes over the stored turn's (the file is the
+  stored turn's number), never into the log; an import's (not ``record``'s) close that names its
+  requests (a file's: a stream close naming none, as Codex's and Gemini's, may count the whole
+  thread or add other requests) notes its usage, requests and times as ``final``, which the usage view takes over the stored turn's (the file is the
   agent's final record: a stream's counts may be placeholders or add a sub-agent's); a dropped command's exit code and status, when
   the stored command has none, to ``item_notes`` (by the item id). A ``thread.completed``
   right after it goes too. A ``turn_id`` noted so is known as the stored turn's;
@@ -216,7 +217,8 @@ class Dedupe:
         if self.mode == DROP:
             usage = event.get("usage")
             self._note(self.match, "usage", usage if _has_usage(usage) else None, 1)
-            if not self.live and _has_usage(usage) and self.known.turns.get(self.match) is not None:
+            if not self.live and _has_usage(usage) and type(event.get("requests")) is list \
+                    and self.known.turns.get(self.match) is not None:
                 # an import's close is the agent's final record of the turn (a stream's counts
                 # may be early placeholders, or add a sub-agent's): its usage is the turn's
                 self.notes.setdefault(str(self.match), {}).setdefault("final", self._final(event, usage))

@@ -26,7 +26,8 @@ Decisions recorded here:
   date or time (UTC when it has no offset) or an age such as ``7d``, ``12h``, ``30m``, ``2w``.
 * The JSON entry is the listing's fields with every ``about.json`` field beside them; ``agent``
   and ``status`` are the ones shown (``about.json``'s when it has them), ``manifest_status`` is
-  the store's ``active``/``completed``.
+  the store's ``active``/``completed``; ``models`` (the usage total's: every model the turns ran
+  on, in order of first use) beside ``model`` (the last turn's).
 * Text from ``about.json`` (untrusted: it comes from the agent's files) is shown on one line
   with control characters made visible (:func:`memfs.text.one_line`), so a title never writes
   to the terminal.
@@ -160,6 +161,8 @@ def entry(info, total: dict | None = None) -> dict:
     # SPEC §12: derived/usage.json; refused token counts (usage_error): no total
     d["tokens"] = total["tokens"]["total"] if total and not total.get("usage_error") else None
     d["cost_usd"] = total.get("cost_usd") if total else None
+    if total and total.get("models"):
+        d["models"] = total["models"]  # SPEC §10: the turns' models, in order of first use
     if total and total.get("cost_reason"):
         d["cost_reason"] = total["cost_reason"]
     if total and total.get("usage_error"):

@@ -21,7 +21,7 @@ with no time at all counts on the conversation's ``started_at`` (``index/about.j
 the session's creation day. A token count that is not an integer in 0..2^53 (:mod:`memfs.counts`) is
 refused: the turn, its day row and the total carry ``usage_error`` (the first reason; the tokens
 are then the sum of the counts accepted, incomplete) and the turn has no cost. The ``days`` list (one row per day and model) is what the store-wide
-aggregates (:mod:`memfs.usage.reporting`) add up; ``source`` says what the file was computed from,
+aggregates (:mod:`memfs.usage.reporting`) add up; ``total.models`` lists the models the requests ran on, in order of first use; ``source`` says what the file was computed from,
 so a reader can tell a stale copy in the backing store.
 """
 
@@ -209,7 +209,7 @@ class _Cost:
 class _Sums:
     """What the turns add up to: totals, tools, cost, wall time, the day-and-model rows."""
 
-    __slots__ = ("turns", "tokens", "tools", "cost", "wall", "rows", "refused")
+    __slots__ = ("turns", "tokens", "tools", "cost", "wall", "rows", "refused", "models")
 
     def __init__(self) -> None:
         self.turns = 0
@@ -219,6 +219,7 @@ class _Sums:
         self.wall = 0.0
         self.rows: dict[tuple, list] = {}  # (day, model) -> [turns, tokens, _Cost, _Refused]
         self.refused = _Refused()
+        self.models: list[str] = []  # the models the turns' requests ran on, in order of first use
 
     def add(self, turn: dict, tools: dict) -> None:
         tokens, usd, reason, refused = turn["tokens"], turn["cost_usd"], turn.get("cost_reason"), turn.get("usage_error")
@@ -232,6 +233,8 @@ class _Sums:
                                              "cost_reason": reason}]
         for part in by_model:  # (the turn counts in its close's model's row; each model's tokens in its own)
             key = (turn["day"], part["model"])
+            if part["model"] is not None and part["model"] not in self.models:
+                self.models.append(part["model"])
             row = self.rows.get(key)
             if row is None:
                 row = self.rows[key] = [0, {}, _Cost(), _Refused()]
@@ -246,6 +249,7 @@ class _Sums:
         out.tools = {name: [c, f, list(ms)] for name, (c, f, ms) in self.tools.items()}
         out.cost = self.cost.copy()
         out.refused = self.refused.copy()
+        out.models = list(self.models)
         out.rows = {key: [n, dict(tokens), cost.copy(), refused.copy()]
                     for key, (n, tokens, cost, refused) in self.rows.items()}
         return out
@@ -282,7 +286,8 @@ def _turn(rec, i: int, ctx: dict) -> dict:
     elif not any(raw) and refused is None:
         raw, refused = _note_usage(ctx["about"], rec.ordinal) or (raw, None)
     tokens = normal_tokens(raw, rec.agent or ctx["agent"])  # (the turn's own agent says what its counts mean)
-    model = model or ctx["model"]
+    # the close's (or the file's final record's) model, else its last request's
+    model = model or _last_model(requests) or ctx["model"]
     parts = _parts(requests, tokens, model)
     if ctx["native"] and started is None and completed is None:
         recorded = ctx["times"].get(rec.ordinal)
@@ -315,6 +320,13 @@ def _turn(rec, i: int, ctx: dict) -> dict:
                 r.get("model") if type(r.get("model")) is str and r["model"] else model) == name], model)
                 for name, counts, _n in parts]
     return turn
+
+
+def _last_model(requests: list | None) -> str | None:
+    for req in reversed(requests or ()):
+        if isinstance(req, dict) and type(req.get("model")) is str and req["model"]:
+            return req["model"]
+    return None
 
 
 def _model_part(name: str | None, tokens: dict, requests: list, model: str | None) -> dict:
@@ -362,7 +374,7 @@ def render(session_id: str, fold, about: dict, times: dict, created_at: str, sou
                                                                                             kv[0][1] or ""))]
     total = {"turns": sums.turns, "tokens": sums.tokens or normal_tokens([0] * 5, agent),
              "wall_seconds": round(sums.wall, 3), "tools": calls.render(sums.tools), **sums.cost.fields(),
-             **sums.refused.fields(),
+             **sums.refused.fields(), "models": sums.models,
              "agent_cost_usd": None if fold.agent_cost is None else round(fold.agent_cost, 8)}
     doc = {"session_id": session_id, "version": VERSION, "agent": agent,
            "project": project if type(project) is str else None, "model": session_model,

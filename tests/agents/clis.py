@@ -229,10 +229,9 @@ class Codex(Agent):
         return {**super().env(), "CODEX_HOME": str(self.home / ".codex"), "SCRIPTED_API_KEY": "dummy"}
 
     def argv(self, prompt, resume=None):
-        codex = str(BIN / "codex")
-        model = ["-m", self.run_model] if self.run_model else []
+        codex, model = str(BIN / "codex"), ["-m", self.run_model] if self.run_model else []
         if resume:
-            return [codex, "exec", "--json", "resume", *model, resume, prompt]
+            return [codex, "exec", "--json", "resume", resume, *model, prompt]
         return [codex, "exec", "--json", *model, prompt]
 
     def store_files(self):
