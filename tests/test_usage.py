@@ -285,12 +285,12 @@ def test_reasoning_tokens_are_part_of_output_and_cumulative_totals_are_differenc
     assert doc["total"]["tokens"]["reasoning"] == 10
 
 
-def test_the_store_index_is_checked_entry_by_entry(tmp_path):
+def test_the_kept_contributions_are_checked_session_by_session(tmp_path):
     store = tmp_path / "store"
     native(store, "a", event("turn.started"), event("turn.completed", model="gpt-5", usage={"input_tokens": 100}))
     native(store, "b", event("turn.started"), event("turn.completed", model="gpt-5", usage={"input_tokens": 10}))
     first = json.loads(run("usage", "--store", str(store), "--by", "session", "--json"))
-    assert (store / ".usage-index.json").exists()  # hidden: never listed as a session
+    assert (store / ".memfs" / "catalog.sqlite").exists()  # the contributions are kept in the store catalog
     assert [(r["session"], r["tokens"]["total"]) for r in first["rows"]] == [("a", 100), ("b", 10)]
     native(store, "b", event("turn.started"), event("turn.completed", model="gpt-5", usage={"input_tokens": 1000}))
     again = json.loads(run("usage", "--store", str(store), "--by", "session", "--json"))

@@ -270,6 +270,11 @@ class Catalog:
             self.sync()
             return work()
 
+    def run(self, work):
+        """``work()`` with the catalog's guard: a file that is not (or no longer) a database is
+        rebuilt and ``work`` run again (tables kept beside the rows: :mod:`memfs.store.catalog_usage`)."""
+        return self._guarded(work)
+
     def refresh(self, names) -> None:
         """Read sessions ``names`` from their folders again (a session that is gone is forgotten)."""
         names = list(names)
