@@ -247,7 +247,15 @@ def test_the_mount_usage_files_follow_appends_and_render_markdown(tmp_path):
         native(store, "other", event("turn.started"),
                event("turn.completed", model="gpt-5", completed_at="2026-12-05T00:00:00Z",
                      usage={"input_tokens": 10}))
-        wait_until(lambda: "2026-12-05" in (usage_dir / "daily.json").read_text(), "the sweep saw the append")
+        wait_until(lambda: "2026-12-05" in (usage_dir / "daily.json").read_text(), "the change feed had the session")
+        # …and appends a turn to it: that session alone is read again, from the catalog's change feed
+        native(store, "other", event("turn.started"),
+               event("turn.completed", model="gpt-5", completed_at="2026-12-06T00:00:00Z",
+                     usage={"input_tokens": 20}))
+        wait_until(lambda: "2026-12-06" in (usage_dir / "daily.json").read_text(), "the change feed had the append",
+                   timeout=10)
+        daily = json.loads((usage_dir / "daily.json").read_text())
+        assert [(r["day"], r["tokens"]["total"]) for r in daily["rows"]][-2:] == [("2026-12-05", 10), ("2026-12-06", 20)]
         assert (store / "live" / "derived" / "usage.json").exists()
 
 
