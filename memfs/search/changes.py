@@ -97,6 +97,22 @@ class CatalogChanges:
             self._feed = feed
             return self._seq, changed, set() if full else gone
 
+    def position(self) -> int:
+        """The catalog's cursor the last answer reached (what a saved index records)."""
+        with self._lock:
+            return self._feed
+
+    def resume(self, feed: int, names) -> int:
+        """Go on from catalog cursor ``feed`` (a saved index's), where sessions ``names`` were
+        known: returns the cursor to pass to :meth:`changes_since`, whose answer is then the
+        sessions changed since ``feed`` (every one, and those of ``names`` it lacks as removed,
+        when the catalog was made again since)."""
+        with self._lock:
+            self._feed = feed
+            self._known = set(names)
+            self._seq += 1
+            return self._seq
+
     def stats(self) -> dict:
         """Sessions known and notices taken."""
         with self._lock:
