@@ -62,3 +62,16 @@ def test_a_report_reads_a_session_again_only_when_it_changed(tmp_path):
     again = query.report(store, periods.Options(by="agent"))
     assert reporting.computed == computed + 1  # the one session appended to
     assert again["totals"]["tokens"]["total"] == first["totals"]["tokens"]["total"] + 100
+
+
+def test_an_import_keeps_its_usage_and_the_report_reads_no_log(tmp_path):
+    store = tmp_path / "store"
+    for agent in ("claude", "codex", "gemini"):
+        import_all(store, agent)  # (another process: memfs import)
+    computed = reporting.computed
+    doc = query.report(store, periods.Options(by="agent"))
+    assert reporting.computed == computed  # every contribution was kept by the import's commit
+    assert {r["agent"]: r["tokens"]["total"] for r in doc["rows"]} == {"claude": 3375, "codex": 3375, "gemini": 3375}
+    for suffix in ("", "-wal", "-shm"):  # the same from the logs, the catalog deleted (another process)
+        (store / ".memfs" / f"catalog.sqlite{suffix}").unlink(missing_ok=True)
+    assert json.loads(run("usage", "--store", str(store), "--by", "agent", "--json")) == doc

@@ -93,10 +93,7 @@ def stale(catalog, key: str) -> tuple[list[str], str | None]:
         mark = f"{meta.get('generation')}:{meta.get('seq')}"
         if meta.get("usage_key") != key:
             with db.transaction():
-                db.conn.execute("DELETE FROM usage_buckets")
-                db.conn.execute("DELETE FROM usage_sessions")
-                db.conn.execute("INSERT OR REPLACE INTO meta VALUES ('usage_key', ?)", (key,))
-                db.conn.execute("DELETE FROM meta WHERE key = 'usage_seq'")
+                _drop_all(db.conn, key)
         elif meta.get("usage_seq") == mark:
             return [], None
         gone = db.query("SELECT name FROM usage_sessions WHERE name NOT IN (SELECT name FROM sessions)")
@@ -109,6 +106,13 @@ def stale(catalog, key: str) -> tuple[list[str], str | None]:
         return [r[0] for r in rows], mark
 
     return catalog.run(work)
+
+
+def _drop_all(conn, key: str) -> None:
+    conn.execute("DELETE FROM usage_buckets")
+    conn.execute("DELETE FROM usage_sessions")
+    conn.execute("INSERT OR REPLACE INTO meta VALUES ('usage_key', ?)", (key,))
+    conn.execute("DELETE FROM meta WHERE key = 'usage_seq'")
 
 
 def settled(catalog, mark: str) -> None:
@@ -126,9 +130,9 @@ def _about_key(about) -> str | None:
     return orjson.dumps(list(about)).decode() if about else None
 
 
-def put(catalog, contribs) -> None:
-    """Keep ``contribs`` (:class:`memfs.usage.reporting.Contribution`), each replacing what its
-    session had, in one transaction."""
+def put(catalog, contribs, key: str) -> None:
+    """Keep ``contribs`` (:class:`memfs.usage.reporting.Contribution`) computed with ``key``,
+    each replacing what its session had, in one transaction (those kept with another key go)."""
     contribs = list(contribs)
     if not contribs:
         return
@@ -138,6 +142,8 @@ def put(catalog, contribs) -> None:
         ensure(db)
         with db.transaction():
             conn = db.conn
+            if db.meta("usage_key") != key:
+                _drop_all(conn, key)
             for c in contribs:
                 conn.execute("DELETE FROM usage_buckets WHERE name = ?", (c.session,))
                 rows = [[r.day, r.model, r.turns, r.tokens, r.cost, r.reason, r.refused] for r in c.rows]

@@ -20,6 +20,7 @@ rows had no price) as soon as one of its rows has no price: a partial sum would 
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -38,6 +39,8 @@ from memfs.store.paths import DERIVED_DIR, EVENTS, open_nofollow, read_fd
 from memfs.usage import INDEX_FORMAT, prices
 from memfs.usage.prices import TOKEN_KEYS
 from memfs.usage.view import VERSION
+
+log = logging.getLogger("memfs.usage")
 
 BY = ("day", "model", "project", "agent", "session")
 VIEW = "usage.json"
@@ -338,6 +341,34 @@ def _index_key() -> list:
     return [VERSION, INDEX_FORMAT, prices.table().describe()]
 
 
+def usage_key() -> str:
+    """What the contributions kept in the store catalog are computed with (JSON text): the view's
+    version, their format, the price table in force."""
+    return orjson.dumps(_index_key()).decode()
+
+
+def of_handle(handle) -> Contribution:
+    """The contribution of an open session now, from the views' fold (no copy written)."""
+    from memfs.views.cache import state_for
+
+    return contribution(handle.path.name, orjson.loads(state_for(handle).render(handle, VIEW, copy=False)))
+
+
+def keep(root: Path, contribs: list[Contribution]) -> None:
+    """Keep ``contribs`` in the store catalog (what a writer that has them in hand calls: an
+    import), then forget them from the list. A cache: a failure is left for the next report."""
+    from memfs.store import catalog_usage
+    from memfs.store.catalog import catalog_of
+
+    if not contribs:
+        return
+    try:
+        catalog_usage.put(catalog_of(root), contribs, usage_key())
+    except Exception as exc:  # (the next report computes what is missing)
+        log.debug("usage contributions not kept in the catalog of %s: %s", root, exc)
+    contribs.clear()
+
+
 def up_to_date(root: Path, write: bool = True):
     """The store catalog (:class:`memfs.store.catalog.Catalog`) brought up to date, with every
     session's contribution kept in it (:mod:`memfs.store.catalog_usage`): those missing or stale
@@ -350,7 +381,7 @@ def up_to_date(root: Path, write: bool = True):
 
     catalog = catalog_of(root).current()
     done = {}
-    names, mark = catalog_usage.stale(catalog, orjson.dumps(_index_key()).decode())
+    names, mark = catalog_usage.stale(catalog, usage_key())
     failed = False
     for name in names:
         try:
@@ -363,7 +394,7 @@ def up_to_date(root: Path, write: bool = True):
         from memfs.views import persist
 
         persist.flush()
-        catalog_usage.put(catalog, done.values())
+        catalog_usage.put(catalog, done.values(), usage_key())
         done = {}
     if write and mark is not None and not failed:
         catalog_usage.settled(catalog, mark)
@@ -390,9 +421,9 @@ def contributions(root: Path, write: bool = True) -> dict[str, Contribution]:
     if extra:
         out.update(extra)
         out = dict(sorted(out.items()))
-    key = orjson.dumps(_index_key()).decode()
-    if write and cursor is not None and (recent.read(root) or ("",))[0] != key:  # the status line's summary
-        recent.write(root, {n: c.uses for n, c in out.items()}, key, cursor)
+    index_key = usage_key()
+    if write and cursor is not None and (recent.read(root) or ("",))[0] != index_key:  # the status line's summary
+        recent.write(root, {n: c.uses for n, c in out.items()}, index_key, cursor)
     return out
 
 
