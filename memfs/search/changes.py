@@ -56,10 +56,11 @@ class CatalogChanges:
     One reader: the searcher passes back the cursor it was given; any other cursor is answered
     as 0 (every session)."""
 
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike, background: bool = True):
         from memfs.store.catalog import catalog_of
 
         self.root = os.fspath(root)
+        self.background = background  # the catalog's checks of the disk on a thread (a server), else inline (a command)
         self.catalog = catalog_of(self.root)
         self._lock = threading.Lock()
         self._feed = 0  # the catalog's cursor after the last answer
@@ -79,7 +80,7 @@ class CatalogChanges:
             full = cursor <= 0 or cursor != self._seq
             noticed, self._noticed = self._noticed, set()
             feed_cursor = 0 if full else self._feed
-        catalog = self.catalog.current(background=True)
+        catalog = self.catalog.current(background=self.background)
         feed, changed, removed = catalog.log_keys_since(feed_cursor)
         with self._lock:
             gone = set(removed) if removed is not None else self._known - changed.keys()

@@ -418,7 +418,7 @@ def search_store(root: str | os.PathLike, query: str, *, session: str | None = N
     """
     store = Store(root, StoreSettings(read_only=True))
     try:
-        search = store_searcher(store, changes=CatalogChanges(store.root),
+        search = store_searcher(store, changes=CatalogChanges(store.root, background=False),  # (a thread would die with us)
                                 persist="none" if session is not None else "save" if os.access(root, os.W_OK) else "load")
         try:
             return search(query, session, k, min_score, options)
