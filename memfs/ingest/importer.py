@@ -86,9 +86,9 @@ from memfs.ingest.inputs import (
 from memfs.ingest.seen import SeenSources
 from memfs.ingest.sidecars import ImportBatch, read_sources, write_sources
 from memfs.ingest.sidefiles import SideReader
-from memfs.store import catalog
 from memfs.store.batch import append_tolerant
 from memfs.store.catalog import is_session_dir
+from memfs.store.catalog_defer import deferred as catalog_notes_deferred
 from memfs.store.config import DEFAULT_EVICT_TO, DEFAULT_MAX_LINE_BYTES, line_too_long
 from memfs.store.lines import LongLine, split_lines
 from memfs.store.meta import now_rfc3339
@@ -486,7 +486,7 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
                     item.status = "empty"
                     continue
                 source.usage = None if dry_run else usage
-                with catalog.deferred():  # (its catalog row read once, when the file is done)
+                with catalog_notes_deferred():  # (its catalog row read once, when the file is done)
                     source.run(root, item, dry_run=dry_run, durability="buffered", max_events=max_events,
                                evict_to=evict_to, progress=step, final=True, batch=batch)
                 if batch is not None and item.status in ("imported", "up-to-date") and source.read_stat \

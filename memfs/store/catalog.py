@@ -27,7 +27,6 @@ the usage aggregates, and the root search's feed (:meth:`Catalog.changes_since`)
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sqlite3
@@ -40,6 +39,7 @@ from pathlib import Path
 import orjson
 
 from memfs.errors import NotFound
+from memfs.store import catalog_defer
 from memfs.store.paths import EVENTS, MANIFEST, refuse_symlink, sanitize
 
 log = logging.getLogger("memfs.store")
@@ -272,8 +272,7 @@ class Catalog:
             return work()
 
     def run(self, work):
-        """``work()`` with the catalog's guard: a file that is not (or no longer) a database is
-        rebuilt and ``work`` run again (tables kept beside the rows: :mod:`memfs.store.catalog_usage`)."""
+        """``work()`` guarded as the catalog's own reads are (:mod:`memfs.store.catalog_usage`)."""
         return self._guarded(work)
 
     def refresh(self, names) -> None:
@@ -556,36 +555,13 @@ def catalog_of(root: str | os.PathLike) -> Catalog:
         return found
 
 
-_DEFERRED = threading.local()  # .dirs: the sessions noted meanwhile by this thread (see deferred)
-
-
-@contextlib.contextmanager
-def deferred():
-    """Within it, this thread's :func:`noted` sessions are read once, at its end, instead of at
-    each note (an import's new session is noted by its creation, its about.json merge, its
-    last persist and its lock release: one read of its folder, not four)."""
-    if getattr(_DEFERRED, "dirs", None) is not None:
-        yield  # (nested: the outer one reads them)
-        return
-    dirs: dict[Path, None] = {}
-    _DEFERRED.dirs = dirs
-    try:
-        yield
-    finally:
-        _DEFERRED.dirs = None
-        for session_dir in dirs:
-            noted(session_dir)
-
-
 def noted(session_dir: Path) -> None:
     """Session ``session_dir`` changed (a commit's metadata persist, a lock release, an
     about.json merge, a pin): its row is read again. Never fails its caller: a catalog that
     cannot be written is only a slower listing (the next check reads the folder)."""
     if session_dir.name.startswith("."):
         return  # not a session (memfs migrate assembles one in a hidden folder): its rename into place is seen
-    dirs = getattr(_DEFERRED, "dirs", None)
-    if dirs is not None:
-        dirs[session_dir] = None
+    if catalog_defer.held(session_dir):
         return
     try:
         catalog_of(session_dir.parent).refresh([session_dir.name])
