@@ -99,6 +99,7 @@ def test_a_store_changed_since_the_save_is_caught_up_session_by_session(tmp_path
         counts = loaded.counters()
         assert counts["loaded"] == len(names) and counts["reindexed"] == 2  # names[3] and the newcomer only
         assert ranked(loaded) == ranked(fresh)
+        assert persist.load(root, "none-none-facts")[2] is not None  # (saved with the catalog's cursor)
         zeppelins = {r["chunk_id"].split(":")[0] for r in loaded("zeppelin")}
         assert zeppelins == {names[3], "newcomer"}
         assert not any(r["chunk_id"].startswith(names[5] + ":") for r in loaded("module"))
@@ -189,6 +190,16 @@ def test_memfs_search_uses_and_saves_the_index(tmp_path):
     written = path.stat().st_mtime_ns
     assert [r["chunk_id"] for r in cli_search("retry loop")] == [r["chunk_id"] for r in first]
     assert path.stat().st_mtime_ns == written  # nothing changed: not written again
+    assert persist.load(root, "none-none-facts")[2] is not None  # the catalog's cursor its keys are current at
+    # others change the store: the next search reads what changed since that cursor, and finds
+    # what a search building the index from every log finds
+    memfs_append(root, "s03", turn_lines("The zeppelin retry landed in module m3."))
+    memfs_append(root, "newcomer", turn_lines("A zeppelin retry loop in a new session."))
+    caught_up = [(r["chunk_id"], r["snippet"]) for r in cli_search("zeppelin retry loop")]
+    assert {c.split(":")[0] for c, _ in caught_up} >= {"s03", "newcomer"}
+    for part in path.parent.iterdir():
+        part.unlink()
+    assert [(r["chunk_id"], r["snippet"]) for r in cli_search("zeppelin retry loop")] == caught_up
 
 
 # --- through a mount --------------------------------------------------------------------------------

@@ -247,7 +247,15 @@ def test_the_mount_usage_files_follow_appends_and_render_markdown(tmp_path):
         native(store, "other", event("turn.started"),
                event("turn.completed", model="gpt-5", completed_at="2026-12-05T00:00:00Z",
                      usage={"input_tokens": 10}))
-        wait_until(lambda: "2026-12-05" in (usage_dir / "daily.json").read_text(), "the sweep saw the append")
+        wait_until(lambda: "2026-12-05" in (usage_dir / "daily.json").read_text(), "the change feed had the session")
+        # …and appends a turn to it: that session alone is read again, from the catalog's change feed
+        native(store, "other", event("turn.started"),
+               event("turn.completed", model="gpt-5", completed_at="2026-12-06T00:00:00Z",
+                     usage={"input_tokens": 20}))
+        wait_until(lambda: "2026-12-06" in (usage_dir / "daily.json").read_text(), "the change feed had the append",
+                   timeout=10)
+        daily = json.loads((usage_dir / "daily.json").read_text())
+        assert [(r["day"], r["tokens"]["total"]) for r in daily["rows"]][-2:] == [("2026-12-05", 10), ("2026-12-06", 20)]
         assert (store / "live" / "derived" / "usage.json").exists()
 
 
@@ -286,12 +294,12 @@ def test_reasoning_tokens_are_part_of_output_and_cumulative_totals_are_differenc
     assert doc["total"]["tokens"]["reasoning"] == 10
 
 
-def test_the_store_index_is_checked_entry_by_entry(tmp_path):
+def test_the_kept_contributions_are_checked_session_by_session(tmp_path):
     store = tmp_path / "store"
     native(store, "a", event("turn.started"), event("turn.completed", model="gpt-5", usage={"input_tokens": 100}))
     native(store, "b", event("turn.started"), event("turn.completed", model="gpt-5", usage={"input_tokens": 10}))
     first = json.loads(run("usage", "--store", str(store), "--by", "session", "--json"))
-    assert (store / ".usage-index.json").exists()  # hidden: never listed as a session
+    assert (store / ".memfs" / "catalog.sqlite").exists()  # the contributions are kept in the store catalog
     assert [(r["session"], r["tokens"]["total"]) for r in first["rows"]] == [("a", 100), ("b", 10)]
     native(store, "b", event("turn.started"), event("turn.completed", model="gpt-5", usage={"input_tokens": 1000}))
     again = json.loads(run("usage", "--store", str(store), "--by", "session", "--json"))

@@ -48,7 +48,7 @@ def test_statusline_prints_model_session_today_block_and_context(tmp_path):
     assert m, proc.stdout
     left = int(m.group(1)) * 60 + int(m.group(2))
     assert 0 <= (start + 5 * 3600 - now) // 60 - left <= 2
-    assert (store / ".usage-index.json").exists()
+    assert (store / ".memfs" / "catalog.sqlite").exists()
     assert (store / ".memfs" / "usage-recent.sqlite").exists()  # the next redraw reads the summary alone
     again = memfs("statusline", "--store", str(store), stdin=stdin)
     assert again.stdout.split(" | ")[:3] == proc.stdout.split(" | ")[:3]

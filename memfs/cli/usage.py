@@ -30,7 +30,7 @@ def _when(text: str | None, tz, end: bool):
 def cmd_usage(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from memfs.usage import blocks, periods, text
+    from memfs.usage import blocks, periods, query, text
     from memfs.usage.reporting import contributions
 
     config = _config(args)
@@ -46,14 +46,14 @@ def cmd_usage(args: argparse.Namespace) -> int:
         raise MemfsError("--token-limit is for billing blocks: use it with --by block or --active")
     opts = periods.Options(by=args.by, tz=tz, since=_when(args.since, tz, False), until=_when(args.until, tz, True),
                            last=args.last, project=args.project, agent=args.agent, order=args.order)
-    contribs = contributions(Path(_existing(config.sessions_root()))).values()
+    root = Path(_existing(config.sessions_root()))
     if args.by == "block":
         try:
-            doc = blocks.report(contribs, opts, active_only=args.active, limit=args.token_limit)
+            doc = blocks.report(contributions(root).values(), opts, active_only=args.active, limit=args.token_limit)
         except ValueError as exc:
             raise MemfsError(str(exc)) from None
     else:
-        doc = periods.report(contribs, opts)
+        doc = query.report(root, opts)
     if args.json:
         _json(doc)
         return 0

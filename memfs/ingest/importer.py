@@ -47,6 +47,7 @@ opening it (:mod:`memfs.ingest.seen`).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -87,14 +88,19 @@ from memfs.ingest.sidecars import ImportBatch, read_sources, write_sources
 from memfs.ingest.sidefiles import SideReader
 from memfs.store.batch import append_tolerant
 from memfs.store.catalog import is_session_dir
+from memfs.store.catalog_defer import deferred as catalog_notes_deferred
 from memfs.store.config import DEFAULT_EVICT_TO, DEFAULT_MAX_LINE_BYTES, line_too_long
 from memfs.store.lines import LongLine, split_lines
 from memfs.store.meta import now_rfc3339
 from memfs.store.paths import IMPORT_SOURCES, deferred_sync
 from memfs.store.session import SessionHandle, open_session
+from memfs.usage.reporting import keep as keep_usage
+from memfs.usage.reporting import of_handle
 
 if TYPE_CHECKING:
     from hashlib import _Hash
+
+log = logging.getLogger("memfs.ingest")
 
 SOURCES = IMPORT_SOURCES
 HEAD_LINES = 64
@@ -231,6 +237,7 @@ class Source:
         self.handle: SessionHandle | None = None
         self.capture: identity.Capture | None = None
         self.opening: dict[str, Any] = {}  # open_session's settings (run)
+        self.usage: list | None = None  # where run puts the session's usage contribution (memfs.usage.reporting)
         self.started = False  # the session exists (run)
         self.pending: list[bytes] = []  # thread.started lines held until the session is made (run)
         self.final = False  # a one-shot run (run's ``final``)
@@ -350,6 +357,11 @@ class Source:
             if handle is not None and not dry_run and item.lines:
                 handle.flush()
                 self.capture.after(handle, self.translator.meta)
+                if self.usage is not None:  # (the log and about.json as the commit leaves them)
+                    try:
+                        self.usage.append(of_handle(handle))
+                    except Exception as exc:  # a cache's: the next report computes it from the log
+                        log.debug("%s: usage not kept at import: %s", self.session, exc)
                 self.entry = {"path": self.key, "format": item.format, "offset": offset,
                               "lines": self.entry["lines"] + item.lines, "size": st.st_size,
                               "sha256": self.hasher.hexdigest(), "state": self.translator.state(),
@@ -456,6 +468,7 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
         if progress:
             progress(done, total)
 
+    usage: list = []  # the new sessions' usage, kept in the store catalog with each batch (SPEC §14)
     with (nullcontext() if dry_run else deferred_sync(root)), conversations.batched(root) as maps:
         batch = None if dry_run else ImportBatch(root, seen, maps)
         for path, st in zip(files, stats):
@@ -472,8 +485,10 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
                 if not source.prepare(root):
                     item.status = "empty"
                     continue
-                source.run(root, item, dry_run=dry_run, durability="buffered", max_events=max_events,
-                           evict_to=evict_to, progress=step, final=True, batch=batch)
+                source.usage = None if dry_run else usage
+                with catalog_notes_deferred():  # (its catalog row read once, when the file is done)
+                    source.run(root, item, dry_run=dry_run, durability="buffered", max_events=max_events,
+                               evict_to=evict_to, progress=step, final=True, batch=batch)
                 if batch is not None and item.status in ("imported", "up-to-date") and source.read_stat \
                         and source.session and source.entry is not None:
                     batch.note(keys[path], source.read_stat, source.read_at, source.session, item.format)
@@ -483,8 +498,11 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
                 item.status, item.reason = "error", str(exc)
             if batch is not None and batch.due():
                 batch.commit()
+                keep_usage(root, usage)
         if batch is not None:
             batch.commit()
+        keep_usage(root, usage)
+        if batch is not None:
             try:
                 seen.save()
             except OSError:  # (a cache: the next import takes the full path)

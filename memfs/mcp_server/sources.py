@@ -161,14 +161,12 @@ class StoreSource:
         return _too_big(render_view(self.handle(name), f"turns/{n}.jsonl"), f"turn {n}")
 
     def usage(self, args: GetUsageArgs) -> dict:
-        from memfs.usage import periods, session_usage
-        from memfs.usage.reporting import contributions
+        from memfs.usage import periods, query, session_usage
 
         if args.session is not None:
             return session_usage(self.handle(args.session))
         # what `memfs usage --by BY --since … --json` prints (the local zone, ccusage's names beside memfs's)
-        return periods.report(contributions(Path(self.root)).values(),
-                              periods.Options(by=args.by, since=since_of(args)))
+        return query.report(Path(self.root), periods.Options(by=args.by, since=since_of(args)))
 
     def append(self, name: str, line: bytes) -> int:
         from memfs.store.batch import append_batch

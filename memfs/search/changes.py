@@ -56,10 +56,11 @@ class CatalogChanges:
     One reader: the searcher passes back the cursor it was given; any other cursor is answered
     as 0 (every session)."""
 
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike, background: bool = True):
         from memfs.store.catalog import catalog_of
 
         self.root = os.fspath(root)
+        self.background = background  # the catalog's checks of the disk on a thread (a server), else inline (a command)
         self.catalog = catalog_of(self.root)
         self._lock = threading.Lock()
         self._feed = 0  # the catalog's cursor after the last answer
@@ -79,7 +80,7 @@ class CatalogChanges:
             full = cursor <= 0 or cursor != self._seq
             noticed, self._noticed = self._noticed, set()
             feed_cursor = 0 if full else self._feed
-        catalog = self.catalog.current(background=True)
+        catalog = self.catalog.current(background=self.background)
         feed, changed, removed = catalog.log_keys_since(feed_cursor)
         with self._lock:
             gone = set(removed) if removed is not None else self._known - changed.keys()
@@ -96,6 +97,22 @@ class CatalogChanges:
                 self._seq += 1  # (nothing since: the same cursor)
             self._feed = feed
             return self._seq, changed, set() if full else gone
+
+    def position(self) -> int:
+        """The catalog's cursor the last answer reached (what a saved index records)."""
+        with self._lock:
+            return self._feed
+
+    def resume(self, feed: int, names) -> int:
+        """Go on from catalog cursor ``feed`` (a saved index's), where sessions ``names`` were
+        known: returns the cursor to pass to :meth:`changes_since`, whose answer is then the
+        sessions changed since ``feed`` (every one, and those of ``names`` it lacks as removed,
+        when the catalog was made again since)."""
+        with self._lock:
+            self._feed = feed
+            self._known = set(names)
+            self._seq += 1
+            return self._seq
 
     def stats(self) -> dict:
         """Sessions known and notices taken."""

@@ -112,7 +112,7 @@ class _Session:
     slot: int
     generation: object = None
     source: str = "session"  # "session": grounded facts; "output": command outputs (SPEC §5.1)
-    facts: list = field(default_factory=list)  # (text, turn, offset) by grounded_facts index
+    facts: list = field(default_factory=list)  # (text, turn, offset) by grounded_facts index (loaded: a SavedFacts)
     gids: array = field(default_factory=lambda: array("i"))  # grounded_facts index → gid
     total_len: int = 0
     turn_groups: tuple | None = None  # (documents, its turn groups): memfs.search.sessions
@@ -233,6 +233,8 @@ class SearchIndex:
         doc_tokens = self._doc_tokens
         first_gid = gid = self._doc_len.n
         first_local = len(s.facts)
+        if type(s.facts) is not list:  # (a loaded index's facts, read from its file: memfs.search.persist)
+            s.facts = list(s.facts)
         lengths, turns = [], []
         for fact in facts:
             if not (gid - first_gid) & 511:

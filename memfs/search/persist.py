@@ -19,6 +19,12 @@ Decisions recorded here:
   the logs, and the next save replaces the file. It is a cache: deleting it loses nothing.
 * A loaded session is trusted while its log key is the one saved with it; the searcher
   re-reads only the sessions whose key moved, and drops those gone.
+* The header also holds the store catalog's change-feed cursor up to which the keys are
+  current (when the index had nothing left to read at the save): a loader asks the feed only
+  for what changed since, not for every session's key. A catalog made again since answers
+  with every row (another generation), as without a cursor.
+* Facts are not turned into Python objects at load: each session's are a :class:`SavedFacts`
+  over the file's arrays (numpy views), read when a result or an update needs them.
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ from __future__ import annotations
 import logging
 import os
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import orjson
@@ -58,7 +65,7 @@ def _ints(values: list, what: str) -> np.ndarray:
     return np.array([NONE if v is None else v for v in values], dtype=np.int64)
 
 
-def encode(state: dict, label: str, keys: dict[str, Any]) -> list[bytes | memoryview]:
+def encode(state: dict, label: str, keys: dict[str, Any], cursor: int | None = None) -> list[bytes | memoryview]:
     """The file's bytes (as pieces) for an index ``state`` (:meth:`SearchIndex.snapshot`)."""
     texts: list[str] = []
     turns: list = []
@@ -96,15 +103,18 @@ def encode(state: dict, label: str, keys: dict[str, Any]) -> list[bytes | memory
     header = orjson.dumps({"format": FORMAT, "analysis": label, "crc32": crc, "arrays": listed,
                            "tokens": state["tokens"], "slots": slots, "session_ids": state["session_ids"],
                            "live_docs": state["live_docs"], "live_len": state["live_len"],
-                           "dead_docs": state["dead_docs"], "keys": keys})
+                           "dead_docs": state["dead_docs"], "keys": keys,
+                           "cursor": str(cursor) if cursor is not None else None})  # (past 64 bits: text)
     header += b" " * (-(len(MAGIC) + 8 + len(header)) % _ALIGN)
     return [MAGIC, len(header).to_bytes(8, "little"), header, *body]
 
 
-def save(root: str | os.PathLike, label: str, state: dict, keys: dict[str, Any]) -> Path:
-    """Write the index ``label``'s ``state`` and the sessions' log ``keys`` atomically."""
+def save(root: str | os.PathLike, label: str, state: dict, keys: dict[str, Any], cursor: int | None = None) -> Path:
+    """Write the index ``label``'s ``state`` and the sessions' log ``keys`` atomically;
+    ``cursor``: the store catalog's change feed's cursor (:meth:`memfs.store.catalog.Catalog.changes_since`)
+    up to which every change is in ``keys``, when there is one."""
     path = index_path(root, label)
-    pieces = encode(state, label, keys)
+    pieces = encode(state, label, keys, cursor)
     ensure_private_dir(path.parent)
 
     def write(fd: int) -> None:
@@ -120,9 +130,10 @@ def _within(values: np.ndarray, end: int, start: int = 0) -> bool:
     return not len(values) or (int(values.min()) >= start and int(values.max()) < end)
 
 
-def decode(data: bytes, label: str) -> tuple[dict, dict[str, Any]]:
-    """``(state for SearchIndex.from_snapshot, {name: log key})`` from a file's bytes;
-    ValueError when it is not a whole, current-format file of this analysis."""
+def decode(data: bytes, label: str) -> tuple[dict, dict[str, Any], int | None]:
+    """``(state for SearchIndex.from_snapshot, {name: log key}, the change feed's cursor the
+    keys are current at or None)`` from a file's bytes; ValueError when it is not a whole,
+    current-format file of this analysis."""
     if not data.startswith(MAGIC):
         raise ValueError("not a memfs search index")
     at = len(MAGIC)
@@ -156,34 +167,64 @@ def decode(data: bytes, label: str) -> tuple[dict, dict[str, Any]]:
             or not _within(arrays["slot_session"], len(header["session_ids"]))):
         raise ValueError("its arrays do not match its header")
     text = bytes(arrays["text"]).decode("utf-8", "surrogatepass")
-    text_ends = arrays["text_ends"].tolist()
-    turns = [None if t == NONE else t for t in arrays["fact_turn"].tolist()]
-    offsets = [None if o == NONE else o for o in arrays["fact_offset"].tolist()]
-    gids = arrays["gids"]
+    text_ends, turns, offsets, gids = arrays["text_ends"], arrays["fact_turn"], arrays["fact_offset"], arrays["gids"]
+    gid_bytes = gids.tobytes()
     restored: list = []
-    fact, start = 0, 0
+    fact = 0
     for slot in slots:
         if slot is None:
             restored.append(None)
             continue
         name, session_id, created_at, source, total_len, n = slot
-        facts = []
-        for i in range(fact, fact + n):
-            facts.append((text[start: text_ends[i]], turns[i], offsets[i]))
-            start = text_ends[i]
-        restored.append((name, session_id, created_at, source, total_len, facts, gids[fact: fact + n].tobytes()))
+        restored.append((name, session_id, created_at, source, total_len, SavedFacts(text, text_ends, turns, offsets, fact, n),
+                         gid_bytes[4 * fact: 4 * (fact + n)]))
         fact += n
     state = {"tokens": tokens, "postings": arrays["postings"].tobytes(), "token_ends": ends,
              "columns": {n: arrays[n] for n in ("doc_len", "doc_slot", "doc_local", "doc_turn", "slot_session")},
              "slots": restored, "session_ids": header["session_ids"], "live_docs": header["live_docs"],
              "live_len": header["live_len"], "dead_docs": header["dead_docs"]}
     keys = {name: None if key is None else tuple(key) for name, key in header["keys"].items()}
-    return state, keys
+    cursor = header.get("cursor")
+    return state, keys, int(cursor) if type(cursor) is str and cursor.isdigit() and cursor != "0" else None
 
 
-def load(root: str | os.PathLike, label: str, analyzer: Any = None) -> tuple[SearchIndex, dict[str, Any]] | None:
-    """The saved index ``label`` of the store at ``root`` and its sessions' log keys, or None
-    when there is none or it cannot be used (logged; see the module docstring)."""
+class SavedFacts(Sequence):
+    """One session's facts as the saved file holds them — ``(text, turn, offset)`` each, read
+    from the file's arrays when asked for, so loading an index costs its sessions, not its
+    facts (the index copies them into a list before it adds to them)."""
+
+    __slots__ = ("_text", "_ends", "_turns", "_offsets", "_first", "_n")
+
+    def __init__(self, text: str, ends: np.ndarray, turns: np.ndarray, offsets: np.ndarray, first: int, n: int):
+        self._text, self._ends, self._turns, self._offsets, self._first, self._n = text, ends, turns, offsets, first, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> tuple: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list: ...
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError("fact index out of range")
+        k = self._first + i
+        turn, offset = int(self._turns[k]), int(self._offsets[k])
+        return (self._text[int(self._ends[k - 1]) if k else 0: int(self._ends[k])], None if turn == NONE else turn,
+                None if offset == NONE else offset)
+
+
+def load(root: str | os.PathLike, label: str,
+         analyzer: Any = None) -> tuple[SearchIndex, dict[str, Any], int | None] | None:
+    """The saved index ``label`` of the store at ``root``, its sessions' log keys and the change
+    feed's cursor they are current at (None: unknown), or None when there is none or it cannot
+    be used (logged; see the module docstring)."""
     path = index_path(root, label)
     try:
         data = read_file(path)
@@ -193,8 +234,8 @@ def load(root: str | os.PathLike, label: str, analyzer: Any = None) -> tuple[Sea
         log.warning("search index %s not read (rebuilt from the logs): %s", path, exc)
         return None
     try:
-        state, keys = decode(data, label)
-        return SearchIndex.from_snapshot(state, analyzer), keys
+        state, keys, cursor = decode(data, label)
+        return SearchIndex.from_snapshot(state, analyzer), keys, cursor
     except (ValueError, KeyError, TypeError, IndexError, orjson.JSONDecodeError) as exc:
         log.warning("search index %s ignored (rebuilt from the logs): %s", path, exc)
         return None

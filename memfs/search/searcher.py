@@ -136,7 +136,7 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
     changes_made = 0  # bumped (under sync_lock) whenever a refresh changes an index
     memo: dict[tuple, tuple[int, float, list[dict]]] = {}  # query args → (changes, when, results)
     root = os.fspath(store.root)
-    state: dict[str, Any] = {"cursor": 0, "started": False, "saved_changes": 0, "saved_at": 0.0}
+    state: dict[str, Any] = {"cursor": 0, "started": False, "saved_changes": 0, "saved_at": 0.0, "saved_feed": None}
     activity = {"root_queries": 0, "checked_last": 0, "checked": 0, "reindexed": 0, "loaded": 0,
                 "saves": 0}
 
@@ -205,11 +205,16 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
             state["started"] = True
             loaded = persist_file.load(root, default.label.replace("/", "-")) if persist != "none" else None
             if loaded is not None:
-                default.index, keys = loaded
+                default.index, keys, feed = loaded
+                state["saved_feed"] = feed
                 made.index = default.index
                 default.seen = {name: (key, None) for name, key in keys.items()}
                 activity["loaded"] = len(keys)
                 log.info("search: %d sessions' index loaded from the store", len(keys))
+                resume = getattr(source, "resume", None)
+                if feed is not None and resume is not None:  # only what changed since it was saved
+                    state["cursor"] = resume(feed, keys)
+                    known.update(keys)
         cursor, changed, removed = source.changes_since(state["cursor"])
         if not state["cursor"]:  # every session: what is not in it is gone
             removed = set(removed) | {n for c in corpora.values() for n in c.seen if n not in changed}
@@ -340,15 +345,17 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
         if persist != "save" or not state["started"]:
             return False
         with sync_lock:
-            if changes_made == state["saved_changes"]:
-                return False
+            position = getattr(source, "position", None)  # (every change up to it is in keys: nothing left to read)
+            feed = position() if position is not None and not default.pending and not left_out else None
+            if changes_made == state["saved_changes"] and feed in (None, state["saved_feed"]):
+                return False  # (the same index; saved again for a newer cursor: a shorter catch-up next time)
             if not force and time.monotonic() - state["saved_at"] < SAVE_EVERY:
                 return False
             snapshot = default.index.snapshot()
             keys = {name: record[0] for name, record in default.seen.items()}
-            state["saved_changes"], state["saved_at"] = changes_made, time.monotonic()
+            state["saved_changes"], state["saved_at"], state["saved_feed"] = changes_made, time.monotonic(), feed
         try:
-            persist_file.save(root, default.label.replace("/", "-"), snapshot, keys)
+            persist_file.save(root, default.label.replace("/", "-"), snapshot, keys, feed)
         except (OSError, MemfsError, ValueError) as exc:
             log.warning("search: the index was not saved in the store: %s", exc)
             return False
@@ -411,7 +418,7 @@ def search_store(root: str | os.PathLike, query: str, *, session: str | None = N
     """
     store = Store(root, StoreSettings(read_only=True))
     try:
-        search = store_searcher(store, changes=CatalogChanges(store.root),
+        search = store_searcher(store, changes=CatalogChanges(store.root, background=False),  # (a thread would die with us)
                                 persist="none" if session is not None else "save" if os.access(root, os.W_OK) else "load")
         try:
             return search(query, session, k, min_score, options)

@@ -39,6 +39,7 @@ from pathlib import Path
 import orjson
 
 from memfs.errors import NotFound
+from memfs.store import catalog_defer
 from memfs.store.paths import EVENTS, MANIFEST, refuse_symlink, sanitize
 
 log = logging.getLogger("memfs.store")
@@ -269,6 +270,10 @@ class Catalog:
                 self._own += 1
             self.sync()
             return work()
+
+    def run(self, work):
+        """``work()`` guarded as the catalog's own reads are (:mod:`memfs.store.catalog_usage`)."""
+        return self._guarded(work)
 
     def refresh(self, names) -> None:
         """Read sessions ``names`` from their folders again (a session that is gone is forgotten)."""
@@ -556,6 +561,8 @@ def noted(session_dir: Path) -> None:
     cannot be written is only a slower listing (the next check reads the folder)."""
     if session_dir.name.startswith("."):
         return  # not a session (memfs migrate assembles one in a hidden folder): its rename into place is seen
+    if catalog_defer.held(session_dir):
+        return
     try:
         catalog_of(session_dir.parent).refresh([session_dir.name])
     except Exception as exc:  # a cache: nothing of the caller's depends on it

@@ -16,7 +16,7 @@ Imports are lazy: the views' fold imports :mod:`memfs.usage.calls` without loadi
 from __future__ import annotations
 
 VIEW_VERSION = 4  # derived/usage.json's "version" (2: usage_error, token counts refused: memfs.counts; 3: turns priced per request, by_model; 4: total.models)
-INDEX_FORMAT = 3  # <store>/.usage-index.json's entries (2: each session's dated turns; 3: with the agent's cost)
+INDEX_FORMAT = 4  # the contributions kept (2: each session's dated turns; 3: with the agent's cost; 4: in the store catalog)
 
 
 def session_usage(handle) -> dict:

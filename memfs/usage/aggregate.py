@@ -11,11 +11,11 @@ contribution swapped for its new one in every grouping — a cost of that sessio
 * the filesystem calls :meth:`Aggregator.touch` for a session written through this mount (or
   created or removed); the next read of a ``usage/`` file refreshes the sessions touched since;
 * sessions changed by another process (``memfs record``, ``import --follow``, another mount) are
-  found by comparing each contribution's stamp (the log's length, ``index/about.json``'s
-  identity) with the store catalog's row (:mod:`memfs.store.catalog`: kept by every writer's
-  commit, checked against the disk now and then), on a background thread at most every
-  :data:`SWEEP` seconds while ``usage/`` is being read (less often when that work is long:
-  :data:`SWEEP_DUTY`); a read shows what the last sweep found.
+  found in the store catalog's change feed (:meth:`memfs.store.catalog.Catalog.changes_since`:
+  every writer's commit moves its session's row, the catalog's checks against the disk catch the
+  rest): a read of a ``usage/`` file more than :data:`FEED` seconds after the last look asks the
+  feed for the rows changed since (one indexed query) and refreshes those whose stamp (the log's
+  length, ``index/about.json``'s identity) is not their contribution's.
 
 Safe from any thread; one lock guards the sums (held while a touched session is refreshed).
 """
@@ -37,8 +37,7 @@ FILES = {"daily": "day", "by-model": "model", "by-project": "project", "by-agent
 TITLES = {"daily": "Usage by day (UTC)", "by-model": "Usage by model", "by-project": "Usage by project",
           "by-agent": "Usage by agent"}
 NAMES = tuple(f"{stem}.{ext}" for stem in FILES for ext in ("json", "md"))
-SWEEP = 2.0  # seconds between two sweeps for other processes' changes
-SWEEP_DUTY = 0.1  # a sweep works at most this share of its time, and of the time between two sweeps
+FEED = 0.25  # seconds a read trusts the sums before asking the catalog's change feed again
 
 
 class Aggregator:
@@ -53,9 +52,8 @@ class Aggregator:
         self._dirty: set[str] = set()
         self._generation = 0
         self._rendered: dict[str, tuple[int, bytes]] = {}
-        self._swept = 0.0
-        self._interval = SWEEP  # grows with the work a sweep takes (SWEEP_DUTY)
-        self._sweeper: threading.Thread | None = None
+        self._fed = 0.0  # when the change feed was last asked (monotonic)
+        self._cursor = 0  # the change feed's cursor then
         self.mtime_ns = time.time_ns()  # when the sums last changed
         self.refreshed = 0  # sessions re-read since the first load (tests, benchmarks)
 
@@ -67,7 +65,7 @@ class Aggregator:
 
     def current(self) -> bool:
         """Whether reading a file now needs no refresh (no I/O): serve it inline."""
-        return self._loaded and not self._dirty and time.monotonic() - self._swept < self._interval
+        return self._loaded and not self._dirty and time.monotonic() - self._fed < FEED
 
     def content(self, name: str) -> bytes:
         """The bytes of ``usage/<name>`` (one of :data:`NAMES`) now."""
@@ -77,9 +75,10 @@ class Aggregator:
         with self._lock:
             if not self._loaded:
                 self._load_all()
+            elif time.monotonic() - self._fed >= FEED:
+                self._follow()
             if self._dirty:
                 self._refresh(self._take_dirty())
-            self._sweep_later()
             cached = self._rendered.get(name)
             if cached is not None and cached[0] == self._generation:
                 return cached[1]
@@ -129,39 +128,31 @@ class Aggregator:
             self.refreshed += 1
 
     def _load_all(self) -> None:
+        catalog = self.store.catalog().current(background=True)
+        self._cursor = catalog.log_keys_since(0)[0]  # (before the contributions: a change meanwhile comes again)
+        self._fed = time.monotonic()
         for name, c in contributions(self.store.root, write=not self.store.settings.read_only).items():
             self._replace(name, c)
         self._loaded = True
-        self._swept = time.monotonic()
 
     # --- other processes' changes ---------------------------------------------------------------
 
-    def _sweep_later(self) -> None:
-        if time.monotonic() - self._swept < self._interval or (self._sweeper is not None and self._sweeper.is_alive()):
-            return
-        self._swept = time.monotonic()
-        self._sweeper = threading.Thread(target=self._sweep, name="memfs-usage-sweep", daemon=True)
-        self._sweeper.start()
-
-    def _sweep(self) -> None:
+    def _follow(self) -> None:
+        """Mark dirty the sessions the catalog's change feed says changed since the last look
+        (call under the lock)."""
+        self._fed = time.monotonic()
         try:
-            known = dict(self._contrib)
-            names, changed = set(), []
-            t = time.perf_counter()
-            catalog = self.store.catalog().current(background=True)  # (a stat of each log, now and then)
-            for name in catalog.names():
-                names.add(name)
-                c, row = known.get(name), catalog.row(name)
-                if c is None or row is None or c.stamp != row.stamp:
-                    changed.append(name)
-            work = time.perf_counter() - t
-            self._interval = max(SWEEP, work / SWEEP_DUTY)
-            changed += [n for n in known if n not in names]
-            if changed:
-                self._dirty.update(changed)
-                with self._lock:
-                    self._refresh(self._take_dirty())
-        except Exception:  # a sweep must never take the mount down; the next one tries again
-            log.exception("usage sweep failed")
-        finally:
-            self._swept = time.monotonic()
+            catalog = self.store.catalog().current(background=True)  # (its checks of the disk: on a thread)
+            self._cursor, rows, removed = catalog.changes_since(self._cursor)
+        except Exception:  # a cache's feed: the next read asks again
+            log.exception("usage: the store catalog's change feed failed")
+            return
+        for row in rows:
+            c = self._contrib.get(row.name)
+            if c is None or c.stamp != row.stamp:
+                self._dirty.add(row.name)
+        if removed is None:  # (a catalog made again: every row came; what it lacks is gone)
+            names = {row.name for row in rows}
+            self._dirty.update(n for n in self._contrib if n not in names)
+        else:
+            self._dirty.update(n for n in removed if n in self._contrib)

@@ -123,7 +123,7 @@ class Sum:
     """Turns added up: tokens, the priced cost and what has no price, refused counts."""
 
     __slots__ = ("sessions", "turns", "tokens", "usd", "unpriced", "unpriced_turns", "refused", "models", "last",
-                 "agent")
+                 "agent", "counted")
 
     def __init__(self, models: bool = True) -> None:
         self.sessions: set[str] = set()
@@ -136,6 +136,7 @@ class Sum:
         self.models: dict[str | None, Sum] | None = {} if models else None
         self.last = 0.0  # the latest turn's time
         self.agent = [0, 0.0, 0.0, 0]  # turns with the agent's own cost: count, its sum, ours, ours unpriced
+        self.counted: int | None = None  # how many sessions, when counted elsewhere (memfs.usage.query): not in sessions
 
     def add(self, session: str, use: Use) -> None:
         self.sessions.add(session)
@@ -193,7 +194,7 @@ class Sum:
         return out
 
     def fields(self) -> dict:
-        out = {"sessions": len(self.sessions), "turns": self.turns, "tokens": dict(zip(_KEYS, self.tokens)),
+        out = {"sessions": len(self.sessions) if self.counted is None else self.counted, "turns": self.turns, "tokens": dict(zip(_KEYS, self.tokens)),
                **self.cost_fields(), **self.ccusage()}
         if self.models is not None:
             models = sorted(self.models.items(), key=lambda kv: (-kv[1].usd, -kv[1].tokens[-1], str(kv[0])))
@@ -251,6 +252,12 @@ def report(contribs, opts: Options, now: float | None = None) -> dict:
         acc.add(c.session, use)
         total.add(c.session, use)
         projects[c.session] = c.project
+    return document(groups, total, projects, opts)
+
+
+def document(groups: dict, total: Sum, projects: dict[str, str | None], opts: Options) -> dict:
+    """The report of ``groups`` (key -> :class:`Sum`), their ``total`` and the sessions'
+    ``projects`` (for ``by == "session"``)."""
     items = list(groups.items())
     if opts.by in PERIODS:
         items.sort(key=lambda kv: kv[0], reverse=opts.order == "desc")

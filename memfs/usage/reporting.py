@@ -6,11 +6,11 @@ and model: turns, tokens, cost) with its agent and project. It is read from the 
 backing store when that copy is current — its ``source`` names the log length and the
 ``index/about.json`` it was computed from, and its ``prices`` the table and overrides in force
 — else computed from the log (a read-only opening, the views' fold) and the copy replaced, so
-the next report reads one small file per session. To keep ``memfs usage`` over many sessions
-quick, every contribution is also kept in one store-level index, ``<store>/.usage-index.json``
-(hidden: never a session name; a cache, checked entry by entry against the two ``lstat`` of
-:func:`stamp_now`, thrown away whole when the price table or this format changes, rewritten
-atomically when a report found entries to redo).
+the next report reads one small file per session. Every contribution is also kept in the store
+catalog (:mod:`memfs.store.catalog_usage`: checked against the catalog rows' stamps in one query,
+dropped whole when the price table or this format changes), so a report reads one small file or
+computes one log only for the sessions changed since (:func:`up_to_date`); ``memfs usage``'s
+groupings are queries over it (:mod:`memfs.usage.query`).
 
 :class:`Groups` keeps sums per group that a contribution can be added to and taken out of
 again, which is how the mount updates its aggregates by one session's change
@@ -20,6 +20,7 @@ rows had no price) as soon as one of its rows has no price: a partial sum would 
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -34,10 +35,12 @@ from memfs.errors import MemfsError
 from memfs.store.about import ABOUT
 from memfs.store.listing import usd
 from memfs.store.meta import parse_rfc3339
-from memfs.store.paths import DERIVED_DIR, EVENTS, atomic_write, open_nofollow, read_fd
+from memfs.store.paths import DERIVED_DIR, EVENTS, open_nofollow, read_fd
 from memfs.usage import INDEX_FORMAT, prices
 from memfs.usage.prices import TOKEN_KEYS
 from memfs.usage.view import VERSION
+
+log = logging.getLogger("memfs.usage")
 
 BY = ("day", "model", "project", "agent", "session")
 VIEW = "usage.json"
@@ -338,68 +341,89 @@ def _index_key() -> list:
     return [VERSION, INDEX_FORMAT, prices.table().describe()]
 
 
-def _read_index(root: Path) -> dict[str, Contribution]:
-    try:
-        fd = open_nofollow(root / INDEX, os.O_RDONLY | os.O_NONBLOCK)
-        try:
-            data = orjson.loads(read_fd(fd))
-        finally:
-            os.close(fd)
-        if type(data) is not dict or data.get("key") != _index_key():
-            return {}
-        out = {}
-        for name, (events_len, about, agent, project, rows, uses) in data["sessions"].items():
-            out[name] = Contribution(name, agent, project, tuple(Row(r[0], r[1], r[2], tuple(r[3]), r[4], r[5], r[6])
-                                                                 for r in rows),
-                                     (events_len, tuple(about) if about else None),
-                                     tuple(Use(*u) for u in uses))
-        return out
-    except (OSError, MemfsError, orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError):
-        return {}
+def usage_key() -> str:
+    """What the contributions kept in the store catalog are computed with (JSON text): the view's
+    version, their format, the price table in force."""
+    return orjson.dumps(_index_key()).decode()
 
 
-def _write_index(root: Path, contribs: dict[str, Contribution]) -> None:
-    if not os.access(root, os.W_OK):
+def of_handle(handle) -> Contribution:
+    """The contribution of an open session now, from the views' fold (no copy written)."""
+    from memfs.views.cache import state_for
+
+    return contribution(handle.path.name, orjson.loads(state_for(handle).render(handle, VIEW, copy=False)))
+
+
+def keep(root: Path, contribs: list[Contribution]) -> None:
+    """Keep ``contribs`` in the store catalog (what a writer that has them in hand calls: an
+    import), then forget them from the list. A cache: a failure is left for the next report."""
+    from memfs.store import catalog_usage
+    from memfs.store.catalog import catalog_of
+
+    if not contribs:
         return
-    sessions = {name: [c.stamp[0], c.stamp[1], c.agent, c.project,
-                       [[r.day, r.model, r.turns, r.tokens, r.cost, r.reason, r.refused] for r in c.rows],
-                       [[u.at, u.model, u.tokens, u.cost, u.reason, u.refused, u.agent_cost] for u in c.uses]]
-                for name, c in contribs.items()}
     try:
-        atomic_write(root / INDEX, orjson.dumps({"key": _index_key(), "sessions": sessions}))
-    except (OSError, MemfsError):
-        pass  # a cache: the next report redoes what it would have saved
+        catalog_usage.put(catalog_of(root), contribs, usage_key())
+    except Exception as exc:  # (the next report computes what is missing)
+        log.debug("usage contributions not kept in the catalog of %s: %s", root, exc)
+    contribs.clear()
+
+
+def up_to_date(root: Path, write: bool = True):
+    """The store catalog (:class:`memfs.store.catalog.Catalog`) brought up to date, with every
+    session's contribution kept in it (:mod:`memfs.store.catalog_usage`): those missing or stale
+    are read from the session's current ``derived/usage.json``, else computed from its log (the
+    copy then replaced). ``write`` false (a read-only mount): nothing is written, and the
+    contributions computed are returned as ``(catalog, {name: Contribution})`` instead of kept."""
+    global computed
+    from memfs.store import catalog_usage
+    from memfs.store.catalog import catalog_of
+
+    catalog = catalog_of(root).current()
+    done = {}
+    names, mark = catalog_usage.stale(catalog, usage_key())
+    failed = False
+    for name in names:
+        try:
+            done[name] = load(root, name, write)
+        except (MemfsError, OSError):
+            failed = True
+            continue  # a session that went away, or cannot be opened: the listing shows why
+        computed += 1
+    if done and write:
+        from memfs.views import persist
+
+        persist.flush()
+        catalog_usage.put(catalog, done.values(), usage_key())
+        done = {}
+    if write and mark is not None and not failed:
+        catalog_usage.settled(catalog, mark)
+    if write:
+        try:
+            os.unlink(root / INDEX)  # (the store-level index of earlier versions: the catalog holds it now)
+        except OSError:
+            pass
+    return catalog, done
+
+
+computed = 0  # contributions this process had to read or compute (not kept in the catalog): tests, benchmarks
 
 
 def contributions(root: Path, write: bool = True) -> dict[str, Contribution]:
-    """Every session's contribution now: from the store-level index where its stamp still holds,
-    else from its ``derived/usage.json`` (or its log); the index and the copies are rewritten
-    where they were stale, unless ``write`` is false (a read-only mount writes nothing)."""
-    from memfs.store.catalog import catalog_of
+    """Every session's contribution now (:func:`up_to_date`); the status line's summary
+    (:mod:`memfs.usage.recent`) is rewritten when it is not current, unless ``write`` is false."""
+    from memfs.store import catalog_usage
     from memfs.usage import recent
-    from memfs.views import persist
 
-    index = _read_index(root)
-    out: dict[str, Contribution] = {}
-    redone = False
-    catalog = catalog_of(root).current()  # the names, and each log's length and about.json's identity
     cursor = recent.catalog_cursor(root)  # (read before the rows: a change meanwhile leaves it stale)
-    for name in catalog.names():
-        c = index.get(name)
-        row = catalog.row(name)
-        if c is None or row is None or c.stamp != row.stamp:
-            try:
-                c = load(root, name, write)
-            except (MemfsError, OSError):
-                continue  # a session that went away, or cannot be opened: the listing shows why
-            redone = True
-        out[name] = c
-    if write and (redone or len(out) != len(index)):
-        persist.flush()
-        _write_index(root, out)
-    key = orjson.dumps(_index_key()).decode()
-    if write and cursor is not None and (recent.read(root) or ("",))[0] != key:  # the status line's summary
-        recent.write(root, {n: c.uses for n, c in out.items()}, key, cursor)
+    catalog, extra = up_to_date(root, write)
+    out = catalog_usage.load(catalog)
+    if extra:
+        out.update(extra)
+        out = dict(sorted(out.items()))
+    index_key = usage_key()
+    if write and cursor is not None and (recent.read(root) or ("",))[0] != index_key:  # the status line's summary
+        recent.write(root, {n: c.uses for n, c in out.items()}, index_key, cursor)
     return out
 
 

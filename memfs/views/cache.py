@@ -245,8 +245,9 @@ class ViewState:
 
     # --- rendering -------------------------------------------------------------------------
 
-    def render(self, handle, name: str) -> bytes:
-        """The current bytes of view ``name`` (one of :data:`VIEW_NAMES`)."""
+    def render(self, handle, name: str, copy: bool = True) -> bytes:
+        """The current bytes of view ``name`` (one of :data:`VIEW_NAMES`); copied into the
+        backing store's ``derived/`` when it changed (a writer's handle), unless ``copy`` is false."""
         with self.lock:
             self.refresh(handle)  # (index/about.json re-read too)
             key = (self.epoch, self.about_epoch if name in ABOUT_VIEWS else 0)
@@ -256,7 +257,7 @@ class ViewState:
             data = _RENDERERS[name](self, handle)
             self._rendered[name] = (key, data)
             stats.renders += 1
-            if not handle.read_only and self._written.get(name) != data:
+            if copy and not handle.read_only and self._written.get(name) != data:
                 self._written[name] = data
                 persist.submit(self.path, name, data)
             return data

@@ -1,0 +1,207 @@
+"""Each session's usage contribution kept in the store catalog (SPEC §12, §14): two tables of
+``<root>/.memfs/catalog.sqlite`` beside the sessions' rows (:mod:`memfs.store.catalog_db`).
+
+* ``usage_sessions``: per session the stamp its contribution was computed at — the log's
+  length and ``index/about.json``'s identity, in the catalog row's own columns' form
+  (``log_size``, ``about_key``) so that one query finds the contributions that are missing or
+  stale — its agent, project, UTC day-and-model rows (what the mount's ``usage/`` files add up)
+  and dated turns (the billing blocks', the status line's), as JSON;
+* ``usage_buckets``: its dated turns summed per quarter hour (UTC) and model (:func:`buckets`),
+  what ``memfs usage`` groups and sums in the user's zone (:mod:`memfs.usage.query`): a quarter
+  hour falls in one local day in every zone, and a session's turns come in runs, so a store's
+  report reads far fewer rows than it has turns.
+
+The meta key ``usage_key`` names what the contributions were computed with (the view's version,
+this format, the price table): another key and every contribution is dropped. A cache inside a
+cache: deleting the catalog loses nothing (a report computes what is missing from the sessions'
+``derived/usage.json`` or their logs, :func:`memfs.usage.reporting.contributions`); a session
+another process changed moves its catalog row's stamp, so its contribution no longer matches
+and is computed again. Writes leave the catalog's ``seq`` alone: the change feed is the rows'.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+TOKENS = ("input", "cached_input", "cache_creation", "output", "reasoning", "total")  # memfs.usage.reporting._KEYS
+BUCKET = 900  # seconds: every UTC offset in use, and every change of one, falls on a quarter hour
+
+_DDL = f"""
+CREATE TABLE IF NOT EXISTS usage_sessions (
+  name TEXT PRIMARY KEY, log_size INTEGER, about_key TEXT, agent TEXT, project TEXT, rows TEXT, uses TEXT);
+CREATE TABLE IF NOT EXISTS usage_buckets (
+  name TEXT NOT NULL, bucket INTEGER NOT NULL, model TEXT, reason TEXT, refused TEXT, first INTEGER NOT NULL,
+  turns INTEGER NOT NULL, {', '.join(f't_{k} INTEGER' for k in TOKENS)}, cost REAL, unpriced INTEGER, last REAL,
+  agent_turns INTEGER, agent_cost REAL, agent_ours REAL, agent_unpriced INTEGER);
+CREATE INDEX IF NOT EXISTS usage_buckets_name ON usage_buckets (name);
+"""
+
+_BUCKET_COLUMNS = ("name", "bucket", "model", "reason", "refused", "first", "turns", *(f"t_{k}" for k in TOKENS),
+                   "cost", "unpriced", "last", "agent_turns", "agent_cost", "agent_ours", "agent_unpriced")
+_INSERT_BUCKET = (f"INSERT INTO usage_buckets ({', '.join(_BUCKET_COLUMNS)}) "
+                  f"VALUES ({', '.join('?' * len(_BUCKET_COLUMNS))})")
+
+
+def buckets(name: str, uses) -> list[list]:
+    """The rows of ``usage_buckets`` of one session's dated turns (:class:`memfs.usage.reporting.Use`):
+    its turns summed per quarter hour (UTC), model, reason for no price and refused counts;
+    ``first`` is the first such turn's place in the session."""
+    out: dict[tuple, list] = {}
+    n = len(TOKENS)
+    for i, u in enumerate(uses):
+        key = (int(u.at // BUCKET), u.model, u.reason if u.cost is None else None, u.refused, u.cost is None)
+        b = out.get(key)
+        if b is None:
+            b = out[key] = [name, *key[:4], i, 0, *([0] * n), 0.0, 0, u.at, 0, 0.0, 0.0, 0]
+        b[6] += 1
+        for j, v in enumerate(u.tokens):
+            b[7 + j] += v
+        if u.cost is None:
+            b[8 + n] += 1
+        else:
+            b[7 + n] += u.cost
+        b[9 + n] = max(b[9 + n], u.at)
+        if u.agent_cost is not None:
+            b[10 + n] += 1
+            b[11 + n] += u.agent_cost
+            if u.cost is None:
+                b[13 + n] += 1
+            else:
+                b[12 + n] += u.cost
+    return list(out.values())
+
+
+def ensure(db) -> None:
+    """The tables exist in ``db`` (a :class:`memfs.store.catalog_db.CatalogDB`; made again with
+    a catalog that was deleted or rebuilt)."""
+    for statement in _DDL.split(";"):
+        if statement.strip():
+            db.query(statement)
+
+
+def stale(catalog, key: str) -> tuple[list[str], str | None]:
+    """``(the sessions whose contribution is missing or was computed for another log or
+    about.json than the catalog row's, sorted; the mark to pass to settled once they are all
+    kept, None when nothing was looked at)``. Contributions of sessions the catalog no longer has are dropped, and all of them
+    when ``key`` is not the one they were computed with. Nothing is looked at when no row
+    changed since the last :func:`settled` (one read of the catalog's meta)."""
+    db = catalog.db
+
+    def work() -> tuple[list[str], str | None]:
+        ensure(db)
+        meta = dict(db.query("SELECT key, value FROM meta WHERE key IN ('generation', 'seq', 'usage_key', 'usage_seq')"))
+        mark = f"{meta.get('generation')}:{meta.get('seq')}"
+        if meta.get("usage_key") != key:
+            with db.transaction():
+                _drop_all(db.conn, key)
+        elif meta.get("usage_seq") == mark:
+            return [], None
+        gone = db.query("SELECT name FROM usage_sessions WHERE name NOT IN (SELECT name FROM sessions)")
+        if gone:
+            forget(catalog, [g[0] for g in gone])
+        rows = db.query(
+            "SELECT s.name FROM sessions s LEFT JOIN usage_sessions u ON u.name = s.name "
+            "WHERE u.name IS NULL OR u.log_size IS NOT (CASE WHEN s.log_size >= 0 THEN s.log_size END) "
+            "OR u.about_key IS NOT s.about_key ORDER BY s.name")
+        return [r[0] for r in rows], mark
+
+    return catalog.run(work)
+
+
+def _drop_all(conn, key: str) -> None:
+    conn.execute("DELETE FROM usage_buckets")
+    conn.execute("DELETE FROM usage_sessions")
+    conn.execute("INSERT OR REPLACE INTO meta VALUES ('usage_key', ?)", (key,))
+    conn.execute("DELETE FROM meta WHERE key = 'usage_seq'")
+
+
+def settled(catalog, mark: str) -> None:
+    """Every session's contribution was kept as the catalog stood at ``mark`` (from :func:`stale`)."""
+    db = catalog.db
+
+    def work() -> None:
+        with db.transaction():
+            db.conn.execute("INSERT OR REPLACE INTO meta VALUES ('usage_seq', ?)", (mark,))
+
+    catalog.run(work)
+
+
+def _about_key(about) -> str | None:
+    return orjson.dumps(list(about)).decode() if about else None
+
+
+def put(catalog, contribs, key: str) -> None:
+    """Keep ``contribs`` (:class:`memfs.usage.reporting.Contribution`) computed with ``key``,
+    each replacing what its session had, in one transaction (those kept with another key go)."""
+    contribs = list(contribs)
+    if not contribs:
+        return
+    db = catalog.db
+
+    def work() -> None:
+        ensure(db)
+        with db.transaction():
+            conn = db.conn
+            if db.meta("usage_key") != key:
+                _drop_all(conn, key)
+            for c in contribs:
+                conn.execute("DELETE FROM usage_buckets WHERE name = ?", (c.session,))
+                rows = [[r.day, r.model, r.turns, r.tokens, r.cost, r.reason, r.refused] for r in c.rows]
+                conn.execute("INSERT OR REPLACE INTO usage_sessions VALUES (?, ?, ?, ?, ?, ?, ?)",
+                             (c.session, c.stamp[0], _about_key(c.stamp[1]), c.agent, c.project,
+                              orjson.dumps(rows).decode(), orjson.dumps([list(u) for u in c.uses]).decode()))
+                conn.executemany(_INSERT_BUCKET, buckets(c.session, c.uses))
+
+    catalog.run(work)
+
+
+def forget(catalog, names) -> None:
+    """Drop the contributions of sessions ``names``."""
+    db = catalog.db
+    with db.transaction():
+        for name in names:
+            db.conn.execute("DELETE FROM usage_buckets WHERE name = ?", (name,))
+            db.conn.execute("DELETE FROM usage_sessions WHERE name = ?", (name,))
+
+
+def load(catalog) -> dict:
+    """Every contribution kept, by session name (:class:`memfs.usage.reporting.Contribution`),
+    sorted by name; each session's turns in order."""
+    from memfs.usage.reporting import Contribution, Row, Use
+
+    db = catalog.db
+
+    def work():
+        ensure(db)
+        return db.query("SELECT name, log_size, about_key, agent, project, rows, uses FROM usage_sessions ORDER BY name")
+
+    out = {}
+    for name, size, about_key, agent, project, rows, uses in catalog.run(work):
+        about = orjson.loads(about_key) if about_key else None
+        out[name] = Contribution(name, agent, project,
+                                 tuple(Row(r[0], r[1], r[2], tuple(r[3]), r[4], r[5], r[6]) for r in orjson.loads(rows)),
+                                 (size, tuple(about) if about else None),
+                                 tuple(Use(u[0], u[1], tuple(u[2]), *u[3:]) for u in orjson.loads(uses)))
+    return out
+
+
+def count(catalog) -> int:
+    """How many sessions have a contribution kept."""
+    db = catalog.db
+
+    def work() -> int:
+        ensure(db)
+        return db.query("SELECT count(*) FROM usage_sessions")[0][0]
+
+    return catalog.run(work)
+
+
+def grouped(catalog, sql: str, args: tuple = ()) -> list[tuple]:
+    """Run a read ``sql`` over the tables (:mod:`memfs.usage.query` builds them)."""
+    db = catalog.db
+
+    def work() -> list[tuple]:
+        ensure(db)
+        return db.query(sql, args)
+
+    return catalog.run(work)

@@ -1,0 +1,77 @@
+"""The usage contributions kept in the store catalog (SPEC §12, §14): reports are queries over
+them, the catalog is a cache (deleting it changes no figure), and a report reads a session
+again only when it changed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from memfs.usage import periods, query, reporting
+
+from mounting import event
+from test_usage import import_all, native, run
+
+GROUPINGS = [("day", "UTC"), ("week", "Asia/Kolkata"), ("month", "America/St_Johns"), ("model", "UTC"),
+             ("project", "UTC"), ("agent", "UTC"), ("session", "UTC")]
+
+
+def store_of_every_agent(tmp_path: Path) -> Path:
+    store = tmp_path / "store"
+    for agent in ("claude", "codex", "gemini"):
+        import_all(store, agent)
+    native(store, "old", event("turn.started"),
+           event("turn.completed", model="acme-coder-1", completed_at="2025-01-02T03:04:05Z",
+                 usage={"input_tokens": 7, "output_tokens": 3}))  # no price: the reason is carried
+    native(store, "late", event("turn.started"),
+           event("turn.completed", model="gpt-5", completed_at="2026-12-03T23:50:00Z", usage={"input_tokens": 5}),
+           event("turn.started"),
+           event("turn.completed", model="gpt-5", completed_at="2026-12-04T00:20:00Z", usage={"input_tokens": 6}))
+    return store
+
+
+def reports(store: Path) -> list[dict]:
+    return [json.loads(run("usage", "--store", str(store), "--by", by, "--tz", tz, "--json")) for by, tz in GROUPINGS]
+
+
+def test_reports_are_equal_before_and_after_deleting_the_catalog(tmp_path):
+    store = store_of_every_agent(tmp_path)
+    before = reports(store)
+    assert before[0]["totals"]["tokens"]["total"] == 3 * 3375 + 10 + 11
+    assert [r["day"] for r in before[0]["rows"]] == ["2025-01-02", "2026-12-03", "2026-12-04"]
+    for suffix in ("", "-wal", "-shm"):
+        (store / ".memfs" / f"catalog.sqlite{suffix}").unlink(missing_ok=True)
+    assert reports(store) == before
+    # the queries give what the Python fold over the same contributions gives, field for field
+    contribs = reporting.contributions(store).values()
+    for (by, tz), doc in zip(GROUPINGS, before):
+        opts = periods.Options(by=by, tz=periods.zone(tz))
+        assert periods.report(contribs, opts) == doc == query.report(store, opts)
+    opts = periods.Options(by="day", tz=periods.zone("Europe/Paris"), last=2, agent="unknown")
+    assert periods.report(contribs, opts) == query.report(store, opts)
+
+
+def test_a_report_reads_a_session_again_only_when_it_changed(tmp_path):
+    store = store_of_every_agent(tmp_path)
+    first = query.report(store, periods.Options(by="agent"))
+    computed = reporting.computed
+    assert query.report(store, periods.Options(by="agent")) == first
+    assert reporting.computed == computed  # every contribution came from the catalog
+    native(store, "late", event("turn.started"),
+           event("turn.completed", model="gpt-5", completed_at="2026-12-05T00:00:00Z", usage={"input_tokens": 100}))
+    again = query.report(store, periods.Options(by="agent"))
+    assert reporting.computed == computed + 1  # the one session appended to
+    assert again["totals"]["tokens"]["total"] == first["totals"]["tokens"]["total"] + 100
+
+
+def test_an_import_keeps_its_usage_and_the_report_reads_no_log(tmp_path):
+    store = tmp_path / "store"
+    for agent in ("claude", "codex", "gemini"):
+        import_all(store, agent)  # (another process: memfs import)
+    computed = reporting.computed
+    doc = query.report(store, periods.Options(by="agent"))
+    assert reporting.computed == computed  # every contribution was kept by the import's commit
+    assert {r["agent"]: r["tokens"]["total"] for r in doc["rows"]} == {"claude": 3375, "codex": 3375, "gemini": 3375}
+    for suffix in ("", "-wal", "-shm"):  # the same from the logs, the catalog deleted (another process)
+        (store / ".memfs" / f"catalog.sqlite{suffix}").unlink(missing_ok=True)
+    assert json.loads(run("usage", "--store", str(store), "--by", "agent", "--json")) == doc
