@@ -30,7 +30,7 @@ from memfs.agents.origin import (  # noqa: F401  (the names memfs.agents always 
 )
 
 if TYPE_CHECKING:
-    from memfs.agents.common import Shapes
+    from memfs.agents.common import LineFormat, Shapes
 
 AGENTS = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if m.ispkg))  # claude, codex, gemini, opencode
 
@@ -69,3 +69,28 @@ def recorded_disjoint(agent: str | None) -> bool:
     table says so: Claude); any other agent, known or not, counts the cache inside it."""
     table = shapes(agent)
     return table is not None and table.usage.recorded_disjoint
+
+
+@cache
+def line_formats() -> tuple[tuple[str, LineFormat], ...]:
+    """Every agent's record formats (its table's ``formats``) with the agent, in the order
+    :func:`memfs.ingest.classify` asks them (rank, then agent)."""
+    found = [(f.rank, name, f) for name in AGENTS for f in getattr(shapes(name), "formats", ())]
+    return tuple((name, f) for _, name, f in sorted(found, key=lambda row: row[:2]))
+
+
+def owner_of(kind: str | None) -> str | None:
+    """The agent whose folder reads translator ``kind`` (``native``: Codex's, which reads this
+    event family as ``exec --json`` writes it), or None."""
+    return next((name for name, f in line_formats() if f.kind == kind), None)
+
+
+def agent_of_kind(kind: str | None) -> str | None:
+    """The agent a session read by translator ``kind`` is that agent's (None for this event
+    family, which any agent or memfs writes)."""
+    return next((name for name, f in line_formats() if f.kind == kind and f.attributed), None)
+
+
+def by_command(program: str) -> str | None:
+    """The agent whose command is named ``program`` (its table's ``command``), or None."""
+    return next((name for name in AGENTS if getattr(shapes(name), "command", None) == program), None)
