@@ -59,6 +59,13 @@ def writer(agent: str) -> ModuleType | None:
     return _part(agent, "write")
 
 
+def resumer(agent: str) -> ModuleType | None:
+    """``agent``'s ``resume`` module (``resume(root, session, args, home, max_events, cwd,
+    tell)``: its own way to continue a session, when its CLI does not go on with the exported
+    file), or None: :func:`memfs.export.resume.resume_session` exports and imports back."""
+    return _part(agent, "resume")
+
+
 def writers() -> tuple[str, ...]:
     """The agents memfs exports to (those whose folder has a ``write.py``)."""
     return tuple(a for a in AGENTS if importlib.util.find_spec(f"{__name__}.{a}.write") is not None)
@@ -89,6 +96,11 @@ def agent_of_kind(kind: str | None) -> str | None:
     """The agent a session read by translator ``kind`` is that agent's (None for this event
     family, which any agent or memfs writes)."""
     return next((name for name, f in line_formats() if f.kind == kind and f.attributed), None)
+
+
+def command_of(agent: str) -> str:
+    """The name of ``agent``'s command (its table's ``command``; else the agent's name)."""
+    return getattr(shapes(agent), "command", None) or agent
 
 
 def by_command(program: str) -> str | None:
