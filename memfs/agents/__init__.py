@@ -1,8 +1,11 @@
 """One home per agent (issue 53): ``memfs/agents/<agent>/`` holds how memfs reads that agent's
 records and writes its native format, and this package lists them (:data:`AGENTS`, found by
 their folders, so adding an agent is adding a folder; docs/design.md "One folder per agent" says
-what a folder provides). A folder's modules are imported on first use only: this package is
-read by the store and the views, which never load an agent's reader.
+what a folder provides). The runners ask it, never an agent by name: which format a line is in
+(:func:`line_formats`, :func:`owner_of`, :func:`agent_of_kind`), which agent a command runs
+(:func:`by_command`, :func:`command_of`), who reads, writes and resumes (:func:`reader`,
+:func:`writer`, :func:`resumer`). A folder's modules are imported on first use only: this
+package is read by the store and the views, which never load an agent's reader.
 
 The origin of a log (which agent wrote it: :mod:`memfs.agents.origin`) is re-exported here under
 its former names.

@@ -80,6 +80,11 @@ class Shapes:
     command: str | None = None  # its command's name: ``memfs record <command> …`` knows the agent by it
     line: str | None = None  # what ``--format <name>`` calls a line; one of no format is refused so (None: kept)
     subagent: Callable[[Path, str], Subagent | None] | None = None  # a sub-agent's file, by its path and id
+    # the identity layer (memfs.ingest.identity.Dedupe): a turn known only by its close is matched by
+    # the thread's running token total (Codex's exec --json); a failed close with no item pairs with
+    # another capture's (OpenCode's stream and store)
+    closes_by_signature: bool = False
+    pairs_failed: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 

@@ -63,6 +63,7 @@ SHAPES = Shapes(
              LineFormat("rollout", "a Codex rollout file", codex_rollout, rollout_id, rank=10),
              LineFormat("native", EXEC, is_bare_event, thread_id, rank=90, attributed=False)),
     command="codex",
+    closes_by_signature=True,
     tools={**dict.fromkeys(SHELL_TOOLS, "command_execution"), "apply_patch": "file_change",
            "update_plan": "todo_list"},
     writes={"command_execution": "exec_command", "file_change": "apply_patch", "todo_list": "update_plan"},

@@ -30,6 +30,7 @@ SHAPES = Shapes(
     # (its store is a database, which memfs.agents.opencode.read finds by its path)
     formats=(LineFormat("opencode", "opencode run --format json", is_stream, session_id, rank=30),),
     command="opencode",
+    pairs_failed=True,
     line="an opencode run --format json line",
     tools={"bash": "command_execution", "todowrite": "todo_list", **dict.fromkeys(sorted(FILE_TOOLS), "file_change")},
     writes={"command_execution": "bash"},
