@@ -131,9 +131,10 @@ def test_usage_is_per_turn_with_each_request_and_its_model(tmp_path):
     import_(store, data_dir(tmp_path, "ok_failing_command"))
     steps = capture("ok_failing_command")["script"]["steps"]
     (end,) = [e for e in events_of(store, capture("ok_failing_command")["session_id"]) if e["type"] == "turn.completed"]
-    per_request = [{"input_tokens": s["usage"]["input"], "cached_input_tokens": 0, "output_tokens": s["usage"]["output"]}
-                   for s in steps]
-    assert end["requests"] == [{"model": "gpt-5.5", "usage": u} for u in per_request]
+    # each request in the form every agent's close gives (memfs.ingest.request_entry), as usage prices it
+    assert [{k: v for k, v in r.items() if k != "at"} for r in end["requests"]] == [
+        {"model": "gpt-5.5", "input": s["usage"]["input"], "output": s["usage"]["output"]} for s in steps]
+    assert all(r["at"].endswith("Z") for r in end["requests"])
     assert end["usage"] == {"input_tokens": 2100, "cached_input_tokens": 0, "output_tokens": 45}
     assert end["model"] == "gpt-5.5" and end["completed_at"].endswith("Z")
     # the title request (a side request, answered outside the turn) is not the turn's

@@ -17,10 +17,11 @@ the agent's table says it records it disjoint (Claude: :func:`recorded_disjoint`
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -41,6 +42,28 @@ class UsageShape:
 
 
 @dataclass(frozen=True)
+class LineFormat:
+    """One format of an agent's records, as ``memfs import`` and ``memfs record`` tell formats
+    apart (:func:`memfs.ingest.classify`): every agent's formats are asked in ``rank`` order
+    (lower first: a line two tests take goes to the lower), ``test`` a decoded line."""
+
+    kind: str  # its translator (a key of the agent's ``read.TRANSLATORS``)
+    name: str  # what a refusal calls it
+    test: Callable[[dict], bool]  # a decoded line is in this format
+    session_id: Callable[[dict], str | None]  # the conversation id a line of it names, if any
+    rank: int = 50
+    attributed: bool = True  # a session read from it is the agent's (False: memfs's own event family)
+
+
+class Subagent(NamedTuple):
+    """A sub-agent's record file, as its path says (the importer's session ``<parent>.<leaf>``)."""
+
+    parent: str  # the parent conversation's id
+    conversation: str  # the sub-agent's conversation id
+    leaf: str  # the last part of its session's name
+
+
+@dataclass(frozen=True)
 class Shapes:
     """One agent's table, read by its reader and its writer alike."""
 
@@ -53,6 +76,15 @@ class Shapes:
     exit_format: str | None = None  # a command's output with its exit code, as the agent writes it
     times: str = "rfc3339"  # how its record gives times: "rfc3339", or "ms" (ms since the epoch)
     stream_usage: UsageShape | None = None  # its stream's usage object, when that is another shape
+    formats: tuple[LineFormat, ...] = ()  # its records' formats, which ``memfs import`` reads
+    command: str | None = None  # its command's name: ``memfs record <command> …`` knows the agent by it
+    line: str | None = None  # what ``--format <name>`` calls a line; one of no format is refused so (None: kept)
+    subagent: Callable[[Path, str], Subagent | None] | None = None  # a sub-agent's file, by its path and id
+    # the identity layer (memfs.ingest.identity.Dedupe): a turn known only by its close is matched by
+    # the thread's running token total (Codex's exec --json); a failed close with no item pairs with
+    # another capture's (OpenCode's stream and store)
+    closes_by_signature: bool = False
+    pairs_failed: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from memfs import agents
 from memfs.cli.common import Commands, _config, _err, _existing, _json, _lines, _nonneg_int, _out, _pos_int
 
 
@@ -74,7 +75,7 @@ def register(c: Commands) -> None:
                      "existing directory (printed first; anything else is refused), else the current one. The "
                      "exit status is the tool's.")
     p.add_argument("session", metavar="SESSION")
-    p.add_argument("--in", dest="tool", required=True, choices=("claude", "codex", "opencode"),
+    p.add_argument("--in", dest="tool", required=True, choices=agents.writers(),
                    help="the tool to resume in")
     p.add_argument("--cwd", metavar="DIR", help="the directory the tool runs in (default: the session's)")
     p.add_argument("--max-events", type=_nonneg_int, metavar="N", help="event cap (default 10000; 0 = unlimited)")

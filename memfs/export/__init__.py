@@ -6,7 +6,9 @@ rollout, :mod:`memfs.agents.codex.write`), ``opencode`` (a file for ``opencode i
 :mod:`memfs.agents.opencode.write`; it needs an ``out``), ``markdown`` (:func:`memfs.export.markdown.render`) and
 ``jsonl`` (the session's own log, byte for byte).
 
-Where the file goes (``out``; docs/design.md "Export: where --out puts the file"):
+Where the file goes (``out``; docs/design.md "Export: where --out puts the file") is each
+agent's writer's (its ``write.place``, giving a :class:`Placement`; the helpers :func:`store_dir`
+and :func:`out_file` are theirs):
 
 * ``None`` — ``claude``/``codex``: the CLI's own store under ``home`` (default: the user's:
   ``$CLAUDE_CONFIG_DIR`` or ``~/.claude``; ``$CODEX_HOME`` or ``~/.codex``), in the CLI's layout
@@ -30,16 +32,13 @@ from __future__ import annotations
 
 import errno
 import os
-import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
 
 from memfs import agents
-from memfs.agents.claude import write as claude
-from memfs.agents.codex import write as codex
-from memfs.agents.opencode import write as opencode
 from memfs.errors import MemfsError
 from memfs.export.conversation import Conversation, read_conversation
 from memfs.store import about as about_store
@@ -58,6 +57,21 @@ class ExportResult:
     argv: list[str] = field(default_factory=list)
     cwd: str = ""
     to: str = ""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What an agent's writer writes for a session and where (its ``write.place(conv, out, home,
+    cwd)``: the CLI's store layout is its writer's): ``data`` into ``path``; ``argv`` continues
+    it; ``taken``: files of the target's store that hold the conversation already (then nothing
+    is written); ``in_store``: ``path`` is in the CLI's store (its layout's directories are made)."""
+
+    path: Path
+    data: bytes
+    conversation_id: str
+    argv: list[str]
+    taken: list[Path] = field(default_factory=list)
+    in_store: bool = False
 
 
 class ExportError(MemfsError):
@@ -108,37 +122,16 @@ def export_session(handle, to: str, out: Path | None = None, *, home: Path | Non
     where = cwd or session_cwd or os.getcwd()
     uid = conv.conversation_id
     _own_conversation(handle, conv, uid)
-    if to == "opencode":
-        return _export_opencode(conv, out, home, where)
-    if to == "claude":
-        argv = ["claude", "--resume", uid]
-        store = _store(out, home, ".claude", ("projects",), os.environ.get("CLAUDE_CONFIG_DIR"))
-        if store is not None:
-            path = claude.transcript_path(store, where, uid)
-            taken = sorted((store / "projects").glob(f"*/{uid}.jsonl")) if (store / "projects").is_dir() else []
-        else:
-            path, taken = _file(out, f"{uid}.jsonl"), []
-        data = claude.render(conv, where)
-    else:
-        argv = ["codex", "exec", "resume", uid]
-        store = _store(out, home, ".codex", ("sessions", "config.toml"), os.environ.get("CODEX_HOME"))
-        if store is not None:
-            data = codex.render(conv, where, _provider(store))
-            path = codex.rollout_path(store, uid, data[0]["timestamp"])
-            taken = sorted(p for d in ("sessions", "archived_sessions") if (store / d).is_dir()
-                           for p in (store / d).rglob(f"rollout-*-{uid}.jsonl*"))
-        else:
-            data = codex.render(conv, where, None)
-            path = _file(out, codex.rollout_path(Path("."), uid, data[0]["timestamp"]).name)
-            taken = []
-    result = ExportResult(path=path, conversation_id=uid, argv=argv, cwd=where, to=to)
-    if taken:
-        existing = taken[0]
-        there = _cwd_of(existing, to) or where
+    writer = agents.writer(to)  # (TARGETS: the agents with a write.py)
+    assert writer is not None
+    placed: Placement = writer.place(conv, out, home, where)
+    result = ExportResult(placed.path, placed.conversation_id, placed.argv, where, to)
+    if placed.taken:
+        existing, argv = placed.taken[0], placed.argv
         raise ExportExists(f"export: {existing} already holds conversation {uid}; "
                            f"`{' '.join(argv)}` continues it (nothing written)",
-                           ExportResult(existing, uid, argv, there, to))
-    _write_new(path, b"".join(orjson.dumps(line) + b"\n" for line in data), result, make_parents=store is not None)
+                           ExportResult(existing, uid, argv, _cwd_of(existing) or where, to))
+    _write_new(placed.path, placed.data, result, make_parents=placed.in_store)
     return result
 
 
@@ -155,24 +148,6 @@ def _own_conversation(handle, conv: Conversation, uid: str) -> None:
     why = (f" ({handle.name} was forked from it before forks got conversation ids of their own: "
            f"fork {conv.about['forked_from']} again)") if conv.about.get("forked_from") else ""
     raise ExportError(f"export: conversation {uid} is session {holder}'s, not {handle.name}'s{why} (nothing written)")
-def _export_opencode(conv: Conversation, out: Path | None, home: Path | None, where: str) -> ExportResult:
-    """``opencode import FILE`` reads a file anywhere: ``out`` (a file, or a directory for
-    ``<session id>.json``) is needed. The provider and model are the target OpenCode's (its
-    config under ``home``, default ``$XDG_CONFIG_HOME`` or ``~/.config``)."""
-    if out is None:
-        raise ExportError("export: --to opencode needs --out (a file or a directory); then `opencode import FILE`")
-    base = Path(home) / ".config" if home is not None else Path(os.environ.get("XDG_CONFIG_HOME") or
-                                                              Path.home() / ".config")
-    provider, model = opencode.target_model(base / "opencode")
-    doc = opencode.render(conv, where, provider, model)
-    sid = doc["info"]["id"]
-    path = _file(out, f"{sid}.json")
-    result = ExportResult(path=path, conversation_id=sid, argv=["opencode", "import", str(path)], cwd=where,
-                          to="opencode")
-    _write_new(path, orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n", result, make_parents=False)
-    return result
-
-
 def _export_text(handle, to: str, out: Path | None) -> ExportResult:
     if out is None:
         raise ExportError(f"export: --to {to} needs --out (a file or a directory)")
@@ -188,14 +163,17 @@ def _export_text(handle, to: str, out: Path | None) -> ExportResult:
         data = handle.read_bytes(0)
         name = f"{handle.name}.jsonl"
     conv_id = about_store.read(Path(handle.path)).get("conversation_id")
-    path = _file(out, name)
+    path = out_file(out, name)
     result = ExportResult(path=path, conversation_id=conv_id if isinstance(conv_id, str) else handle.name, to=to)
     _write_new(path, data, result, make_parents=False)
     return result
 
 
-def _store(out: Path | None, home: Path | None, dirname: str, marks: tuple[str, ...], env: str | None) -> Path | None:
-    """The CLI's store ``out`` names (None: ``out`` is a plain file or directory)."""
+def store_dir(out: Path | None, home: Path | None, dirname: str, marks: tuple[str, ...],
+              env: str | None) -> Path | None:
+    """The CLI's store ``out`` names (None: ``out`` is a plain file or directory): with no
+    ``out``, ``home/<dirname>``, else ``env``, else ``~/<dirname>``; ``out`` itself when it is
+    named ``dirname`` or holds one of ``marks``; ``out/<dirname>`` when that is a directory."""
     if out is None:
         if home is not None:
             return Path(home) / dirname
@@ -207,7 +185,12 @@ def _store(out: Path | None, home: Path | None, dirname: str, marks: tuple[str, 
     return None
 
 
-def _file(out: Path | None, name: str) -> Path:
+def jsonl(lines: Iterable[dict]) -> bytes:
+    return b"".join(orjson.dumps(line) + b"\n" for line in lines)
+
+
+def out_file(out: Path | None, name: str) -> Path:
+    """The file ``out`` names: ``out/<name>`` for a directory, else ``out`` (in a directory)."""
     assert out is not None
     if out.is_dir():
         return out / name
@@ -216,9 +199,9 @@ def _file(out: Path | None, name: str) -> Path:
     return out
 
 
-def _cwd_of(path: Path, to: str) -> str | None:
+def _cwd_of(path: Path) -> str | None:
     """The working directory an existing transcript/rollout was written for (its first line
-    that names one, among the first 64), or None."""
+    that names one, itself or in its ``payload``, among the first 64), or None."""
     try:
         with open(path, "rb") as f:
             for _, raw in zip(range(64), f):
@@ -226,24 +209,12 @@ def _cwd_of(path: Path, to: str) -> str | None:
                     obj = orjson.loads(raw)
                 except orjson.JSONDecodeError:
                     continue
-                holder = obj.get("payload") if to == "codex" and isinstance(obj, dict) else obj
+                holder = obj.get("payload") if isinstance(obj, dict) and isinstance(obj.get("payload"), dict) else obj
                 if isinstance(holder, dict) and isinstance(holder.get("cwd"), str) and holder["cwd"]:
                     return holder["cwd"]
     except OSError:
         return None
     return None
-
-
-def _provider(codex_home: Path) -> str | None:
-    """The model provider the Codex in ``codex_home`` is configured with (its ``config.toml``
-    ``model_provider``), or None — then the rollout names none, which Codex resumes under
-    whatever provider it runs with (a rollout naming another one is refused)."""
-    try:
-        with open(codex_home / "config.toml", "rb") as f:
-            provider = tomllib.load(f).get("model_provider")
-    except (OSError, tomllib.TOMLDecodeError):
-        return None
-    return provider if isinstance(provider, str) and provider else None
 
 
 def _write_new(path: Path, data: bytes, result: ExportResult, make_parents: bool) -> None:

@@ -127,7 +127,7 @@ def checked_cwd(value, origin: str) -> str:
     return os.path.realpath(value)
 
 
-def _session_cwd(value) -> tuple[str, str]:
+def session_cwd(value) -> tuple[str, str]:
     """The directory to run in when neither ``--cwd`` nor an existing file says, and why."""
     here = os.path.realpath(os.getcwd())
     if value is None:
@@ -152,7 +152,8 @@ def _check_conversation(path: Path, uid: str) -> None:
 def resume_session(root: str | os.PathLike, session: str, to: str, args: Sequence[str] = (), *,
                    home: str | os.PathLike | None = None, max_events: int = 0, cwd: str | None = None,
                    tell: Callable[[str], None] | None = None) -> Resumed:
-    """Export ``session`` for ``to`` (``claude`` or ``codex``), run its resume command with
+    """Export ``session`` for ``to`` (one of :data:`TARGETS`; an agent with a ``resume.py`` in
+    its folder continues its own way: :func:`memfs.agents.resumer`), run its resume command with
     ``args`` in ``cwd`` (or the directory the module docstring says), and import the new turns
     back. ``tell`` gets one line naming the directory before the tool starts. Raises before the
     tool runs when the session does not exist, cannot be exported, a working directory is refused
@@ -166,12 +167,13 @@ def resume_session(root: str | os.PathLike, session: str, to: str, args: Sequenc
         raise ValueError(f"resume --in must be one of {', '.join(TARGETS)}")
     root = Path(root)
     chosen = checked_cwd(os.path.abspath(cwd), "given by --cwd") if cwd is not None else None
-    if to == "opencode":
-        return _resume_opencode(root, session, args, home, max_events, chosen, tell)
+    own = agents.resumer(to)  # (an agent whose CLI does not continue the exported file: its own way)
+    if own is not None:
+        return own.resume(root, session, args, home, max_events, chosen, tell)
     with open_session(root, session, read_only=True) as handle:
-        check_runnable(to)  # (NotRunnable: 127 or 126, as a shell says it; nothing exported)
+        check_runnable(agents.command_of(to))  # (NotRunnable: 127 or 126, as a shell says it; nothing exported)
         name = handle.name
-        where, origin = (chosen, "--cwd") if chosen is not None else _session_cwd(about.read(handle.path).get("cwd"))
+        where, origin = (chosen, "--cwd") if chosen is not None else session_cwd(about.read(handle.path).get("cwd"))
         try:
             exported, fresh = export_session(handle, to, home=Path(home) if home else None, cwd=where), True
         except ExportExists as exc:  # resumed before (or exported): go on with that file
@@ -197,66 +199,4 @@ def resume_session(root: str | os.PathLike, session: str, to: str, args: Sequenc
     result.appended, result.duplicates, result.refused = item.appended, item.duplicates, item.refused
     if item.status in ("changed", "error"):
         result.error = item.reason or item.status
-    return result
-
-
-
-
-def _resume_opencode(root: Path, session: str, args: Sequence[str], home, max_events: int, chosen: str | None,
-                     tell: Callable[[str], None] | None) -> Resumed:
-    """OpenCode keeps a database, not files: the session is exported to a file that ``opencode
-    import`` writes into it (once: the OpenCode session's id is remembered in the session's
-    ``index/import-sources.json``, with the user messages that were exported), the tool runs
-    ``opencode run --session ID ARGS`` (no ARGS: its TUI, ``opencode --session ID``), and the
-    turns it added come back from its database into this session
-    (:func:`memfs.agents.opencode.read.import_store` with ``into``), the exported ones left out."""
-    import tempfile
-
-    import orjson
-
-    from memfs.agents.opencode import read as opencode
-    from memfs.agents.opencode.store import DB_NAME
-    from memfs.export import ExportError, export_session
-    from memfs.ingest import conversations
-    from memfs.ingest.importer import read_sources, write_sources
-    from memfs.ingest.record import check_runnable
-
-    with open_session(root, session, read_only=True) as handle:
-        check_runnable("opencode")
-        name = handle.name
-        here, origin = (chosen, "--cwd") if chosen is not None else _session_cwd(about.read(handle.path).get("cwd"))
-        sid = opencode.resumed_as(Path(handle.path))
-        if sid is None:
-            with tempfile.TemporaryDirectory(prefix="memfs-opencode-") as tmp:
-                exported = export_session(handle, "opencode", Path(tmp), home=Path(home) if home else None, cwd=here)
-                sid = exported.conversation_id
-                skip = [m["info"]["id"] for m in orjson.loads(Path(exported.path).read_bytes())["messages"]
-                        if m["info"]["role"] == "user"]
-                done = subprocess.run(exported.argv, cwd=here, stdin=subprocess.DEVNULL, capture_output=True)
-                if done.returncode != 0:
-                    why = (done.stderr or done.stdout).decode("utf-8", "replace").strip().splitlines()
-                    raise ExportError(f"resume: opencode import failed ({done.returncode}): "
-                                       f"{why[-1] if why else 'no output'}")
-            sources = read_sources(handle.path)
-            sources[opencode.RESUMED] = {"session": sid}
-            sources[f"opencode:{sid}"] = {"skip": skip, "open_turn": None}
-            write_sources(handle.path, sources)
-            about.merge(Path(handle.path), {"continued_in": {sid: "opencode"}})  # (a plain import of
-            conversations.register(root, sid, "opencode", name)  # OpenCode's store comes here too)
-    if tell is not None:
-        tell(f"memfs resume: opencode runs in {here} ({origin})")
-    argv = ["opencode", "run", "--session", sid, *args] if args else ["opencode", "--session", sid]
-    result = Resumed(name, sid, argv, run_passthrough(argv, here))
-    data = Path(os.environ.get("XDG_DATA_HOME") or Path(home or Path.home()) / ".local" / "share")
-    try:
-        items = opencode.import_store(root, data / "opencode" / DB_NAME, only=sid, into=name, max_events=max_events)
-    except Exception as exc:  # (the tool's work is in its own database: say so, keep its status)
-        result.error = f"{type(exc).__name__}: {exc}"
-        return result
-    for item in items:
-        result.appended, result.duplicates, result.refused = item.appended, item.duplicates, item.refused
-        if item.status == "error":
-            result.error = item.reason or item.status
-    if not items:
-        result.error = f"OpenCode's database holds no session {sid}"
     return result

@@ -8,11 +8,12 @@ records in ``rejected.jsonl``. Lines that carry nothing the event family has a p
 ``state()`` is a small JSON-able dict from which ``restore(state)`` resumes, so
 ``memfs import --follow`` can stop and go on without losing or repeating a line.
 
-Formats (``--format``): ``codex`` covers Codex ``exec --json`` output (already this event
-family: passed through byte for byte) and Codex rollout files; ``claude`` covers Claude Code
-``stream-json`` output and Claude Code transcripts; ``gemini`` covers Gemini CLI ``stream-json``
-output and chat files; ``opencode`` covers ``opencode run --format json`` output (OpenCode's
-store is a database: :mod:`memfs.agents.opencode.read`); ``auto`` picks by the first JSON line.
+Formats (``--format``): each agent's, as its folder's table lists them
+(:attr:`memfs.agents.common.Shapes.formats`): ``codex`` covers Codex ``exec --json`` output
+(already this event family: passed through byte for byte) and Codex rollout files; ``claude``
+Claude Code ``stream-json`` output and transcripts; ``gemini`` Gemini CLI ``stream-json`` output
+and chat files; ``opencode`` ``opencode run --format json`` output (OpenCode's store is a
+database: :mod:`memfs.agents.opencode.read`); ``auto`` picks by the first JSON line.
 No I/O happens in the translators; :mod:`memfs.ingest.record` and
 :mod:`memfs.ingest.importer` (with :mod:`memfs.ingest.follow`) are the runners.
 """
@@ -23,18 +24,11 @@ from typing import Any
 
 import orjson
 
+from memfs import agents
 from memfs.facts import OUTPUT_HEAD, OUTPUT_TAIL, bounded_output  # noqa: F401  (the ingest's names for them)
-from memfs.formats import (
-    CLAUDE_METADATA_TYPES,
-    CLAUDE_STREAM_TYPES,
-    CLAUDE_TRANSCRIPT_TYPES,
-    codex_rollout,
-    gemini_shape,
-)
 from memfs.store.paths import new_session_name_problem
 
-_CLAUDE_TYPES = CLAUDE_STREAM_TYPES | CLAUDE_TRANSCRIPT_TYPES | CLAUDE_METADATA_TYPES
-FORMATS = ("auto", "codex", "claude", "gemini", "opencode")
+FORMATS = ("auto", *agents.AGENTS)  # --format: auto, or an agent's formats only (its table's ``formats``)
 
 
 class Untranslatable(ValueError):
@@ -138,59 +132,26 @@ def bounded_prompt(text: str) -> str:
 
 
 def classify(obj: dict) -> str | None:
-    """Which translator reads a decoded line: ``native`` (this event family, Codex
-    ``exec --json`` included), ``rollout`` (Codex rollout files), ``claude`` (Claude Code
-    ``stream-json`` and transcripts), ``gemini`` (Gemini CLI ``stream-json`` and chat files:
-    :func:`memfs.formats.gemini_shape`), or None when the line does not say."""
-    if "event" in obj and "schema_version" in obj:
-        return "native"
-    if codex_rollout(obj):
-        return "rollout"
-    if gemini_shape(obj) is not None:
-        return "gemini"
-    if type(obj.get("sessionID")) is str and (type(obj.get("part")) is dict or obj.get("type") == "error"):
-        return "opencode"  # opencode run --format json
-    kind = obj.get("type")
-    if not isinstance(kind, str):
-        return None
-    if kind in _CLAUDE_TYPES or "sessionId" in obj:
-        return "claude"
-    if "." in kind or kind == "error":
-        return "native"
-    return None
+    """Which translator reads a decoded line (its kind: ``native`` for this event family, Codex
+    ``exec --json`` included, ``rollout``, ``claude``, ``gemini``, ``opencode``), by the first
+    of every agent's formats whose test takes it (:func:`memfs.agents.line_formats`), or None
+    when the line does not say."""
+    fmt = _format_of(obj)
+    return fmt.kind if fmt is not None else None
 
 
 def session_id_of(obj: dict) -> str | None:
-    """The thread or session id a decoded source line names, if any."""
-    kind = classify(obj)
-    if kind == "native":
-        event = obj.get("event", obj)
-        if isinstance(event, dict) and event.get("type") == "thread.started":
-            tid = event.get("thread_id")
-            return tid if isinstance(tid, str) and tid else None
-        return None
-    if kind == "rollout":
-        payload = obj.get("payload")
-        if obj.get("type") == "session_meta" and isinstance(payload, dict):
-            sid = payload.get("id")
-            return sid if isinstance(sid, str) and sid else None
-        return None
-    if kind == "claude":
-        sid = obj.get("session_id") or obj.get("sessionId")
-        return sid if isinstance(sid, str) and sid else None
-    if kind == "gemini":
-        from memfs.agents.gemini.shapes import session_id
+    """The thread or session id a decoded source line names, if any (its format's reader)."""
+    fmt = _format_of(obj)
+    return fmt.session_id(obj) if fmt is not None else None
 
-        return session_id(obj)
-    if kind == "opencode":
-        return obj["sessionID"] or None
-    return None
+
+def _format_of(obj: dict):
+    return next((f for _, f in agents.line_formats() if f.test(obj)), None)
 
 
 def translators() -> dict:
     """Every agent folder's translators (its ``read.TRANSLATORS``: kind → class)."""
-    from memfs import agents
-
     out: dict = {}
     for name in agents.AGENTS:
         module = agents.reader(name)
@@ -211,8 +172,9 @@ def make_translator(kind: str, reader=None):
 
 class AutoTranslator:
     """Picks the translator by the first line that says which format it is (``--format``
-    ``auto``, ``codex`` or ``claude``: the last two only accept their own formats). Lines
-    before that go through as native lines (the store then judges them)."""
+    ``auto``, or an agent's name: then only that agent's formats). Lines before that go through
+    as native lines (the store then judges them), unless the agent's table names its ``line``:
+    then they are refused."""
 
     def __init__(self, fmt: str = "auto", reader=None):
         if fmt not in FORMATS:
@@ -238,18 +200,19 @@ class AutoTranslator:
         kind = classify(obj)
         if kind is None:
             return
-        allowed = {"auto": ("native", "rollout", "claude", "gemini", "opencode"), "codex": ("native", "rollout"),
-                   "claude": ("claude",), "gemini": ("gemini",), "opencode": ("opencode",)}[self.fmt]
-        if kind not in allowed:
-            raise Untranslatable(f"--format {self.fmt}: this line is in another format ({_FORMAT_NAMES[kind]})")
+        if self.fmt != "auto" and agents.owner_of(kind) != self.fmt:
+            name = next(f.name for _, f in agents.line_formats() if f.kind == kind)
+            raise Untranslatable(f"--format {self.fmt}: this line is in another format ({name})")
         self.inner = make_translator(kind, self.reader)
 
     def feed(self, raw: bytes) -> list[bytes]:
         if self.inner is None:
             self._choose(raw)
             if self.inner is None:
-                if self.fmt in ("claude", "gemini", "opencode"):
-                    return _refuse_unknown(raw, self.fmt)
+                table = agents.shapes(self.fmt)
+                if table is not None and table.line is not None:  # (else: judged as this family's)
+                    parse_object(raw, self.fmt)  # raises for non-JSON
+                    raise Untranslatable(f"{self.fmt}: not {table.line} (no known \"type\")")
                 return [raw]
         return self.inner.feed(raw)
 
@@ -267,15 +230,3 @@ class AutoTranslator:
         if kind:
             self.inner = make_translator(kind, self.reader)
             self.inner.restore(state.get("inner") or {})
-
-
-_FORMAT_NAMES = {"native": "Codex exec --json / memfs events", "rollout": "a Codex rollout file",
-                 "claude": "Claude Code stream-json or transcript",
-                 "gemini": "Gemini CLI stream-json or chat file", "opencode": "opencode run --format json"}
-
-
-def _refuse_unknown(raw: bytes, fmt: str) -> list[bytes]:
-    parse_object(raw, fmt)  # raises for non-JSON
-    what = {"gemini": "a Gemini CLI stream-json or chat line",
-            "opencode": "an opencode run --format json line"}.get(fmt, "a Claude Code message")
-    raise Untranslatable(f"{fmt}: not {what} (no known \"type\")")

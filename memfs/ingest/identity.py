@@ -47,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from memfs import agents
 from memfs.agents import agent_name
 from memfs.ingest.agent_ids import (
     _CLOSES,
@@ -372,8 +373,9 @@ class Capture:
         ``record_meta``: the translator's, so far."""
         self.known.refresh()
         agent = (record_meta or {}).get("agent") or self.agent or self.session_agent
-        self.dedupe.codex = isinstance(agent, str) and agent_name(agent) == "codex"
-        self.dedupe.pairs_failed = isinstance(agent, str) and agent_name(agent) == "opencode"
+        table = agents.shapes(agent_name(agent)) if isinstance(agent, str) else None  # (its table's rules)
+        self.dedupe.codex = table is not None and table.closes_by_signature
+        self.dedupe.pairs_failed = table is not None and table.pairs_failed
         self.mark = self.known.mark()
         return self.dedupe.feed(lines)
 

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from memfs.agents.gemini import shapes as gemini_shapes
+from memfs import agents
 from memfs.errors import MemfsError, ValidationError
 from memfs.events import parse_line
 from memfs.ingest import (
@@ -166,9 +166,6 @@ def _skip(f, n: int, hasher=None) -> int:
 
 # --- one source file ---------------------------------------------------------------------------
 
-AGENT_OF_KIND = {"claude": "claude", "rollout": "codex", "gemini": "gemini", "opencode": "opencode"}
-
-
 def identify(path: Path, fmt: str, limit: int = MAX_DECOMPRESSED) -> tuple[str | None, str | None]:
     """``(kind, conversation id)`` from the first lines of a source (either may be None)."""
     with open_input(path, limit) as f:
@@ -243,12 +240,13 @@ class Source:
         self.final = False  # a one-shot run (run's ``final``)
 
     def _place(self, root: Path, kind: str | None, sid: str | None) -> str:
-        """The session's directory name (see :mod:`memfs.ingest.identity`): a Claude Code
-        sub-agent file ``agent-<id>.jsonl`` goes to ``<parent session>.agent-<id>``."""
+        """The session's directory name (see :mod:`memfs.ingest.identity`): a sub-agent's file
+        (its agent's table's ``subagent``: a Claude Code ``agent-<id>.jsonl``, a Gemini CLI
+        ``chats/<parent id>/<id>.jsonl``) goes to ``<parent session>.<leaf>``."""
         if self.into:
             self.conversation = sid
             return self.into
-        agent = AGENT_OF_KIND.get(kind)
+        agent = agents.agent_of_kind(kind)
 
         def find(cid: str) -> str | None:
             return conversations.find_conversation(root, cid, agent, write=not self.dry_run)
@@ -257,17 +255,13 @@ class Source:
             name = self.path.name
             return conversations.session_name(name[:-len(".jsonl.zst")] if name.endswith(".jsonl.zst")
                                               else self.path.stem)
-        if kind == "claude" and self.path.stem.startswith("agent-"):
-            self.parent = find(sid) or conversations.new_session_name(root, sid)
-            self.conversation = f"{sid}.{self.path.stem}"
-            self.extra = {"conversation_id": self.conversation, "parent_session": self.parent}
-            return find(self.conversation) or conversations.session_name(f"{self.parent}.{self.path.stem}")
-        parent = gemini_shapes.subagent_parent(self.path, sid) if kind == "gemini" else None
-        if parent:  # a Gemini sub-agent's chat, chats/<parent id>/<sid>.jsonl: <parent session>.<sid>
-            self.parent = find(parent) or conversations.new_session_name(root, parent)
-            self.conversation = sid
-            self.extra = {"conversation_id": sid, "parent_session": self.parent}
-            return find(sid) or conversations.session_name(f"{self.parent}.{sid}")
+        table = agents.shapes(agents.owner_of(kind))
+        sub = table.subagent(self.path, sid) if table is not None and table.subagent is not None else None
+        if sub:
+            self.parent = find(sub.parent) or conversations.new_session_name(root, sub.parent)
+            self.conversation = sub.conversation
+            self.extra = {"conversation_id": sub.conversation, "parent_session": self.parent}
+            return find(sub.conversation) or conversations.session_name(f"{self.parent}.{sub.leaf}")
         self.conversation = sid
         return find(sid) or conversations.new_session_name(root, sid)
 
@@ -331,7 +325,7 @@ class Source:
                     pass
         self.opening = {"durability": durability, "max_events": max_events, "evict_to": evict_to,
                         "max_line_bytes": self.max_line}
-        self.capture = identity.Capture(root, agent=AGENT_OF_KIND.get(self.kind), conversation_id=self.conversation,
+        self.capture = identity.Capture(root, agent=agents.agent_of_kind(self.kind), conversation_id=self.conversation,
                                         extra=self.extra, parent=self.parent, state=self.entry.get("identity"))
         self.pending, self.handle = [], None
         existed = self.started = is_session_dir(root / self.session)

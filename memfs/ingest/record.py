@@ -54,6 +54,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from memfs import agents
 from memfs.errors import MemfsError
 from memfs.ingest import AutoTranslator, dumps, identity
 from memfs.ingest.importer import feed_line, reject
@@ -65,7 +66,6 @@ from memfs.store.paths import remove_tree, sanitize
 from memfs.store.session import open_session
 
 READ_SIZE = 1 << 16
-AGENTS = ("claude", "codex", "gemini")  # agents known by their command's name
 
 
 class RecordReport:
@@ -136,7 +136,7 @@ def record(root: Path, session: str, cmd: Sequence[str], *, fmt: str = "auto", m
     handle = open_session(root, session, durability="write", max_events=max_events, evict_to=evict_to,
                           max_line_bytes=max_line_bytes)
     program = os.path.basename(cmd[0])
-    capture = identity.Capture(root, agent=program if program in AGENTS else None, live=True)
+    capture = identity.Capture(root, agent=agents.by_command(program), live=True)  # (its table's command)
     try:  # the session's writer for the whole run: a busy session is said before the agent starts
         handle.writes.claim_writing(lock=True)
         capture.attach(handle)

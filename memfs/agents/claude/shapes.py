@@ -5,16 +5,43 @@ output states its exit code, its usage object — read by :mod:`memfs.agents.cla
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from memfs.agents.common import Shapes, UsageShape
+from memfs.agents.common import LineFormat, Shapes, Subagent, UsageShape
+from memfs.formats import CLAUDE_METADATA_TYPES, CLAUDE_STREAM_TYPES, CLAUDE_TRANSCRIPT_TYPES
 
 FILE_TOOLS = ("Edit", "Write", "MultiEdit", "NotebookEdit")
 WEB_TOOLS = ("WebSearch", "WebFetch")
 AGENT_TOOLS = ("Agent", "Task")  # the sub-agent tool (``stream-json`` ``init`` names it ``Task``)
 TASK_TOOLS = ("TaskCreate", "TaskUpdate")
 
+LINE_TYPES = CLAUDE_STREAM_TYPES | CLAUDE_TRANSCRIPT_TYPES | CLAUDE_METADATA_TYPES
+
+
+def is_claude(obj: dict) -> bool:
+    """A ``stream-json`` or transcript line: a ``type`` of :data:`LINE_TYPES`, or a ``sessionId``
+    (asked after the other agents', whose lines may have such a type)."""
+    kind = obj.get("type")
+    return isinstance(kind, str) and (kind in LINE_TYPES or "sessionId" in obj)
+
+
+def session_id(obj: dict) -> str | None:
+    sid = obj.get("session_id") or obj.get("sessionId")
+    return sid if isinstance(sid, str) and sid else None
+
+
+def subagent(path: Path, sid: str) -> Subagent | None:
+    """A sub-agent's transcript ``agent-<id>.jsonl`` (it names its parent's session id):
+    conversation ``<parent id>.agent-<id>``, session ``<parent session>.agent-<id>``."""
+    return Subagent(sid, f"{sid}.{path.stem}", path.stem) if path.stem.startswith("agent-") else None
+
+
 SHAPES = Shapes(
     name="claude",
+    formats=(LineFormat("claude", "Claude Code stream-json or transcript", is_claude, session_id, rank=40),),
+    command="claude",
+    line="a Claude Code message",
+    subagent=subagent,
     tools={"Bash": "command_execution", **dict.fromkeys(FILE_TOOLS, "file_change"),
            **dict.fromkeys(WEB_TOOLS, "web_search"), "TodoWrite": "todo_list",
            **dict.fromkeys(TASK_TOOLS, "tasks"), **dict.fromkeys(AGENT_TOOLS, "agent")},

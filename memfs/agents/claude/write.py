@@ -22,6 +22,7 @@ a failed turn ends with Claude Code's own API-error message (``isApiErrorMessage
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from pathlib import Path
@@ -33,6 +34,7 @@ from memfs import counts
 from memfs.agents.claude.shapes import SHAPES
 from memfs.agents.claude.tools import FOLDED, fold_mark, fold_text
 from memfs.agents.common import NO_RESULT, exit_code, native_usage, with_exit
+from memfs.export import Placement, jsonl, out_file, store_dir
 from memfs.export.conversation import NAMESPACE, Clock, Conversation, Turn, parse_time
 
 VERSION = "2.1.332"  # the Claude Code version these shapes were checked against
@@ -301,3 +303,17 @@ def render(conv: Conversation, cwd: str) -> list[dict]:
     for turn in conv.turns:
         writer.turn(turn)
     return writer.lines
+
+
+def place(conv: Conversation, out: Path | None, home: Path | None, cwd: str) -> Placement:
+    """Where the transcript goes (:class:`memfs.export.Placement`): Claude Code's store
+    (``$CLAUDE_CONFIG_DIR`` or ``.claude`` under ``home``, or the one ``out`` names) at
+    ``projects/<cwd slug>/<uuid>.jsonl``, else ``out`` (``<uuid>.jsonl`` in a directory)."""
+    uid = conv.conversation_id
+    argv = ["claude", "--resume", uid]
+    data = jsonl(render(conv, cwd))
+    store = store_dir(out, home, ".claude", ("projects",), os.environ.get("CLAUDE_CONFIG_DIR"))
+    if store is None:
+        return Placement(out_file(out, f"{uid}.jsonl"), data, uid, argv)
+    taken = sorted((store / "projects").glob(f"*/{uid}.jsonl")) if (store / "projects").is_dir() else []
+    return Placement(transcript_path(store, cwd, uid), data, uid, argv, taken, in_store=True)

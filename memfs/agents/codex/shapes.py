@@ -14,7 +14,8 @@ import orjson
 
 from memfs.agents import common
 from memfs.agents.changes import patch_changes  # noqa: F401  (the Codex reader's name for it)
-from memfs.agents.common import Shapes, UsageShape, read_usage
+from memfs.agents.common import LineFormat, Shapes, UsageShape, read_usage
+from memfs.formats import codex_rollout
 from memfs.ingest import text_of
 
 SHELL_TOOLS = ("shell", "container.exec", "exec_command", "local_shell", "shell_command")
@@ -28,8 +29,41 @@ V2_ITEMS = frozenset(("UserMessage", "AgentMessage", "Reasoning", "CommandExecut
                       "FileChange", "WebSearch", "ContextCompaction", "Plan"))
 USAGE_KEYS = ("input_tokens", "cached_input_tokens", "output_tokens")
 
+def is_event(obj: dict) -> bool:
+    """A line of this event family in its envelope (``event`` and ``schema_version``)."""
+    return "event" in obj and "schema_version" in obj
+
+
+def is_bare_event(obj: dict) -> bool:
+    """A bare line of this event family (``exec --json``'s): a dotted ``type``, or ``error``."""
+    kind = obj.get("type")
+    return isinstance(kind, str) and ("." in kind or kind == "error")
+
+
+def thread_id(obj: dict) -> str | None:
+    """The thread a ``thread.started`` line (bare or in its envelope) names."""
+    event = obj.get("event", obj)
+    tid = event.get("thread_id") if isinstance(event, dict) and event.get("type") == "thread.started" else None
+    return tid if isinstance(tid, str) and tid else None
+
+
+def rollout_id(obj: dict) -> str | None:
+    """The session a rollout's ``session_meta`` line names."""
+    payload = obj.get("payload")
+    sid = payload.get("id") if obj.get("type") == "session_meta" and isinstance(payload, dict) else None
+    return sid if isinstance(sid, str) and sid else None
+
+
+EXEC = "Codex exec --json / memfs events"
 SHAPES = Shapes(
     name="codex",
+    # this event family (memfs's own: ``exec --json`` writes it) is asked first in its envelope
+    # and last bare (a dotted type); a rollout line has its envelope (memfs.formats.codex_rollout)
+    formats=(LineFormat("native", EXEC, is_event, thread_id, rank=0, attributed=False),
+             LineFormat("rollout", "a Codex rollout file", codex_rollout, rollout_id, rank=10),
+             LineFormat("native", EXEC, is_bare_event, thread_id, rank=90, attributed=False)),
+    command="codex",
+    closes_by_signature=True,
     tools={**dict.fromkeys(SHELL_TOOLS, "command_execution"), "apply_patch": "file_change",
            "update_plan": "todo_list"},
     writes={"command_execution": "exec_command", "file_change": "apply_patch", "todo_list": "update_plan"},

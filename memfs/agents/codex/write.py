@@ -22,6 +22,8 @@ shape for is folded into an assistant message's text.
 
 from __future__ import annotations
 
+import os
+import tomllib
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ import orjson
 from memfs import counts
 from memfs.agents.codex.shapes import SHAPES
 from memfs.agents.common import NO_RESULT, fold_text, native_usage, with_exit
+from memfs.export import Placement, jsonl, out_file, store_dir
 from memfs.export.conversation import NAMESPACE, Clock, Conversation, Turn, parse_time
 
 VERSION = "0.171.0"  # the Codex CLI version these shapes were checked against
@@ -205,3 +208,33 @@ def render(conv: Conversation, cwd: str, provider: str | None) -> list[dict]:
     for turn in conv.turns:
         writer.turn(turn)
     return writer.lines
+
+
+def place(conv: Conversation, out: Path | None, home: Path | None, cwd: str) -> Placement:
+    """Where the rollout goes (:class:`memfs.export.Placement`): Codex's store (``$CODEX_HOME``
+    or ``.codex`` under ``home``, or the one ``out`` names) at
+    ``sessions/YYYY/MM/DD/rollout-<time>-<uuid>.jsonl``, naming the store's provider, else
+    ``out`` (that file name in a directory)."""
+    uid = conv.conversation_id
+    argv = ["codex", "exec", "resume", uid]
+    store = store_dir(out, home, ".codex", ("sessions", "config.toml"), os.environ.get("CODEX_HOME"))
+    if store is None:
+        lines = render(conv, cwd, None)
+        return Placement(out_file(out, rollout_path(Path("."), uid, lines[0]["timestamp"]).name), jsonl(lines),
+                         uid, argv)
+    lines = render(conv, cwd, _provider(store))
+    taken = sorted(p for d in ("sessions", "archived_sessions") if (store / d).is_dir()
+                   for p in (store / d).rglob(f"rollout-*-{uid}.jsonl*"))
+    return Placement(rollout_path(store, uid, lines[0]["timestamp"]), jsonl(lines), uid, argv, taken, in_store=True)
+
+
+def _provider(codex_home: Path) -> str | None:
+    """The model provider the Codex in ``codex_home`` is configured with (its ``config.toml``
+    ``model_provider``), or None — then the rollout names none, which Codex resumes under
+    whatever provider it runs with (a rollout naming another one is refused)."""
+    try:
+        with open(codex_home / "config.toml", "rb") as f:
+            provider = tomllib.load(f).get("model_provider")
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    return provider if isinstance(provider, str) and provider else None

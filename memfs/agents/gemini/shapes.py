@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from memfs import counts
 from memfs.agents import common
-from memfs.agents.common import Shapes, UsageShape, read_usage, request_tokens
+from memfs.agents.common import LineFormat, Shapes, Subagent, UsageShape, read_usage, request_tokens
 from memfs.formats import GEMINI_RECORD_TYPES, GEMINI_STREAM_TYPES, gemini_shape
 from memfs.ingest import child_session_name
 
@@ -32,21 +33,9 @@ _MCP_DISPLAY = re.compile(r"\A(.+) \((.+) MCP Server\)\Z")
 
 shape = gemini_shape  # (memfs.formats: the one home of other agents' line shapes)
 
-SHAPES = Shapes(
-    name=AGENT,
-    tools={SHELL_TOOL: "command_execution", **dict.fromkeys(FILE_TOOLS, "file_change"), "write_todos": "todo_list",
-           "google_web_search": "web_search", "complete_task": "report"},
-    writes={},  # (no write.py yet: see the module docstring)
-    mcp_prefix="mcp_",
-    exit_pattern=re.compile(r"\ACommand exited with code: (-?\d{1,9})\Z"),  # the stream's output of a silent failure
-    # a chat record's ``tokens``: ``input`` includes ``cached``; ``thoughts`` are output, counted apart
-    usage=UsageShape((("input", "input_tokens"), ("cached", "cached_input_tokens"), ("output", "output_tokens"),
-                      ("thoughts", "reasoning_output_tokens")), reasoning_in_output=False),
-    # the stream ``result``'s ``stats`` (the whole run: in ``-p`` mode, one turn)
-    stream_usage=UsageShape((("input_tokens", "input_tokens"), ("cached", "cached_input_tokens"),
-                             ("output_tokens", "output_tokens"))),
-)
-EXITED = SHAPES.exit_pattern
+
+def is_gemini(obj: dict) -> bool:
+    return gemini_shape(obj) is not None
 
 
 def session_id(obj: dict) -> str | None:
@@ -63,6 +52,33 @@ def subagent_parent(path, sid: str | None) -> str | None:
     if not sid or path.stem != sid or path.parent.parent.name != "chats":
         return None
     return path.parent.name or None
+
+
+def subagent(path: Path, sid: str) -> Subagent | None:
+    """A sub-agent's chat ``chats/<parent id>/<sid>.jsonl``: session ``<parent session>.<sid>``."""
+    parent = subagent_parent(path, sid)
+    return Subagent(parent, sid, sid) if parent else None
+
+
+SHAPES = Shapes(
+    name=AGENT,
+    formats=(LineFormat("gemini", "Gemini CLI stream-json or chat file", is_gemini, session_id, rank=20),),
+    command="gemini",
+    line="a Gemini CLI stream-json or chat line",
+    subagent=subagent,
+    tools={SHELL_TOOL: "command_execution", **dict.fromkeys(FILE_TOOLS, "file_change"), "write_todos": "todo_list",
+           "google_web_search": "web_search", "complete_task": "report"},
+    writes={},  # (no write.py yet: see the module docstring)
+    mcp_prefix="mcp_",
+    exit_pattern=re.compile(r"\ACommand exited with code: (-?\d{1,9})\Z"),  # the stream's output of a silent failure
+    # a chat record's ``tokens``: ``input`` includes ``cached``; ``thoughts`` are output, counted apart
+    usage=UsageShape((("input", "input_tokens"), ("cached", "cached_input_tokens"), ("output", "output_tokens"),
+                      ("thoughts", "reasoning_output_tokens")), reasoning_in_output=False),
+    # the stream ``result``'s ``stats`` (the whole run: in ``-p`` mode, one turn)
+    stream_usage=UsageShape((("input_tokens", "input_tokens"), ("cached", "cached_input_tokens"),
+                             ("output_tokens", "output_tokens"))),
+)
+EXITED = SHAPES.exit_pattern
 
 
 def child_name(parent: str | None, child: Any) -> str | None:

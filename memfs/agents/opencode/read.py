@@ -23,8 +23,8 @@ the identity layer pairs the two captures' failed closes). A user message holdin
 fact), its request's usage on its close; the synthetic "Continue…" message after it is a turn
 without a prompt either (synthetic text is never a prompt nor an answer). The close carries the turn's usage (its
 ``step-finish`` parts: one per request, summed; :func:`opencode_shapes.usage_of`), the model,
-``requests`` (each request's model and usage); when OpenCode priced it, a ``thread.completed``
-after the close carries OpenCode's own running cost as ``total_cost_usd`` (kept beside memfs's,
+``requests`` (each request's model, time and tokens, as every agent's close gives them:
+:func:`memfs.ingest.request_entry`); when OpenCode priced it, a ``thread.completed`` after the close carries OpenCode's own running cost as ``total_cost_usd`` (kept beside memfs's,
 as Claude's is). A last turn still going (no error, its last
 assistant message not completed: still running, or the process was killed — the record does
 not say which) stays open, less the parts of its unfinished message still being written (a text
@@ -44,7 +44,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from memfs.agents.common import mcp_outcome
+from memfs.agents.common import mcp_outcome, request_tokens
 from memfs.agents.opencode.shapes import BUILTIN_TOOLS, SHAPES
 from memfs.agents.opencode.store import (
     AGENT,
@@ -57,7 +57,16 @@ from memfs.agents.opencode.store import (
     read_session,
     usage_of,
 )
-from memfs.ingest import VarsState, bounded_output, bounded_prompt, child_session_name, conversations, dumps, identity
+from memfs.ingest import (
+    VarsState,
+    bounded_output,
+    bounded_prompt,
+    child_session_name,
+    conversations,
+    dumps,
+    identity,
+    request_entry,
+)
 from memfs.ingest.inputs import real_dir
 from memfs.store.batch import append_tolerant
 from memfs.store.catalog import is_session_dir
@@ -230,7 +239,8 @@ class Translation:
                 elif kind == "step-finish":
                     step = usage_of(part.get("tokens"))
                     _add(usage, step)
-                    requests.append({"model": model, "usage": step})
+                    done = (reply.get("time") or {}).get("completed") if isinstance(reply.get("time"), dict) else None
+                    requests.append(request_entry(model, request_tokens(SHAPES.usage, step), iso(done)))
         if model:
             self.meta["model"] = model
         if going:
@@ -477,7 +487,7 @@ class StreamTranslator(VarsState):
         elif kind == "step_finish":
             step = usage_of(part.get("tokens"))
             _add(self.usage, step)
-            self.requests.append({"usage": step})
+            self.requests.append(request_entry(None, request_tokens(SHAPES.usage, step), iso(ts)))
             if part.get("reason") != "tool-calls":
                 self._close(out, None, ts)
         return out

@@ -5,7 +5,7 @@ and written by :mod:`memfs.agents.opencode.write`. A command's exit code is a fi
 
 from __future__ import annotations
 
-from memfs.agents.common import Shapes, UsageShape
+from memfs.agents.common import LineFormat, Shapes, UsageShape
 
 # OpenCode's built-in tools; any other name is an MCP tool, named ``<server>_<tool>``
 BUILTIN_TOOLS = frozenset((
@@ -15,8 +15,23 @@ BUILTIN_TOOLS = frozenset((
 ))
 FILE_TOOLS = frozenset(("write", "edit", "multiedit", "patch", "apply_patch"))
 
+def is_stream(obj: dict) -> bool:
+    """An ``opencode run --format json`` line: a ``sessionID`` and a ``part`` (or an ``error``)."""
+    return type(obj.get("sessionID")) is str and (type(obj.get("part")) is dict or obj.get("type") == "error")
+
+
+def session_id(obj: dict) -> str | None:
+    sid = obj.get("sessionID")
+    return sid if isinstance(sid, str) and sid else None
+
+
 SHAPES = Shapes(
     name="opencode",
+    # (its store is a database, which memfs.agents.opencode.read finds by its path)
+    formats=(LineFormat("opencode", "opencode run --format json", is_stream, session_id, rank=30),),
+    command="opencode",
+    pairs_failed=True,
+    line="an opencode run --format json line",
     tools={"bash": "command_execution", "todowrite": "todo_list", **dict.fromkeys(sorted(FILE_TOOLS), "file_change")},
     writes={"command_execution": "bash"},
     # disjoint: ``input`` excludes the cache reads and writes, ``output`` excludes ``reasoning``;

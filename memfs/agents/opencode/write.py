@@ -19,12 +19,15 @@ user message.
 from __future__ import annotations
 
 import hashlib
+import os
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from memfs.agents.common import NO_RESULT, fold_text, ms_of, native_usage
 from memfs.agents.opencode.shapes import SHAPES
+from memfs.export import ExportError, Placement, out_file
 from memfs.export.conversation import Clock, Conversation, parse_time
 
 VERSION = "1.18.33"  # the OpenCode version these shapes were checked against
@@ -152,3 +155,19 @@ def target_model(config_dir) -> tuple[str | None, str | None]:
             provider, _, name_ = model.partition("/")
             return provider, name_
     return None, None
+
+
+def place(conv: Conversation, out: Path | None, home: Path | None, cwd: str) -> Placement:
+    """Where the file goes (:class:`memfs.export.Placement`): ``opencode import FILE`` reads a
+    file anywhere, so ``out`` (a file, or a directory for ``<session id>.json``) is needed. The
+    provider and model are the target OpenCode's (its config under ``home``, default
+    ``$XDG_CONFIG_HOME`` or ``~/.config``)."""
+    if out is None:
+        raise ExportError("export: --to opencode needs --out (a file or a directory); then `opencode import FILE`")
+    base = Path(home) / ".config" if home is not None else Path(os.environ.get("XDG_CONFIG_HOME") or
+                                                              Path.home() / ".config")
+    provider, model = target_model(base / "opencode")
+    doc = render(conv, cwd, provider, model)
+    sid = doc["info"]["id"]
+    path = out_file(out, f"{sid}.json")
+    return Placement(path, orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n", sid, ["opencode", "import", str(path)])
