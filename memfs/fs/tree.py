@@ -19,6 +19,7 @@ from memfs.pace import as_worker
 from memfs.store.meta import parse_rfc3339
 from memfs.store.paths import refuse_symlink
 from memfs.store.session import SessionHandle
+from memfs.store.sessioninfo import updated_at_of
 from memfs.usage.aggregate import NAMES as USAGE_NAMES
 from memfs.usage.aggregate import Aggregator
 
@@ -146,14 +147,15 @@ class Tree:
         if kind is K.SESSION:
             held = self.store.held(node.session)
             if held is None:  # not open here: the store catalog's row (readdir never opens each session)
-                row = self.store.catalog().row(node.session)
-                if row is not None:
-                    return 0, _rfc3339_ns(row.updated_at, started)
+                updated = self.store.catalog().listing().updated(node.session)
+                if updated is None:  # not catalogued yet (the catalog being built): its folder, read, not opened
+                    updated = updated_at_of(self.store.root / node.session)
+                return 0, rfc3339_ns(updated, started)
             try:  # a session that cannot be opened (a planted link) is still listed, as before
                 updated = (held or self.session(node)).manifest["updated_at"]
             except (MemfsError, OSError):
                 return 0, started
-            return 0, _rfc3339_ns(updated, started)
+            return 0, rfc3339_ns(updated, started)
         if kind in DYNAMIC_KINDS and kind is not K.QUERY and kind is not K.README:
             data = self.content(node)
             return len(data), self.content_mtime(node, data)
@@ -190,6 +192,6 @@ class Tree:
 
 
 @functools.lru_cache(maxsize=4096)
-def _rfc3339_ns(text: str, default: int) -> int:
+def rfc3339_ns(text: str, default: int) -> int:
     seconds = parse_rfc3339(text)
     return default if seconds is None else int(seconds * 1_000_000_000)

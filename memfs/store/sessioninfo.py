@@ -219,6 +219,14 @@ def record_times(info: SessionInfo) -> tuple[float, float]:
     return min(first, last), last
 
 
+def updated_at_of(session_dir: Path) -> str:
+    """The session's ``updated_at`` read from its folder now, as :func:`info_of` reads it (its
+    catalog row's): the manifest's, moved to the log's mtime by appends it does not describe yet."""
+    info = _cached_info(session_dir)
+    follow_tail(session_dir, info)
+    return info.updated_at
+
+
 def info_of(session_dir: Path) -> SessionInfo:
     """Everything the listing shows of one session, read from its folder now: the manifest (and
     the log's lines past what it describes, :func:`follow_tail`), pin, liveness, about.json, the
