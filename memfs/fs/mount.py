@@ -53,6 +53,7 @@ SWITCH_INTERVAL = 0.0005  # seconds a thread may hold the GIL while another wait
 # are as many at most.
 MIN_TASKS = 16
 MAX_TASKS = 32
+WARM_RETRY = 5.0  # seconds before the search index's first load is tried again after a failure
 
 
 def fuse_options(config, store_root: Path | None = None) -> set[str]:
@@ -155,7 +156,13 @@ async def _serve(store: Store, ops: Operations) -> None:
                 with background(ops.pacer):
                     return fn(*args)
 
-            names = await trio.to_thread.run_sync(idle, warm, None)
+            while True:
+                try:  # (the store catalog's first build may fail: its file locked by another process too long)
+                    names = await trio.to_thread.run_sync(idle, warm, None)
+                    break
+                except Exception:
+                    log.exception("loading the search index failed; tried again in %.0f s", WARM_RETRY)
+                    await trio.sleep(WARM_RETRY)
             ops.warm_pending = len(names)
             for name in names:
                 try:  # one session per thread call: shutdown need not wait for the rest

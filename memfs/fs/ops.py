@@ -35,7 +35,7 @@ from memfs.fs.errors import fail, guarded, log
 from memfs.fs.gate import WriteGate
 from memfs.fs.nodes import BACKING_FILES, DIR_KINDS, InodeTable, K, Node, child
 from memfs.fs.ticks import AttrTicks
-from memfs.fs.tree import Tree, rfc3339_ns
+from memfs.fs.tree import Tree
 from memfs.fs.writes import WritePath
 from memfs.fs.xattrs import Xattrs
 from memfs.pace import Pacer, as_worker
@@ -298,30 +298,38 @@ class Operations(pyfuse3.Operations):
     @guarded
     async def readdir(self, fh, start_id, token):
         entries = self.dirs[fh]
+        times = self.store.catalog().listing().times() if self.opts.single_session is None else None
         for i in range(start_id, len(entries)):
             name, node = entries[i]
             try:
-                attr = self._listed(node) or await self._attr(node)
+                attr = self._listed(node, times) or await self._attr(node)
             except (MemfsError, OSError):
                 continue  # vanished since opendir
             if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, i + 1):
                 break
             self.inodes.remember(attr.st_ino)
 
-    def _listed(self, node: Node) -> pyfuse3.EntryAttributes | None:
+    def _listed(self, node: Node, times: dict[str, int] | None) -> pyfuse3.EntryAttributes | None:
         """The entry of a session folder not open here in a listing of ``sessions/``, from the
         store catalog (None: any other node, answered by :meth:`_attr`). A session the catalog
         has no row of yet (being built, or made by another process a moment ago) is listed by
         name and type only: its time (its manifest's) would be a read per entry, so the entry
         carries the mount's start and is valid for no time at all — the kernel asks again
-        (``lookup``, answered from the folder) before it shows anyone its attributes."""
-        if node.kind is not K.SESSION or self.opts.single_session is not None or self.store.held(node.session):
+        (``lookup``, answered from the folder) before it shows anyone its attributes.
+        ``times``: the catalog's (:meth:`memfs.store.catalog_listing.Listing.times`), taken once
+        per request."""
+        if times is None or node.kind is not K.SESSION or self.store.holds(node.session):
             return None
-        updated = self.store.catalog().listing().updated(node.session)
-        if updated is not None:
-            return self._filled(node, 0, rfc3339_ns(updated, self.started))
-        attr = self._filled(node, 0, self.started)
-        attr.attr_timeout = attr.entry_timeout = 0
+        updated = times.get(node.session)
+        attr = pyfuse3.EntryAttributes()
+        attr.st_ino = self.inodes.inode(node)
+        attr.st_mode = stat.S_IFDIR | (0o555 if self.opts.read_only else 0o755)
+        attr.st_nlink = 2
+        attr.st_blksize = 4096
+        attr.st_uid, attr.st_gid = self.opts.uid, self.opts.gid
+        attr.st_atime_ns = attr.st_ctime_ns = self.started
+        attr.st_mtime_ns = updated if updated is not None and updated >= 0 else self.started
+        attr.attr_timeout = attr.entry_timeout = ENTRY_TIMEOUT if updated is not None else 0
         return attr
 
     async def releasedir(self, fh):

@@ -147,10 +147,10 @@ class Tree:
         if kind is K.SESSION:
             held = self.store.held(node.session)
             if held is None:  # not open here: the store catalog's row (readdir never opens each session)
-                updated = self.store.catalog().listing().updated(node.session)
-                if updated is None:  # not catalogued yet (the catalog being built): its folder, read, not opened
-                    updated = updated_at_of(self.store.root / node.session)
-                return 0, rfc3339_ns(updated, started)
+                known = self.store.catalog().listing().updated(node.session)
+                if known is None:  # not catalogued yet (the catalog being built): its folder, read, not opened
+                    return 0, rfc3339_ns(updated_at_of(self.store.root / node.session), started)
+                return 0, known if known >= 0 else started
             try:  # a session that cannot be opened (a planted link) is still listed, as before
                 updated = (held or self.session(node)).manifest["updated_at"]
             except (MemfsError, OSError):

@@ -103,7 +103,8 @@ VERIFY_SECONDS = 300.0  # a reader (a command) checks every session when the las
 BACKGROUND_VERIFY_SECONDS = 30.0  # a server checks at least this often, on a thread of its own…
 BACKGROUND_VERIFY_MIN = 1.0  # …and at most this often…
 BACKGROUND_VERIFY_DUTY = 0.1  # …its check taking at most this share of the time between two
-RACY_NS = 1_000_000_000  # a root mtime younger than this when read is not trusted (see sync)
+RACY_NS = 1_000_000_000  # a root mtime younger than this when read is not trusted (see sync)…
+RACY_RELIST = 0.1  # …and, while it does not move, listed again at most this often (seconds)
 FRESH_SECONDS = 0.05  # rows read are trusted this long before asking SQLite whether another process wrote
 
 
@@ -213,6 +214,7 @@ class Catalog:
         self._building = threading.RLock()  # held around the first build (memfs.store.catalog_build)
         self._builder: threading.Thread | None = None
         self._ready = False  # built: its first listing of the root is done
+        self._relisted = (0.0, -1)  # when sync last listed the root (monotonic), and the root's mtime then
         self._listing: Listing | None = None  # made on first use
 
     # --- keeping it current ----------------------------------------------------------------
@@ -286,7 +288,8 @@ class Catalog:
             except FileNotFoundError:
                 mtime = -2
             stored = self.db.meta("root_mtime_ns")
-            if stored == mtime and not force:
+            if (stored == mtime or stored == -3 and self._relisted[1] == mtime  # (racy, but listed here a moment ago)
+                    and time.monotonic() - self._relisted[0] < RACY_RELIST) and not force:
                 return False
             if stored == -1:  # never listed: built (one build at a time; a second caller finds it built)
                 with self._building:
@@ -299,6 +302,7 @@ class Catalog:
             # a root mtime this recent may be shared by a later change (the clock's tick is
             # coarse): not trusted, so the next read lists the names again
             racy = mtime >= 0 and time.time_ns() - mtime < RACY_NS
+            self._relisted = (time.monotonic(), mtime)
             self.db.put(rows, sorted(known - names), {"root_mtime_ns": -3 if racy else mtime})
             self._changed()
             return True

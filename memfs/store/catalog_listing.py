@@ -3,7 +3,7 @@ name and ``updated_at`` (a session folder's time, SPEC §6), not its whole row (
 
 A server lists and stats its sessions many times; holding every row as an object for that costs
 memory in proportion to the store (the rows' JSON, about.json, usage). :class:`Listing` holds
-two strings per session and follows the catalog's change feed
+a name and a number per session and follows the catalog's change feed
 (:meth:`memfs.store.catalog.Catalog.changes_since`'s cursor, indexed by ``seq``): at most once
 per :data:`memfs.store.catalog.FRESH_SECONDS` it asks SQLite for the rows changed since its
 cursor, so another process's change costs a read of that change only, and a catalog rebuilt
@@ -32,12 +32,14 @@ class Listing:
         self.catalog = catalog
         self._lock = threading.Lock()
         self._cursor = 0
-        self._updated: dict[str, str] = {}  # name -> updated_at
+        self._updated: dict[str, int] = {}  # name -> updated_at in ns since the epoch (-1: none readable)
         self._sorted: list[str] | None = None  # the names, sorted (None: to sort again)
         self._looked = 0.0  # when the feed was last asked (monotonic)
         self._own = -1  # the catalog's count of this process's changes at that time
 
-    def _fresh(self) -> dict[str, str]:
+    def times(self) -> dict[str, int]:
+        """``{name: updated_at}`` of every session, in ns since the epoch (-1: its row has no
+        readable time); the same dict until something changes (do not modify)."""
         from memfs.store.catalog import FRESH_SECONDS
 
         catalog = self.catalog
@@ -54,28 +56,36 @@ class Listing:
                 log.warning("store catalog of %s not read: %s", catalog.root, exc)
                 return self._updated
             if removed is None:  # a first read, or the catalog rebuilt: every row
-                self._updated = dict(rows)
+                self._updated = {name: _ns(when) for name, when in rows}
                 self._sorted = None
             else:
-                updated = self._updated
+                updated = dict(self._updated)  # (a new dict: a reader may hold the old one)
                 for name, when in rows:
                     if name not in updated:
                         self._sorted = None
-                    updated[name] = when
+                    updated[name] = _ns(when)
                 for name in removed:
                     if updated.pop(name, None) is not None:
                         self._sorted = None
+                self._updated = updated
             self._cursor, self._looked, self._own = cursor, now, own
             return self._updated
 
     def names(self) -> list[str]:
         """The session names, sorted."""
-        self._fresh()
+        self.times()
         with self._lock:
             if self._sorted is None:
                 self._sorted = sorted(self._updated)
             return list(self._sorted)
 
-    def updated(self, name: str) -> str | None:
-        """Session ``name``'s ``updated_at`` as its row has it (None: no row)."""
-        return self._fresh().get(name)
+    def updated(self, name: str) -> int | None:
+        """Session ``name``'s ``updated_at`` as its row has it, in ns (-1: none readable; None: no row)."""
+        return self.times().get(name)
+
+
+def _ns(when: str | None) -> int:
+    from memfs.store.meta import parse_rfc3339
+
+    seconds = parse_rfc3339(when) if when else None
+    return -1 if seconds is None else int(seconds * 1_000_000_000)

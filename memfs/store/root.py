@@ -94,6 +94,10 @@ class Store:
                 self._handles.move_to_end(name)
             return handle
 
+    def holds(self, name: str) -> bool:
+        """Whether this store holds session ``name`` open now (no lock taken, not counted as a use)."""
+        return name in self._handles
+
     def held_handles(self) -> list[tuple[str, SessionHandle]]:
         """``(name, handle)`` of every session this store holds open now: no disk access, and
         (unlike :meth:`held`) not counted as a use."""
