@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from memfs.errors import NotFound
-from memfs.store.catalog_build import _json_key, _lstat, build, scan
+from memfs.store.catalog_build import _json_key, _lstat, build, build_elsewhere, scan
 from memfs.store.paths import EVENTS, MANIFEST, refuse_symlink, sanitize
 
 if TYPE_CHECKING:
@@ -293,8 +293,9 @@ class Catalog:
                 return False
             if stored == -1:  # never listed: built (one build at a time; a second caller finds it built)
                 with self._building:
-                    if self.db.meta("root_mtime_ns") == -1:
+                    if self.db.meta("root_mtime_ns") == -1 and not build_elsewhere(self.root):
                         build(self, mtime)
+                    self._changed()
                 return True
             names = set(session_names(self.root)) if mtime != -2 else set()
             known = {r[0] for r in self.db.query("SELECT name FROM sessions")}

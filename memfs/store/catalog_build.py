@@ -8,6 +8,9 @@ At 10,000 sessions that is seconds of work, so:
   there yet;
 * one build per process at a time (:meth:`memfs.store.catalog.Catalog.sync` holds the catalog's
   build lock around it; a second caller waits for the first and finds it built);
+* a server has it built by its helper process (:func:`build_elsewhere`: another interpreter
+  lock, another CPU), and follows the rows as they are committed; built in the server's own
+  process (no helper), on a background thread it gives way to requests (:func:`memfs.pace.pace`);
 * a server does not wait for it (:meth:`memfs.store.catalog.Catalog.build_later`: on a thread
   of its own): ``sessions/`` is listed from the folder names meanwhile
   (:meth:`memfs.store.root.Store.names`), a session not catalogued yet is stat'ed from its
@@ -21,6 +24,7 @@ build, cut short) are checked at once (:meth:`memfs.store.catalog.Catalog.verify
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -28,10 +32,13 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from memfs.pace import pace
 from memfs.store.paths import EVENTS, MANIFEST
 
 if TYPE_CHECKING:
     from memfs.store.catalog import Catalog
+
+log = logging.getLogger("memfs.store")
 
 CHUNK = 256  # sessions read per transaction
 
@@ -47,7 +54,12 @@ def build(catalog: Catalog, mtime: int) -> None:
     known = {r[0] for r in db.query("SELECT name FROM sessions")}
     todo = [n for n in names if n not in known]
     for i in range(0, len(todo), CHUNK):
-        rows = [row for n in todo[i:i + CHUNK] if (row := scan(root, n)) is not None]
+        rows = []
+        for name in todo[i:i + CHUNK]:
+            pace()  # (on a mount's background thread: requests first)
+            row = scan(root, name)
+            if row is not None:
+                rows.append(row)
         if rows:
             db.put(rows)
             catalog.note_own_change()
@@ -57,6 +69,7 @@ def build(catalog: Catalog, mtime: int) -> None:
         meta["verified"] = started
     db.put([], sorted(known - set(names)), meta)
     catalog.note_own_change()
+    log.info("store catalog of %s built: %d sessions read in %.1f s", root, len(todo), time.time() - started)
     if known:
         catalog.verify()
 
@@ -109,3 +122,32 @@ def scan(root: Path, name: str, usage: tuple | None = None) -> tuple | None:
 
 def _text(value) -> str | None:
     return value if type(value) is str and value else None
+
+
+# --- the build in the server's helper process --------------------------------------------------
+
+def build_elsewhere(root: Path) -> bool:
+    """Build the catalog of ``root`` in this process's helper process
+    (:class:`memfs.store.rescanner.RescanHelper`, a server's: its own interpreter lock, so the
+    server's requests do not share theirs with the build, nice 10); whether it did (False: no
+    helper, or the build failed there — the caller builds in-process)."""
+    from memfs.store import rescanner
+
+    helper = rescanner.current()
+    if helper is None:
+        return False
+    failed = helper.call(build_root, os.fspath(root))
+    if failed:
+        log.warning("store catalog of %s not built by the helper process (%s): built here", root, failed)
+    return failed == ""
+
+
+def build_root(root: str) -> str:
+    """In the helper process: build the catalog of ``root``; "" or why it failed."""
+    from memfs.store.catalog import catalog_of
+
+    try:
+        catalog_of(root).sync()
+    except Exception as exc:  # noqa: BLE001 — said to the caller, which builds in-process then
+        return f"{type(exc).__name__}: {exc}"
+    return ""
