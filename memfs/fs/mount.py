@@ -54,6 +54,7 @@ SWITCH_INTERVAL = 0.0005  # seconds a thread may hold the GIL while another wait
 MIN_TASKS = 16
 MAX_TASKS = 32
 WARM_RETRY = 5.0  # seconds before the search index's first load is tried again after a failure
+WARM_AFTER = 1.0  # seconds after mounting before the search index's warm-up starts
 
 
 def fuse_options(config, store_root: Path | None = None) -> set[str]:
@@ -202,6 +203,9 @@ async def _serve(store: Store, ops: Operations) -> None:
                 with background(ops.pacer):
                     return fn(*args)
 
+            # the first requests (a listing right after mounting) do not share the interpreter with
+            # the search stack's import and the saved index's load; a search asked meanwhile makes it
+            await trio.sleep(WARM_AFTER)
             while True:
                 try:  # (the store catalog's first build may fail: its file locked by another process too long)
                     names = await trio.to_thread.run_sync(idle, warm, None)
