@@ -293,7 +293,7 @@ class Catalog:
                 return False
             if stored == -1:  # never listed: built (one build at a time; a second caller finds it built)
                 with self._building:
-                    if self.db.meta("root_mtime_ns") == -1 and not build_elsewhere(self.root):
+                    if self.db.meta("root_mtime_ns") == -1 and not build_elsewhere(self):
                         build(self, mtime)
                     self._changed()
                 return True

@@ -126,19 +126,19 @@ def _text(value) -> str | None:
 
 # --- the build in the server's helper process --------------------------------------------------
 
-def build_elsewhere(root: Path) -> bool:
-    """Build the catalog of ``root`` in this process's helper process
+def build_elsewhere(catalog: Catalog) -> bool:
+    """Build ``catalog``'s file in this process's helper process
     (:class:`memfs.store.rescanner.RescanHelper`, a server's: its own interpreter lock, so the
     server's requests do not share theirs with the build, nice 10); whether it did (False: no
-    helper, or the build failed there — the caller builds in-process)."""
+    helper, a catalog kept in memory, or the build failed there — the caller builds in-process)."""
     from memfs.store import rescanner
 
     helper = rescanner.current()
-    if helper is None:
+    if helper is None or catalog.db.path is None:
         return False
-    failed = helper.call(build_root, os.fspath(root))
+    failed = helper.call(build_root, os.fspath(catalog.root))
     if failed:
-        log.warning("store catalog of %s not built by the helper process (%s): built here", root, failed)
+        log.warning("store catalog of %s not built by the helper process (%s): built here", catalog.root, failed)
     return failed == ""
 
 
