@@ -149,13 +149,13 @@ class Tree:
             if held is None:  # not open here: the store catalog's row (readdir never opens each session)
                 known = self.store.catalog().listing().updated(node.session)
                 if known is None:  # not catalogued yet (the catalog being built): its folder, read, not opened
-                    return 0, rfc3339_ns(updated_at_of(self.store.root / node.session), started)
+                    return 0, _rfc3339_ns(updated_at_of(self.store.root / node.session), started)
                 return 0, known if known >= 0 else started
             try:  # a session that cannot be opened (a planted link) is still listed, as before
                 updated = (held or self.session(node)).manifest["updated_at"]
             except (MemfsError, OSError):
                 return 0, started
-            return 0, rfc3339_ns(updated, started)
+            return 0, _rfc3339_ns(updated, started)
         if kind in DYNAMIC_KINDS and kind is not K.QUERY and kind is not K.README:
             data = self.content(node)
             return len(data), self.content_mtime(node, data)
@@ -192,6 +192,6 @@ class Tree:
 
 
 @functools.lru_cache(maxsize=4096)
-def rfc3339_ns(text: str, default: int) -> int:
+def _rfc3339_ns(text: str, default: int) -> int:
     seconds = parse_rfc3339(text)
     return default if seconds is None else int(seconds * 1_000_000_000)
