@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("memfs.store")
 
 CHUNK = 256  # sessions read per transaction
+ELSEWHERE_MIN = 1000  # entries in the root from which a server builds in its helper process
 
 
 def build(catalog: Catalog, mtime: int) -> None:
@@ -130,11 +131,17 @@ def build_elsewhere(catalog: Catalog) -> bool:
     """Build ``catalog``'s file in this process's helper process
     (:class:`memfs.store.rescanner.RescanHelper`, a server's: its own interpreter lock, so the
     server's requests do not share theirs with the build, nice 10); whether it did (False: no
-    helper, a catalog kept in memory, or the build failed there — the caller builds in-process)."""
+    helper, a catalog kept in memory, a store of fewer than :data:`ELSEWHERE_MIN` entries, or
+    the build failed there — the caller builds in-process)."""
     from memfs.store import rescanner
 
     helper = rescanner.current()
     if helper is None or catalog.db.path is None:
+        return False
+    try:  # a small store is built here sooner than a helper process starts
+        if len(os.listdir(catalog.root)) < ELSEWHERE_MIN:
+            return False
+    except OSError:
         return False
     failed = helper.call(build_root, os.fspath(catalog.root))
     if failed:
