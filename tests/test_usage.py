@@ -256,7 +256,8 @@ def test_the_mount_usage_files_follow_appends_and_render_markdown(tmp_path):
                    timeout=10)
         daily = json.loads((usage_dir / "daily.json").read_text())
         assert [(r["day"], r["tokens"]["total"]) for r in daily["rows"]][-2:] == [("2026-12-05", 10), ("2026-12-06", 20)]
-        assert (store / "live" / "derived" / "usage.json").exists()
+        # the session's own view is kept on disk by the views' write-behind
+        wait_until(lambda: (store / "live" / "derived" / "usage.json").exists(), "derived/usage.json was written")
 
 
 @pytest.mark.parametrize("by", ["nonsense"])

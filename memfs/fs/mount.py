@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,7 +32,6 @@ from memfs.fs.gate import requests_waiting
 from memfs.fs.ops import MountOptions, Operations
 from memfs.fs.syncer import Durability
 from memfs.pace import background, lower_workers, worker_started
-from memfs.search import store_searcher
 from memfs.search.changes import CatalogChanges
 from memfs.store import rescanner
 from memfs.store.paths import pid_alive, sanitize
@@ -53,6 +53,8 @@ SWITCH_INTERVAL = 0.0005  # seconds a thread may hold the GIL while another wait
 # are as many at most.
 MIN_TASKS = 16
 MAX_TASKS = 32
+WARM_RETRY = 5.0  # seconds before the search index's first load is tried again after a failure
+WARM_AFTER = 1.0  # seconds after mounting before the search index's warm-up starts
 
 
 def fuse_options(config, store_root: Path | None = None) -> set[str]:
@@ -125,10 +127,56 @@ def build(config) -> tuple[Store, Operations]:
                            gid=os.getgid() if config.gid is None else config.gid)
     # the root search's index: kept up by this mount's notices and the store catalog's change
     # feed (memfs.search.changes), saved in the store unless the mount is read-only
-    searcher = store_searcher(store, max_results=config.max_results, min_score=config.min_score,
-                              defaults=config.search.params(), changes=CatalogChanges(store.root),
+    changes = CatalogChanges(store.root)
+
+    def make():
+        from memfs.search import store_searcher
+
+        return store_searcher(store, max_results=config.max_results, min_score=config.min_score,
+                              defaults=config.search.params(), changes=changes,
                               persist="load" if config.read_only else "save")
-    return store, Operations(store, options, searcher=searcher)
+
+    return store, Operations(store, options, searcher=LaterSearcher(make, changes))
+
+
+class LaterSearcher:
+    """The mount's root search (:func:`memfs.search.store_searcher`), made on first use: the
+    search stack (numpy, the saved index) is imported by the warm-up's thread once the mount is
+    up, not before the mount answers its first request. Notices go to the change source at once
+    (what the searcher's own ``notice`` does)."""
+
+    def __init__(self, make, changes: CatalogChanges):
+        self._make, self._changes = make, changes
+        self._made = None
+        self._lock = threading.Lock()
+
+    def _searcher(self):
+        if self._made is None:
+            with self._lock:
+                if self._made is None:
+                    self._made = self._make()
+        return self._made
+
+    def __call__(self, *args, **kwargs):
+        return self._searcher()(*args, **kwargs)
+
+    def notice(self, name: str) -> None:
+        self._changes.notice(name)
+
+    def warm(self, names: list[str] | None = None) -> list[str]:  # (on the warm-up's thread: it makes it)
+        return self._searcher().warm(names)
+
+    def maintain(self) -> float:
+        return self._searcher().maintain()
+
+    def close(self) -> None:
+        if self._made is not None:  # (never made: nothing to save)
+            self._made.close()
+
+    def __getattr__(self, name: str):  # counters, stats, save, index
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._searcher(), name)
 
 
 async def _serve(store: Store, ops: Operations) -> None:
@@ -155,7 +203,16 @@ async def _serve(store: Store, ops: Operations) -> None:
                 with background(ops.pacer):
                     return fn(*args)
 
-            names = await trio.to_thread.run_sync(idle, warm, None)
+            # the first requests (a listing right after mounting) do not share the interpreter with
+            # the search stack's import and the saved index's load; a search asked meanwhile makes it
+            await trio.sleep(WARM_AFTER)
+            while True:
+                try:  # (the store catalog's first build may fail: its file locked by another process too long)
+                    names = await trio.to_thread.run_sync(idle, warm, None)
+                    break
+                except Exception:
+                    log.exception("loading the search index failed; tried again in %.0f s", WARM_RETRY)
+                    await trio.sleep(WARM_RETRY)
             ops.warm_pending = len(names)
             for name in names:
                 try:  # one session per thread call: shutdown need not wait for the rest

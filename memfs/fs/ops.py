@@ -162,7 +162,7 @@ class Operations(pyfuse3.Operations):
             return True
         handle = self.store.held(name)
         if handle is None:  # a session's own folder not open here: the store catalog's row answers
-            return node.kind is K.SESSION and self.store.catalog().row(name) is not None
+            return node.kind is K.SESSION and self.store.catalog().listing().updated(name) is not None
         return handle.reads.free()
 
     async def _served(self, node: Node, fn: Callable, *args: Any) -> Any:
@@ -217,6 +217,11 @@ class Operations(pyfuse3.Operations):
             size, mtime = await self.off_loop(self.tree.size, node)
         else:
             size, mtime = self.tree.size(node)
+        return self._filled(node, size, mtime, inode)
+
+    def _filled(self, node: Node, size: int, mtime: int, inode: int | None = None) -> pyfuse3.EntryAttributes:
+        """The attributes of ``node`` of ``size`` and ``mtime``, with their timeouts."""
+        kind = node.kind
         attr = pyfuse3.EntryAttributes()
         attr.st_ino = inode if inode is not None else self.inodes.inode(node)  # after the size: no inode for a failure
         attr.st_size = size
@@ -293,15 +298,39 @@ class Operations(pyfuse3.Operations):
     @guarded
     async def readdir(self, fh, start_id, token):
         entries = self.dirs[fh]
+        times = self.store.catalog().listing().times() if self.opts.single_session is None else None
         for i in range(start_id, len(entries)):
             name, node = entries[i]
             try:
-                attr = await self._attr(node)
+                attr = self._listed(node, times) or await self._attr(node)
             except (MemfsError, OSError):
                 continue  # vanished since opendir
             if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, i + 1):
                 break
             self.inodes.remember(attr.st_ino)
+
+    def _listed(self, node: Node, times: dict[str, int] | None) -> pyfuse3.EntryAttributes | None:
+        """The entry of a session folder not open here in a listing of ``sessions/``, from the
+        store catalog (None: any other node, answered by :meth:`_attr`). A session the catalog
+        has no row of yet (being built, or made by another process a moment ago) is listed by
+        name and type only: its time (its manifest's) would be a read per entry, so the entry
+        carries the mount's start and is valid for no time at all — the kernel asks again
+        (``lookup``, answered from the folder) before it shows anyone its attributes.
+        ``times``: the catalog's (:meth:`memfs.store.catalog_listing.Listing.times`), taken once
+        per request."""
+        if times is None or node.kind is not K.SESSION or self.store.holds(node.session):
+            return None
+        updated = times.get(node.session)
+        attr = pyfuse3.EntryAttributes()
+        attr.st_ino = self.inodes.inode(node)
+        attr.st_mode = stat.S_IFDIR | (0o555 if self.opts.read_only else 0o755)
+        attr.st_nlink = 2
+        attr.st_blksize = 4096
+        attr.st_uid, attr.st_gid = self.opts.uid, self.opts.gid
+        attr.st_atime_ns = attr.st_ctime_ns = self.started
+        attr.st_mtime_ns = updated if updated is not None and updated >= 0 else self.started
+        attr.attr_timeout = attr.entry_timeout = ENTRY_TIMEOUT if updated is not None else 0
+        return attr
 
     async def releasedir(self, fh):
         self.dirs.pop(fh, None)
@@ -461,9 +490,9 @@ class Operations(pyfuse3.Operations):
 
     @guarded
     async def getxattr(self, inode, name, ctx):
-        node = self._node(inode)
         if not name.startswith(b"user.memfs."):  # (ls -l asks each entry for ACLs: never open a session for that)
             raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+        node = self._node(inode)
         value = (await self._served(node, self.xattrs.of, node)).get(name)
         if value is None:
             raise pyfuse3.FUSEError(pyfuse3.ENOATTR)

@@ -19,6 +19,7 @@ from memfs.pace import as_worker
 from memfs.store.meta import parse_rfc3339
 from memfs.store.paths import refuse_symlink
 from memfs.store.session import SessionHandle
+from memfs.store.sessioninfo import updated_at_of
 from memfs.usage.aggregate import NAMES as USAGE_NAMES
 from memfs.usage.aggregate import Aggregator
 
@@ -146,9 +147,10 @@ class Tree:
         if kind is K.SESSION:
             held = self.store.held(node.session)
             if held is None:  # not open here: the store catalog's row (readdir never opens each session)
-                row = self.store.catalog().row(node.session)
-                if row is not None:
-                    return 0, _rfc3339_ns(row.updated_at, started)
+                known = self.store.catalog().listing().updated(node.session)
+                if known is None:  # not catalogued yet (the catalog being built): its folder, read, not opened
+                    return 0, _rfc3339_ns(updated_at_of(self.store.root / node.session), started)
+                return 0, known if known >= 0 else started
             try:  # a session that cannot be opened (a planted link) is still listed, as before
                 updated = (held or self.session(node)).manifest["updated_at"]
             except (MemfsError, OSError):

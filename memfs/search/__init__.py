@@ -18,12 +18,16 @@ from typing import TYPE_CHECKING
 
 from memfs._lazy import lazy_exports
 from memfs.search.bm25 import recency_factor
-from memfs.search.index import DEFAULT_MAX_RESULTS, DEFAULT_MIN_SCORE, MAX_RESULTS, SearchIndex
 from memfs.search.tokenize import MAX_QUERY_TOKENS, query_tokens, tokenize
 
 # the store-backed half loads on first use (PEP 562), so the index and the formula never
-# import the store
+# import the store; so does the index (numpy), so that the options, the change feed and the
+# mount's start do not import it
 _EXPORTS = {
+    "DEFAULT_MAX_RESULTS": "memfs.search.index",
+    "DEFAULT_MIN_SCORE": "memfs.search.index",
+    "MAX_RESULTS": "memfs.search.index",
+    "SearchIndex": "memfs.search.index",
     "SearchOptions": "memfs.search.options",
     "parse_options": "memfs.search.options",
     "created_at_of": "memfs.search.searcher",
@@ -32,11 +36,14 @@ _EXPORTS = {
     "sync_from_handle": "memfs.search.searcher",
 }
 
-__all__ = [*_EXPORTS, "DEFAULT_MAX_RESULTS", "DEFAULT_MIN_SCORE", "MAX_QUERY_TOKENS", "MAX_RESULTS",
-           "SearchIndex", "query_tokens", "recency_factor", "tokenize"]
+__all__ = [*_EXPORTS, "MAX_QUERY_TOKENS", "query_tokens", "recency_factor", "tokenize"]
 
 
 if TYPE_CHECKING:  # (what the lazy names are, for the type checker)
+    from memfs.search.index import DEFAULT_MAX_RESULTS as DEFAULT_MAX_RESULTS
+    from memfs.search.index import DEFAULT_MIN_SCORE as DEFAULT_MIN_SCORE
+    from memfs.search.index import MAX_RESULTS as MAX_RESULTS
+    from memfs.search.index import SearchIndex as SearchIndex
     from memfs.search.options import SearchOptions as SearchOptions
     from memfs.search.options import parse_options as parse_options
     from memfs.search.searcher import created_at_of as created_at_of

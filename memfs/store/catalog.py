@@ -35,12 +35,17 @@ import threading
 import time
 from dataclasses import astuple, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
 from memfs.errors import NotFound
 from memfs.store import catalog_defer
+from memfs.store.catalog_build import _json_key, _lstat, build, build_elsewhere, scan
 from memfs.store.paths import EVENTS, MANIFEST, refuse_symlink, sanitize
+
+if TYPE_CHECKING:
+    from memfs.store.catalog_listing import Listing
 
 log = logging.getLogger("memfs.store")
 
@@ -74,8 +79,9 @@ def is_session_entry(entry: os.DirEntry) -> bool:
 def session_names(root: str | os.PathLike) -> list[str]:
     """The directory names of the sessions under ``root``, sorted; none when it is absent.
     Symlinks and stray files are not sessions."""
-    root = Path(root)
-    return [e.name for e in root_entries(root) if is_session_entry(e) and is_session_dir(root / e.name)]
+    top = os.fspath(root)  # (scandir's entry type says "a real directory": no lstat of it; strings, not Paths)
+    return [e.name for e in root_entries(root) if is_session_entry(e)
+            and (os.path.lexists(f"{top}/{e.name}/{EVENTS}") or os.path.lexists(f"{top}/{e.name}/{MANIFEST}"))]
 
 
 def find_session(root: str | os.PathLike, session: str) -> Path:
@@ -98,7 +104,8 @@ VERIFY_SECONDS = 300.0  # a reader (a command) checks every session when the las
 BACKGROUND_VERIFY_SECONDS = 30.0  # a server checks at least this often, on a thread of its own…
 BACKGROUND_VERIFY_MIN = 1.0  # …and at most this often…
 BACKGROUND_VERIFY_DUTY = 0.1  # …its check taking at most this share of the time between two
-RACY_NS = 1_000_000_000  # a root mtime younger than this when read is not trusted (see sync)
+RACY_NS = 1_000_000_000  # a root mtime younger than this when read is not trusted (see sync)…
+RACY_RELIST = 0.1  # …and, while it does not move, listed again at most this often (seconds)
 FRESH_SECONDS = 0.05  # rows read are trusted this long before asking SQLite whether another process wrote
 
 
@@ -188,53 +195,6 @@ class Row:
                            about=self.about_dict, first_ts=self.first_ts, last_ts=self.last_ts)
 
 
-def _key(st: os.stat_result | None) -> list[int] | None:
-    return [st.st_ino, st.st_size, st.st_mtime_ns] if st is not None else None
-
-
-def _lstat(path: str) -> os.stat_result | None:
-    try:
-        return os.lstat(path)
-    except OSError:
-        return None
-
-
-def _json_key(path: str) -> str | None:
-    st = _lstat(path)
-    return orjson.dumps(_key(st)).decode() if st is not None else None
-
-
-def scan(root: Path, name: str, usage: tuple | None = None) -> tuple | None:
-    """The row of session ``name`` read from its folder now (a tuple in column order, ``seq``
-    0), or None when it is not a session. ``usage``: ``(usage_key, usage)`` to keep."""
-    from memfs.store import listing
-    from memfs.store.sessioninfo import info_of
-
-    path = root / name
-    if name.startswith(".") or not is_session_dir(path):  # (a hidden folder is never a session: a migration's)
-        return None
-    top = os.fspath(path)
-    log_st, about_st = _lstat(os.path.join(top, EVENTS)), _lstat(os.path.join(top, "index", "about.json"))
-    manifest_st = _lstat(os.path.join(top, MANIFEST))
-    info = info_of(path)
-    about = info.about
-    model = about.get("model")
-    return (name, info.session_id, info.agent, listing.project(info), _text(about.get("cwd")),
-            model if type(model) is str else None, listing.title(info), listing.status(info), info.status,
-            info.first_ts, info.last_ts, info.created_at, info.updated_at, info.updated_ts, info.turn_count,
-            info.event_count, int(info.in_turn), int(info.readable), int(info.imported), int(info.pinned),
-            int(info.live), info.thread_id, orjson.dumps(about).decode(),
-            log_st.st_size if log_st is not None else -1, log_st.st_mtime_ns if log_st is not None else 0,
-            log_st.st_ino if log_st is not None else 0,
-            orjson.dumps(_key(about_st)).decode() if about_st is not None else None,
-            orjson.dumps(_key(manifest_st)).decode() if manifest_st is not None else None,
-            *(usage or (None, None)), 0)
-
-
-def _text(value) -> str | None:
-    return value if type(value) is str and value else None
-
-
 class Catalog:
     """The catalog of one sessions root (one per root and process: :func:`catalog_of`).
     Thread-safe; every method may be called from any thread."""
@@ -252,6 +212,11 @@ class Catalog:
         self.dropped = False  # deleted (its store was left empty): catalog_of makes a new one
         self._verifier: threading.Thread | None = None
         self._verify_work = 0.0  # seconds the last check took (a server's pace of checks)
+        self._building = threading.RLock()  # held around the first build (memfs.store.catalog_build)
+        self._builder: threading.Thread | None = None
+        self._ready = False  # built: its first listing of the root is done
+        self._relisted = (0.0, -1)  # when sync last listed the root (monotonic), and the root's mtime then
+        self._listing: Listing | None = None  # made on first use
 
     # --- keeping it current ----------------------------------------------------------------
 
@@ -266,7 +231,7 @@ class Catalog:
         except sqlite3.DatabaseError:
             with self._lock:
                 self.db.reset()
-                self._rows = None
+                self._rows, self._ready = None, False
                 self._own += 1
             self.sync()
             return work()
@@ -328,18 +293,24 @@ class Catalog:
             except FileNotFoundError:
                 mtime = -2
             stored = self.db.meta("root_mtime_ns")
-            if stored == mtime and not force:
+            if (stored == mtime or stored == -3 and self._relisted[1] == mtime  # (racy, but listed here a moment ago)
+                    and time.monotonic() - self._relisted[0] < RACY_RELIST) and not force:
                 return False
+            if stored == -1:  # never listed: built (one build at a time; a second caller finds it built)
+                with self._building:
+                    if self.db.meta("root_mtime_ns") == -1 and not build_elsewhere(self):
+                        build(self, mtime)
+                    self._changed()
+                return True
             names = set(session_names(self.root)) if mtime != -2 else set()
             known = {r[0] for r in self.db.query("SELECT name FROM sessions")}
             rows = [row for n in sorted(names - known) if (row := scan(self.root, n)) is not None]
             # a root mtime this recent may be shared by a later change (the clock's tick is
             # coarse): not trusted, so the next read lists the names again
             racy = mtime >= 0 and time.time_ns() - mtime < RACY_NS
+            self._relisted = (time.monotonic(), mtime)
             self.db.put(rows, sorted(known - names), {"root_mtime_ns": -3 if racy else mtime})
             self._changed()
-            if stored == -1:
-                self.verify()
             return True
 
         return self._guarded(work)
@@ -395,11 +366,30 @@ class Catalog:
             self._verifier = threading.Thread(target=self._verify_quietly, name="memfs-catalog-verify", daemon=True)
             self._verifier.start()
 
-    def _verify_quietly(self) -> None:
+    def _verify_quietly(self, what=None) -> None:
+        from memfs.pace import worker_started
+
+        worker_started()  # (in a mount: below the event loop)
         try:
-            self.verify()
+            (what or self.verify)()
         except Exception:  # a check of a cache: the next one tries again
             log.exception("store catalog check of %s failed", self.root)
+
+    def ready(self) -> bool:
+        """Whether the catalog is built (its first listing of the root done, by any process)."""
+        if not self._ready:
+            self._ready = self._guarded(lambda: self.db.meta("root_mtime_ns")) != -1
+        return self._ready
+
+    def build_later(self) -> None:
+        """Build the catalog on a thread of its own unless it is built or being built (a
+        server's first listing does not wait for it: :mod:`memfs.store.catalog_build`)."""
+        with self._lock:
+            if self.ready() or (self._builder is not None and self._builder.is_alive()):
+                return
+            self._builder = threading.Thread(target=self._verify_quietly, args=(self.sync,),
+                                             name="memfs-catalog-build", daemon=True)
+            self._builder.start()
 
     def set_usage(self, name: str, stamp: tuple, total: dict) -> None:
         """The usage ``total`` of session ``name`` computed at ``stamp`` (:mod:`memfs.usage`)."""
@@ -412,6 +402,13 @@ class Catalog:
     def _changed(self) -> None:
         with self._lock:
             self._own += 1
+
+    note_own_change = _changed
+
+    @property
+    def own_changes(self) -> int:
+        """How many changes this process made (SQLite's ``data_version`` counts the others')."""
+        return self._own
 
     # --- reading -------------------------------------------------------------------------
 
@@ -456,7 +453,18 @@ class Catalog:
 
     def names(self) -> list[str]:
         """The session names, sorted (as the catalog has them: call :meth:`sync` first)."""
-        return sorted(self._all())
+        return self.listing().names()
+
+    def listing(self) -> Listing:
+        """The names and ``updated_at`` of the sessions, without the rest of the rows
+        (:class:`memfs.store.catalog_listing.Listing`: what a server's listing keeps)."""
+        if self._listing is None:
+            from memfs.store.catalog_listing import Listing
+
+            with self._lock:
+                if self._listing is None:
+                    self._listing = Listing(self)
+        return self._listing
 
     def row(self, name: str) -> Row | None:
         return self._all().get(name)
@@ -506,17 +514,18 @@ class Catalog:
         whatever is not among them."""
         from memfs.store.catalog_db import COLUMNS
 
-        cursor, rows, removed = self._feed(cursor, COLUMNS)
+        cursor, rows, removed = self.feed(cursor, COLUMNS)
         return cursor, [Row(*r) for r in rows], removed
 
     def log_keys_since(self, cursor: int) -> tuple[int, dict[str, tuple[int, int, int] | None], list[str] | None]:
         """:meth:`changes_since` with each changed session's log key ``(inode, size, mtime_ns)``
         (None: no log) instead of its row: what a search index needs, read without the rest."""
-        cursor, rows, removed = self._feed(cursor, ("name", "log_ino", "log_size", "log_mtime_ns"))
+        cursor, rows, removed = self.feed(cursor, ("name", "log_ino", "log_size", "log_mtime_ns"))
         return cursor, {n: (ino, size, mtime) if size is not None and ino else None
                         for n, ino, size, mtime in rows}, removed
 
-    def _feed(self, cursor: int, columns) -> tuple[int, list, list[str] | None]:
+    def feed(self, cursor: int, columns) -> tuple[int, list, list[str] | None]:
+        """:meth:`changes_since` with the ``columns`` asked (tuples), not rows."""
         def work():
             with self.db._lock:
                 seq, generation = self.db.meta("seq"), self.db.meta("generation")

@@ -104,8 +104,11 @@ class CatalogDB:
             conn.execute(f"PRAGMA journal_size_limit = {WAL_PAGES * 4096}")
             if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise sqlite3.DatabaseError("quick_check failed")
-            conn.executescript(_DDL)
-            schema = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0]
+            try:  # (a catalog already made is opened without a write: another process may hold the lock)
+                schema = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0]
+            except (sqlite3.OperationalError, TypeError):  # no table, no row: a new file
+                conn.executescript(_DDL)
+                schema = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0]
             if schema != SCHEMA:
                 raise sqlite3.DatabaseError(f"schema {schema}, not {SCHEMA}")
         except BaseException:

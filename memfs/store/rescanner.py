@@ -1,5 +1,6 @@
 """Rescans of large logs in a helper process (SPEC §6: a request to one session never waits
-behind another session's disk work; ``scripts/bench_responsive.py`` (c)).
+behind another session's disk work; ``scripts/bench_responsive.py`` (c)); a store catalog's
+first build runs there too (:func:`memfs.store.catalog_build.build_elsewhere`).
 
 A rescan is Python work — a ``decode_stored`` and a state-machine step per line, long for a
 large log — and in a mount it shares the interpreter lock with the event loop: every system
@@ -93,6 +94,15 @@ class RescanHelper:
         """``(state, end, scanned_lines, skipped_lines)`` of the full rescan of ``fd``'s first
         ``file_len`` bytes, run by the worker; None when the helper cannot (the caller then
         rescans in-process)."""
+        got = self.call(_scan, FD_PATH.format(pid=os.getpid(), fd=fd), file_len, status)
+        if got is not None:
+            with self._lock:
+                self.rescans += 1
+        return got
+
+    def call(self, fn, *args):
+        """``fn(*args)`` run by the worker (``fn`` a module-level function, its arguments and
+        result small and picklable; it must not raise); None when the helper cannot."""
         if self.broken is not None or self._closed:
             return None
         try:
@@ -106,15 +116,13 @@ class RescanHelper:
                     self._pool = ProcessPoolExecutor(max_workers=1, initializer=_lower_priority,
                                                      mp_context=multiprocessing.get_context("spawn"))
                 pool = self._pool
-            got = pool.submit(_scan, FD_PATH.format(pid=os.getpid(), fd=fd), file_len, status).result()
+            got = pool.submit(fn, *args).result()
         except Exception as exc:  # noqa: BLE001 — whatever it was, the rescan goes on in-process
             if self.broken is None and not self._closed:
                 self.broken = f"{type(exc).__name__}: {exc}"
                 log.warning("rescans of large logs run in-process from now on: the helper failed (%s)",
                             self.broken)
             return None
-        with self._lock:
-            self.rescans += 1
         return got
 
     def close(self) -> None:

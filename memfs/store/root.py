@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memfs.errors import AlreadyExists, NotEmpty, NotFound, SessionBusy
-from memfs.store.catalog import catalog_of, forgotten, is_session_dir
+from memfs.store.catalog import catalog_of, forgotten, is_session_dir, session_names
 from memfs.store.config import DEFAULT_EVICT_TO, DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES
 from memfs.store.lock import is_live
 from memfs.store.paths import EVENTS, REJECTED, ensure_private_dir, new_session_name_error, remove_tree
@@ -72,8 +72,14 @@ class Store:
     def names(self) -> list[str]:
         """Session directory names, sorted, from the store catalog brought up to date (one
         ``stat`` of the root; a ``stat`` per session now and then, on a thread of its own:
-        :meth:`~memfs.store.catalog.Catalog.maybe_verify`). Symlinks and stray files are not sessions."""
-        return catalog_of(self.root).current(background=True).names()
+        :meth:`~memfs.store.catalog.Catalog.maybe_verify`); from the folder names while a store
+        without a catalog has it built (:mod:`memfs.store.catalog_build`). Symlinks and stray files
+        are not sessions."""
+        catalog = catalog_of(self.root)
+        if not catalog.ready():  # a store without a catalog: listed from its folder names while it is built
+            catalog.build_later()
+            return session_names(self.root)
+        return catalog.current(background=True).names()
 
     def exists(self, name: str) -> bool:
         return name in self._handles or is_session_dir(self.root / name)
@@ -87,6 +93,10 @@ class Store:
             if handle is not None:
                 self._handles.move_to_end(name)
             return handle
+
+    def holds(self, name: str) -> bool:
+        """Whether this store holds session ``name`` open now (no lock taken, not counted as a use)."""
+        return name in self._handles
 
     def held_handles(self) -> list[tuple[str, SessionHandle]]:
         """``(name, handle)`` of every session this store holds open now: no disk access, and

@@ -143,6 +143,9 @@ def _has_import(session_dir: Path) -> bool:
 # A cache of manifest reads for listings, keyed by path and invalidated whenever the
 # manifest's identity or timestamps change (an atomic replace always gives a new inode).
 _CACHE: dict[str, tuple[tuple, SessionInfo]] = {}
+# Bounded (emptied when full): the store catalog keeps what a server lists; a build or check that
+# reads every session of a large store must not leave them all here (SPEC §14: a server's memory).
+CACHED_MAX = 4096
 
 
 def _cached_info(session_dir: Path) -> SessionInfo:
@@ -157,6 +160,8 @@ def _cached_info(session_dir: Path) -> SessionInfo:
     else:
         info, _ = _manifest_info(session_dir)
         if key is not None:
+            if len(_CACHE) >= CACHED_MAX:
+                _CACHE.clear()
             _CACHE[str(session_dir)] = (key, info)
     return dataclasses.replace(info)
 
@@ -195,6 +200,8 @@ def _origin(session_dir: Path) -> tuple[str, str | None]:
             if origin.settled:
                 break
     result = (origin.agent, origin.thread_id)
+    if len(_ORIGINS) >= CACHED_MAX:
+        _ORIGINS.clear()
     _ORIGINS[str(session_dir)] = (key, result)
     return result
 
@@ -217,6 +224,14 @@ def record_times(info: SessionInfo) -> tuple[float, float]:
     if last is None:
         last = info.updated_ts
     return min(first, last), last
+
+
+def updated_at_of(session_dir: Path) -> str:
+    """The session's ``updated_at`` read from its folder now, as :func:`info_of` reads it (its
+    catalog row's): the manifest's, moved to the log's mtime by appends it does not describe yet."""
+    info = _cached_info(session_dir)
+    follow_tail(session_dir, info)
+    return info.updated_at
 
 
 def info_of(session_dir: Path) -> SessionInfo:
