@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ import pyfuse3
 import trio
 from memfs import views
 from memfs.errors import MemfsError
+from memfs.fs.attrs import Attributes
 from memfs.fs.errors import fail, guarded, log
 from memfs.fs.gate import WriteGate
 from memfs.fs.nodes import BACKING_FILES, DIR_KINDS, InodeTable, K, Node, child
@@ -50,16 +50,10 @@ if TYPE_CHECKING:  # (memfs without --cluster never loads the cluster modules)
     from memfs.cluster.wire import Connection
     from memfs.fs.syncer import Durability
 
-# Seconds the kernel may cache: names that never change vs. anything that does.
-STATIC_TIMEOUT = 60.0
-ENTRY_TIMEOUT = 1.0
 # Generated in a worker thread when the views must refresh first (a first render of a large
 # session can take a while, and the trio loop must keep serving); a current view, and every
 # other generated file, is cheaper to serve inline than the thread hop.
 SLOW_KINDS = frozenset({K.VIEW, K.TURN})
-# A session's metadata files, cached by the kernel for one clock tick while nothing in this
-# mount writes the session (memfs.fs.ticks).
-TICKED_KINDS = frozenset({K.MANIFEST, K.TURNS_JSON})
 
 # searcher(query, session or None for all, k or None, min_score or None, options=None) -> results
 Searcher = Callable[..., list]  # memfs.search.store_searcher
@@ -142,6 +136,7 @@ class Operations(pyfuse3.Operations):
         self.ticks = AttrTicks(store)
         self.writes = WritePath(self)
         self.xattrs = Xattrs(self)
+        self.attrs = Attributes(self)
 
     # --- helpers -----------------------------------------------------------------------------
 
@@ -217,39 +212,7 @@ class Operations(pyfuse3.Operations):
             size, mtime = await self.off_loop(self.tree.size, node)
         else:
             size, mtime = self.tree.size(node)
-        return self._filled(node, size, mtime, inode)
-
-    def _filled(self, node: Node, size: int, mtime: int, inode: int | None = None) -> pyfuse3.EntryAttributes:
-        """The attributes of ``node`` of ``size`` and ``mtime``, with their timeouts."""
-        kind = node.kind
-        attr = pyfuse3.EntryAttributes()
-        attr.st_ino = inode if inode is not None else self.inodes.inode(node)  # after the size: no inode for a failure
-        attr.st_size = size
-        writable = not self.opts.read_only
-        if kind in DIR_KINDS:
-            attr.st_mode = stat.S_IFDIR | (0o755 if writable and kind in (K.SESSIONS, K.SESSION) else 0o555)
-            attr.st_nlink = 2
-        else:
-            attr.st_mode = stat.S_IFREG | (0o644 if writable and kind is K.EVENTS else 0o444)
-            attr.st_nlink = 1
-        attr.st_blksize = 4096
-        attr.st_blocks = (size + 511) // 512
-        attr.st_uid, attr.st_gid = self.opts.uid, self.opts.gid
-        attr.st_atime_ns = attr.st_ctime_ns = self.started
-        # Real times (SPEC §6): the log's last append, the session's updated_at, a generated
-        # file's last change; other directories and README.md: when the mount started.
-        attr.st_mtime_ns = mtime
-        static = kind in (K.ROOT, K.README, K.SESSIONS, K.INDEX, K.SEARCH) or (
-            kind is K.SESSION and self.opts.single_session)
-        if static:
-            attr.attr_timeout = attr.entry_timeout = STATIC_TIMEOUT
-        elif kind in DIR_KINDS:
-            attr.attr_timeout = attr.entry_timeout = ENTRY_TIMEOUT
-        else:
-            ticked = kind in TICKED_KINDS and self.cluster is None  # (a replica changes without a file open here)
-            attr.attr_timeout = self.ticks.timeout(node.session, attr.st_ino) if ticked else 0
-            attr.entry_timeout = 0 if kind is K.QUERY else ENTRY_TIMEOUT
-        return attr
+        return self.attrs.of(node, size, mtime, inode)
 
     # --- names -------------------------------------------------------------------------------
 
@@ -302,35 +265,12 @@ class Operations(pyfuse3.Operations):
         for i in range(start_id, len(entries)):
             name, node = entries[i]
             try:
-                attr = self._listed(node, times) or await self._attr(node)
+                attr = self.attrs.listed(node, times) or await self._attr(node)
             except (MemfsError, OSError):
                 continue  # vanished since opendir
             if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, i + 1):
                 break
             self.inodes.remember(attr.st_ino)
-
-    def _listed(self, node: Node, times: dict[str, int] | None) -> pyfuse3.EntryAttributes | None:
-        """The entry of a session folder not open here in a listing of ``sessions/``, from the
-        store catalog (None: any other node, answered by :meth:`_attr`). A session the catalog
-        has no row of yet (being built, or made by another process a moment ago) is listed by
-        name and type only: its time (its manifest's) would be a read per entry, so the entry
-        carries the mount's start and is valid for no time at all — the kernel asks again
-        (``lookup``, answered from the folder) before it shows anyone its attributes.
-        ``times``: the catalog's (:meth:`memfs.store.catalog_listing.Listing.times`), taken once
-        per request."""
-        if times is None or node.kind is not K.SESSION or self.store.holds(node.session):
-            return None
-        updated = times.get(node.session)
-        attr = pyfuse3.EntryAttributes()
-        attr.st_ino = self.inodes.inode(node)
-        attr.st_mode = stat.S_IFDIR | (0o555 if self.opts.read_only else 0o755)
-        attr.st_nlink = 2
-        attr.st_blksize = 4096
-        attr.st_uid, attr.st_gid = self.opts.uid, self.opts.gid
-        attr.st_atime_ns = attr.st_ctime_ns = self.started
-        attr.st_mtime_ns = updated if updated is not None and updated >= 0 else self.started
-        attr.attr_timeout = attr.entry_timeout = ENTRY_TIMEOUT if updated is not None else 0
-        return attr
 
     async def releasedir(self, fh):
         self.dirs.pop(fh, None)
