@@ -196,6 +196,12 @@ def count(catalog) -> int:
     return catalog.run(work)
 
 
+def generation(catalog):
+    """The catalog's generation: another once it was rebuilt (deleted, or found spoiled under use),
+    so a reader that saw it change read part of its sums from the new, empty tables."""
+    return catalog.run(lambda: catalog.db.meta("generation"))
+
+
 def grouped(catalog, sql: str, args: tuple = ()) -> list[tuple]:
     """Run a read ``sql`` over the tables (:mod:`memfs.usage.query` builds them)."""
     db = catalog.db

@@ -34,7 +34,15 @@ def report(root: Path, opts: Options, now: float | None = None, write: bool = Tr
     """What ``periods.report(contributions(root).values(), opts, now)`` gives (not ``block``)."""
     from memfs.usage.reporting import up_to_date
 
-    catalog, extra = up_to_date(root, write)
+    while True:  # (once more when the catalog was found spoiled and rebuilt meanwhile: its sums are gone)
+        catalog, extra = up_to_date(root, write)
+        generation = catalog_usage.generation(catalog)
+        doc = _report(catalog, extra, opts, now)
+        if catalog_usage.generation(catalog) == generation:
+            return doc
+
+
+def _report(catalog, extra: dict, opts: Options, now: float | None) -> dict:
     if extra or any(at is not None and at % catalog_usage.BUCKET for at in (opts.since, opts.until)):
         # computed and not kept (a read-only store), or a bound within a quarter hour: summed in Python
         contribs = {**catalog_usage.load(catalog), **extra}
