@@ -21,6 +21,9 @@ and is computed again. Writes leave the catalog's ``seq`` alone: the change feed
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
+
 import orjson
 
 TOKENS = ("input", "cached_input", "cache_creation", "output", "reasoning", "total")  # memfs.usage.reporting._KEYS
@@ -34,7 +37,13 @@ CREATE TABLE IF NOT EXISTS usage_buckets (
   turns INTEGER NOT NULL, {', '.join(f't_{k} INTEGER' for k in TOKENS)}, cost REAL, unpriced INTEGER, last REAL,
   agent_turns INTEGER, agent_cost REAL, agent_ours REAL, agent_unpriced INTEGER);
 CREATE INDEX IF NOT EXISTS usage_buckets_name ON usage_buckets (name);
+CREATE TABLE IF NOT EXISTS usage_answers (query TEXT PRIMARY KEY, rows TEXT NOT NULL);
 """
+# a report's answers are kept until either table changes (whoever writes it, in its transaction)
+_TRIGGERS = [f"CREATE TRIGGER IF NOT EXISTS {table}_{op.lower()} AFTER {op} ON {table} "
+             "BEGIN DELETE FROM usage_answers; END"
+             for table in ("usage_sessions", "usage_buckets") for op in ("INSERT", "UPDATE", "DELETE")]
+ANSWERS = 32  # the most answers kept
 
 _BUCKET_COLUMNS = ("name", "bucket", "model", "reason", "refused", "first", "turns", *(f"t_{k}" for k in TOKENS),
                    "cost", "unpriced", "last", "agent_turns", "agent_cost", "agent_ours", "agent_unpriced")
@@ -74,7 +83,7 @@ def buckets(name: str, uses) -> list[list]:
 def ensure(db) -> None:
     """The tables exist in ``db`` (a :class:`memfs.store.catalog_db.CatalogDB`; made again with
     a catalog that was deleted or rebuilt)."""
-    for statement in _DDL.split(";"):
+    for statement in [*_DDL.split(";"), *_TRIGGERS]:
         if statement.strip():
             db.query(statement)
 
@@ -202,12 +211,25 @@ def generation(catalog):
     return catalog.run(lambda: catalog.db.meta("generation"))
 
 
-def grouped(catalog, sql: str, args: tuple = ()) -> list[tuple]:
-    """Run a read ``sql`` over the tables (:mod:`memfs.usage.query` builds them)."""
+def grouped(catalog, sql: str, args: tuple = (), keep: bool = False) -> list[tuple]:
+    """Run a read ``sql`` over the tables (:mod:`memfs.usage.query` builds them). ``keep``: the
+    answer is kept in the catalog (``usage_answers``, dropped by any change of the usage tables),
+    and a report asked again before a change reads it there."""
     db = catalog.db
+    key = orjson.dumps([sql, args]).decode() if keep else ""
 
     def work() -> list[tuple]:
         ensure(db)
-        return db.query(sql, args)
+        if keep:
+            kept = db.query("SELECT rows FROM usage_answers WHERE query = ?", (key,))
+            if kept:
+                return [tuple(r) for r in orjson.loads(kept[0][0])]
+        rows = db.query(sql, args)
+        if keep:
+            with contextlib.suppress(sqlite3.OperationalError), db.transaction():  # (busy: not kept this time)
+                db.conn.execute("DELETE FROM usage_answers WHERE rowid NOT IN "
+                                "(SELECT rowid FROM usage_answers ORDER BY rowid DESC LIMIT ?)", (ANSWERS - 1,))
+                db.conn.execute("INSERT OR REPLACE INTO usage_answers VALUES (?, ?)", (key, orjson.dumps(rows).decode()))
+        return rows
 
     return catalog.run(work)

@@ -62,7 +62,7 @@ def _report(catalog, extra: dict, opts: Options, now: float | None) -> dict:
     groups: dict = {}
     parts: dict = {}
     for k, model, *sums in catalog_usage.grouped(catalog, f"SELECT b.k, b.model, {_SUMS} {sel} GROUP BY b.k, b.model",
-                                                 args):
+                                                 args, keep=True):
         part = Sum(models=False)
         part.turns, part.tokens, part.usd, part.unpriced_turns, part.last = sums[0], sums[1:7], *sums[7:10]
         part.agent = sums[10:]
@@ -82,11 +82,13 @@ def _report(catalog, extra: dict, opts: Options, now: float | None) -> dict:
     total.models = parts
     for part in parts.values():
         _add(total, part)
-    for k, n in catalog_usage.grouped(catalog, f"SELECT b.k, count(DISTINCT b.name) {sel} GROUP BY b.k", args):
+    for k, n in catalog_usage.grouped(catalog, f"SELECT b.k, count(DISTINCT b.name) {sel} GROUP BY b.k", args,
+                                   keep=True):
         groups[k].counted = n
     total.counted = catalog_usage.grouped(catalog, f"SELECT count(DISTINCT b.name) {sel}", args)[0][0] if groups else 0
     rare = catalog_usage.grouped(catalog, f"SELECT b.k, b.model, b.unpriced, b.reason, b.refused, b.turns {sel} "
-                                          "AND (b.unpriced > 0 OR b.refused IS NOT NULL) ORDER BY b.name, b.first", args)
+                                          "AND (b.unpriced > 0 OR b.refused IS NOT NULL) ORDER BY b.name, b.first", args,
+                                 keep=True)
     for k, model, unpriced, reason, refused, turns in rare:  # (in the sessions' and turns' order: the first reason wins)
         acc = groups[k]
         for s in (acc, total, acc.models[model], total.models[model]):  # type: ignore[index]
