@@ -211,25 +211,39 @@ def generation(catalog):
     return catalog.run(lambda: catalog.db.meta("generation"))
 
 
-def grouped(catalog, sql: str, args: tuple = (), keep: bool = False) -> list[tuple]:
-    """Run a read ``sql`` over the tables (:mod:`memfs.usage.query` builds them). ``keep``: the
-    answer is kept in the catalog (``usage_answers``, dropped by any change of the usage tables),
-    and a report asked again before a change reads it there."""
+def answer(catalog, key: str) -> str | None:
+    """The answer kept for ``key`` by :func:`keep` (None: none, or the usage tables changed since)."""
     db = catalog.db
-    key = orjson.dumps([sql, args]).decode() if keep else ""
+
+    def work() -> str | None:
+        ensure(db)
+        kept = db.query("SELECT rows FROM usage_answers WHERE query = ?", (key,))
+        return kept[0][0] if kept else None
+
+    return catalog.run(work)
+
+
+def keep(catalog, key: str, value: str) -> None:
+    """Keep ``value`` as the answer to ``key`` until either usage table changes (their triggers
+    empty ``usage_answers`` in the writer's transaction); at most :data:`ANSWERS` are kept."""
+    db = catalog.db
+
+    def work() -> None:
+        ensure(db)
+        with contextlib.suppress(sqlite3.OperationalError), db.transaction():  # (busy: not kept this time)
+            db.conn.execute("DELETE FROM usage_answers WHERE rowid NOT IN "
+                            "(SELECT rowid FROM usage_answers ORDER BY rowid DESC LIMIT ?)", (ANSWERS - 1,))
+            db.conn.execute("INSERT OR REPLACE INTO usage_answers VALUES (?, ?)", (key, value))
+
+    catalog.run(work)
+
+
+def grouped(catalog, sql: str, args: tuple = ()) -> list[tuple]:
+    """Run a read ``sql`` over the tables (:mod:`memfs.usage.query` builds them)."""
+    db = catalog.db
 
     def work() -> list[tuple]:
         ensure(db)
-        if keep:
-            kept = db.query("SELECT rows FROM usage_answers WHERE query = ?", (key,))
-            if kept:
-                return [tuple(r) for r in orjson.loads(kept[0][0])]
-        rows = db.query(sql, args)
-        if keep:
-            with contextlib.suppress(sqlite3.OperationalError), db.transaction():  # (busy: not kept this time)
-                db.conn.execute("DELETE FROM usage_answers WHERE rowid NOT IN "
-                                "(SELECT rowid FROM usage_answers ORDER BY rowid DESC LIMIT ?)", (ANSWERS - 1,))
-                db.conn.execute("INSERT OR REPLACE INTO usage_answers VALUES (?, ?)", (key, orjson.dumps(rows).decode()))
-        return rows
+        return db.query(sql, args)
 
     return catalog.run(work)

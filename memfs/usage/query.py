@@ -19,8 +19,10 @@ import time
 from datetime import date, timedelta, tzinfo
 from pathlib import Path
 
+import orjson
+
 from memfs.store import catalog_usage
-from memfs.usage import periods
+from memfs.usage import periods, prices
 from memfs.usage.periods import PERIODS, Options, Sum
 
 _DAY = 86400
@@ -59,10 +61,24 @@ def _report(catalog, extra: dict, opts: Options, now: float | None) -> dict:
         wanted = [k for k in range(lo, hi + 1) if name(k) in keep] if lo is not None else []  # type: ignore[misc]
         sel += f" AND b.k IN ({', '.join('?' * len(wanted))})"
         args = (*args, *wanted)
+    described = prices.table().describe()
+    asked = orjson.dumps([sel, args, opts.by, opts.order, periods.zone_name(opts.tz), opts.since, opts.until,
+                          described], option=orjson.OPT_NON_STR_KEYS).decode()
+    kept = catalog_usage.answer(catalog, asked)
+    if kept is not None:  # (asked before, and the usage tables have not changed since)
+        doc = orjson.loads(kept)
+        doc["prices"] = described
+        return doc
+    doc = _grouped(catalog, sel, args, opts, name)
+    catalog_usage.keep(catalog, asked, orjson.dumps({**doc, "prices": None}).decode())
+    return doc
+
+
+def _grouped(catalog, sel: str, args: tuple, opts: Options, name) -> dict:
     groups: dict = {}
     parts: dict = {}
     for k, model, *sums in catalog_usage.grouped(catalog, f"SELECT b.k, b.model, {_SUMS} {sel} GROUP BY b.k, b.model",
-                                                 args, keep=True):
+                                                 args):
         part = Sum(models=False)
         part.turns, part.tokens, part.usd, part.unpriced_turns, part.last = sums[0], sums[1:7], *sums[7:10]
         part.agent = sums[10:]
@@ -82,13 +98,11 @@ def _report(catalog, extra: dict, opts: Options, now: float | None) -> dict:
     total.models = parts
     for part in parts.values():
         _add(total, part)
-    for k, n in catalog_usage.grouped(catalog, f"SELECT b.k, count(DISTINCT b.name) {sel} GROUP BY b.k", args,
-                                   keep=True):
+    for k, n in catalog_usage.grouped(catalog, f"SELECT b.k, count(DISTINCT b.name) {sel} GROUP BY b.k", args):
         groups[k].counted = n
     total.counted = catalog_usage.grouped(catalog, f"SELECT count(DISTINCT b.name) {sel}", args)[0][0] if groups else 0
     rare = catalog_usage.grouped(catalog, f"SELECT b.k, b.model, b.unpriced, b.reason, b.refused, b.turns {sel} "
-                                          "AND (b.unpriced > 0 OR b.refused IS NOT NULL) ORDER BY b.name, b.first", args,
-                                 keep=True)
+                                          "AND (b.unpriced > 0 OR b.refused IS NOT NULL) ORDER BY b.name, b.first", args)
     for k, model, unpriced, reason, refused, turns in rare:  # (in the sessions' and turns' order: the first reason wins)
         acc = groups[k]
         for s in (acc, total, acc.models[model], total.models[model]):  # type: ignore[index]
