@@ -14,12 +14,35 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import TYPE_CHECKING
 
-from memfs._lazy import lazy_exports
-from memfs.search.bm25 import recency_factor
-from memfs.search.index import DEFAULT_MAX_RESULTS, DEFAULT_MIN_SCORE, MAX_RESULTS, SearchIndex
-from memfs.search.tokenize import MAX_QUERY_TOKENS, query_tokens, tokenize
+
+def _import_numpy() -> None:
+    """numpy, its BLAS held to one thread: the index uses no BLAS routine, and OpenBLAS's pool
+    of one thread per core, started at the import, spins the other cores (as much CPU as the
+    rest of the import). The variable is read at the library's load only, so it is set back at
+    once: nothing this process starts inherits it."""
+    if "numpy" in sys.modules:
+        return
+    was = os.environ.get("OPENBLAS_NUM_THREADS")
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        import numpy  # noqa: F401
+    finally:
+        if was is None:
+            del os.environ["OPENBLAS_NUM_THREADS"]
+        else:
+            os.environ["OPENBLAS_NUM_THREADS"] = was
+
+
+_import_numpy()  # (before the modules below import it)
+
+from memfs._lazy import lazy_exports  # noqa: E402
+from memfs.search.bm25 import recency_factor  # noqa: E402
+from memfs.search.index import DEFAULT_MAX_RESULTS, DEFAULT_MIN_SCORE, MAX_RESULTS, SearchIndex  # noqa: E402
+from memfs.search.tokenize import MAX_QUERY_TOKENS, query_tokens, tokenize  # noqa: E402
 
 # the store-backed half loads on first use (PEP 562), so the index and the formula never
 # import the store

@@ -71,13 +71,13 @@ def is_session_entry(entry: os.DirEntry) -> bool:
     return entry.is_dir(follow_symlinks=False) and not entry.name.startswith(".")
 
 
-def session_names(root: str | os.PathLike, known=frozenset()) -> list[str]:
+def session_names(root: str | os.PathLike) -> list[str]:
     """The directory names of the sessions under ``root``, sorted; none when it is absent.
-    Symlinks and stray files are not sessions. A name in ``known`` (the catalog's) is taken on
-    its entry alone (a directory): its log's stat is the catalog's verify's."""
-    root = Path(root)
+    Symlinks and stray files are not sessions. (:func:`is_session_dir` with the entry's own
+    type for the directory's ``lstat``, and strings for paths: 10,000 names are listed often.)"""
+    lexists, join = os.path.lexists, os.path.join
     return [e.name for e in root_entries(root)
-            if is_session_entry(e) and (e.name in known or is_session_dir(root / e.name))]
+            if is_session_entry(e) and (lexists(join(e.path, EVENTS)) or lexists(join(e.path, MANIFEST)))]
 
 
 def find_session(root: str | os.PathLike, session: str) -> Path:
@@ -332,8 +332,8 @@ class Catalog:
             stored = self.db.meta("root_mtime_ns")
             if stored == mtime and not force:
                 return False
+            names = set(session_names(self.root)) if mtime != -2 else set()
             known = {r[0] for r in self.db.query("SELECT name FROM sessions")}
-            names = set(session_names(self.root, known)) if mtime != -2 else set()
             rows = [row for n in sorted(names - known) if (row := scan(self.root, n)) is not None]
             # a root mtime this recent may be shared by a later change (the clock's tick is
             # coarse): not trusted, so the next read lists the names again
