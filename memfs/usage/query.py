@@ -68,9 +68,12 @@ def _report(catalog, extra: dict, opts: Options, now: float | None) -> dict:
     if kept is not None:  # (asked before, and the usage tables have not changed since)
         doc = orjson.loads(kept)
         doc["prices"] = described
+        if opts.by in periods.LISTS:
+            doc[periods.LISTS[opts.by]] = doc["rows"]  # (the same list, as periods.document makes it)
         return doc
     doc = _grouped(catalog, sel, args, opts, name)
-    catalog_usage.keep(catalog, asked, orjson.dumps({**doc, "prices": None}).decode())
+    catalog_usage.keep(catalog, asked, orjson.dumps({k: v for k, v in doc.items() if k != periods.LISTS.get(opts.by)}
+                                                    | {"prices": None}))
     return doc
 
 
