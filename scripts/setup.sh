@@ -4,7 +4,8 @@
 #      for getfattr), only if something is missing;
 #   2. a virtualenv at .venv (system python3 >= 3.11, or $PYTHON) with `pip install -e '.[test,cluster,lint,mcp]'`
 #      (pyfuse3 is built from source against the libfuse3 headers; memfs itself is pure Python,
-#      docs/design.md says why).
+#      docs/design.md says why);
+#   3. memfs byte-compiled (compileall), as a user's pip install leaves it.
 # Re-runs are fast: pip runs only when pyproject.toml changed since the last successful install.
 # Usage: scripts/setup.sh [--bench]     (--bench also installs the '.[bench]' extras)
 set -euo pipefail
@@ -66,5 +67,6 @@ if ((${#todo[@]})); then
   .venv/bin/python -m pip install -q -e "$spec"
   for e in "${extras[@]}"; do echo "$hash" > ".venv/.stamp-$e"; done
 fi
+.venv/bin/python -m compileall -q memfs >/dev/null  # memfs's bytecode, as pip writes it at a user's install
 say "ready: $(.venv/bin/python -V), .venv extras: ${extras[*]}"
 say "the command line is .venv/bin/memfs; to call it as memfs: export PATH=\"$PWD/.venv/bin:\$PATH\""

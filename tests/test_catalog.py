@@ -95,6 +95,27 @@ def test_deleted_or_corrupt_catalog_is_rebuilt_with_the_same_answers(tmp_path):
     assert (root / CATALOG).read_bytes().startswith(b"SQLite format 3")
 
 
+def test_a_catalog_spoiled_past_its_first_page_is_rebuilt_when_a_read_meets_it(tmp_path):
+    """The full check runs once per boot: a file spoiled later (garbage over its last pages) is
+    found when a read meets a bad page, deleted and rebuilt, and answers the same (usage too:
+    a report that read part of its sums before the rebuild starts again)."""
+    root = tmp_path / "store"
+    for source in ("claude", "codex"):  # (other processes: none of this one's connections stays open)
+        done = cli("import", "--store", str(root), str(FIXTURES / source / "ok_failing_command" / "stream.jsonl"))
+        assert done.returncode == 0, done.stderr
+    sessions, usage = memfs_json("sessions", "--json", "--store", root), memfs_json("usage", "--json", "--store", root)
+    assert not (root / f"{CATALOG}-wal").exists()  # (the last connection's close checkpointed it)
+    size = (root / CATALOG).stat().st_size
+    half = size // 2 // 4096 * 4096
+    assert half >= 4096
+    with open(root / CATALOG, "r+b") as f:  # its last pages (the header, schema and meta pass the opening)
+        f.seek(half)
+        f.write(b"\xde\xad" * ((size - half) // 2))
+    assert memfs_json("usage", "--json", "--store", root) == usage
+    assert memfs_json("sessions", "--json", "--store", root) == sessions
+    assert (root / CATALOG).read_bytes().startswith(b"SQLite format 3")
+
+
 def test_changes_made_without_memfs_are_noticed(tmp_path):
     root = tmp_path / "store"
     write(root, "a")

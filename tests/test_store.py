@@ -848,8 +848,8 @@ def test_the_commit_keeps_no_references(full_disk):
 def test_a_failed_create_leaves_no_half_created_session(full_disk):
     """Creating writes the log, the index and the manifest, or removes what it made (SPEC §3.5):
     on a full disk the new folder goes again, and nothing lists as a session."""
-    from memfs.store.catalog import session_names
     from memfs.store.root import Store
+    from memfs.store.sessiondirs import session_names
 
     root, fill = full_disk
     open_s(root, "existing").close()

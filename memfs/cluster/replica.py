@@ -23,8 +23,8 @@ from pathlib import Path
 
 from memfs.cluster.trust import Diverged
 from memfs.errors import AlreadyExists, NotFound, ValidationError
-from memfs.store.catalog import is_session_dir
 from memfs.store.paths import EVENTS, INDEX_DIR, new_session_name_problem
+from memfs.store.sessiondirs import is_session_dir
 
 log = logging.getLogger("memfs.cluster")
 

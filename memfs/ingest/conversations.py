@@ -30,7 +30,6 @@ import orjson
 
 from memfs.agents import agent_name
 from memfs.store import about
-from memfs.store.catalog import is_session_dir, session_names
 from memfs.store.paths import (
     NAME_MAX,
     atomic_write,
@@ -39,6 +38,7 @@ from memfs.store.paths import (
     open_nofollow,
     sanitize,
 )
+from memfs.store.sessiondirs import is_session_dir, session_names
 
 CONVERSATIONS = ".memfs-conversations.json"
 CONVERSATIONS_LOCK = ".memfs-conversations.lock"

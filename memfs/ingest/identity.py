@@ -66,7 +66,7 @@ from memfs.ingest.agent_ids import (
 )
 from memfs.ingest.conversations import project_of, register
 from memfs.store import about
-from memfs.store.catalog import is_session_dir
+from memfs.store.sessiondirs import is_session_dir
 
 # --- dedupe -------------------------------------------------------------------------------------
 

@@ -87,13 +87,13 @@ from memfs.ingest.seen import SeenSources
 from memfs.ingest.sidecars import ImportBatch, read_sources, write_sources
 from memfs.ingest.sidefiles import SideReader
 from memfs.store.batch import append_tolerant
-from memfs.store.catalog import is_session_dir
 from memfs.store.catalog_defer import deferred as catalog_notes_deferred
 from memfs.store.config import DEFAULT_EVICT_TO, DEFAULT_MAX_LINE_BYTES, line_too_long
 from memfs.store.lines import LongLine, split_lines
 from memfs.store.meta import now_rfc3339
 from memfs.store.paths import IMPORT_SOURCES, deferred_sync
 from memfs.store.session import SessionHandle, open_session
+from memfs.store.sessiondirs import is_session_dir
 from memfs.usage.reporting import keep as keep_usage
 from memfs.usage.reporting import of_handle
 

@@ -43,7 +43,7 @@ def recency_factor(created_at: float | None, now: float) -> float:
 
 def recency_factors(created_at, now: float):
     """:func:`recency_factor` of each of a float64 numpy array of ``created_at`` (NaN: missing)."""
-    import numpy as np
+    from memfs.search.numpy_once import np
 
     age_days = np.maximum(now - created_at, 0.0) / SECONDS_PER_DAY
     factors = 1.0 + RECENCY_BOOST * 0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS)

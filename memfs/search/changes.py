@@ -20,8 +20,8 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
-from memfs.store.catalog import is_session_dir
 from memfs.store.paths import EVENTS
+from memfs.store.sessiondirs import is_session_dir
 
 LogKey = tuple[int, int, int]
 

@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
 from memfs.search.analysis import analyzer
 from memfs.search.index import SearchIndex
+from memfs.search.numpy_once import np
 from memfs.search.options import SearchOptions
 from memfs.search.outputs import OutputLog
 from memfs.store.meta import parse_rfc3339

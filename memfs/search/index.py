@@ -63,10 +63,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from memfs.pace import pace
 from memfs.search.bm25 import idf, recency_factors, term_score
+from memfs.search.numpy_once import np
 from memfs.search.sessions import TurnFilter, per_session
 from memfs.search.tokenize import query_tokens, tokenize
 

@@ -36,10 +36,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, overload
 
-import numpy as np
 import orjson
 
 from memfs.search.index import SearchIndex
+from memfs.search.numpy_once import np
 from memfs.store.paths import atomic_write, ensure_private_dir, read_file, write_all
 
 log = logging.getLogger("memfs.search")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
+from memfs.search.numpy_once import np
 
 SESSION_WEIGHTS = (1.0, 0.5, 0.25)  # a session's score: its top documents' scores, so weighted
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-import stat
 import threading
 import time
 from dataclasses import astuple, dataclass
@@ -39,62 +38,15 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from memfs.errors import NotFound
 from memfs.store import catalog_defer
 from memfs.store.catalog_build import _json_key, _lstat, build, build_elsewhere, scan
-from memfs.store.paths import EVENTS, MANIFEST, refuse_symlink, sanitize
+from memfs.store.paths import EVENTS, MANIFEST
+from memfs.store.sessiondirs import session_names
 
 if TYPE_CHECKING:
     from memfs.store.catalog_listing import Listing
 
 log = logging.getLogger("memfs.store")
-
-
-def is_session_dir(path: Path) -> bool:
-    """A real (not symlinked) directory holding a log or a manifest."""
-    try:
-        if not stat.S_ISDIR(os.lstat(path).st_mode):
-            return False
-    except OSError:
-        return False
-    return os.path.lexists(path / EVENTS) or os.path.lexists(path / MANIFEST)
-
-
-def root_entries(root: str | os.PathLike[str]) -> list[os.DirEntry[str]]:
-    """The entries of the sessions root, sorted by name; none when it is absent. A symlinked
-    root is refused."""
-    refuse_symlink(Path(root))
-    try:
-        with os.scandir(root) as it:
-            return sorted(it, key=lambda e: e.name)
-    except FileNotFoundError:
-        return []
-
-
-def is_session_entry(entry: os.DirEntry) -> bool:
-    """An entry of the root that may be a session: a real directory, not hidden."""
-    return entry.is_dir(follow_symlinks=False) and not entry.name.startswith(".")
-
-
-def session_names(root: str | os.PathLike) -> list[str]:
-    """The directory names of the sessions under ``root``, sorted; none when it is absent.
-    Symlinks and stray files are not sessions."""
-    top = os.fspath(root)  # (scandir's entry type says "a real directory": no lstat of it; strings, not Paths)
-    return [e.name for e in root_entries(root) if is_session_entry(e)
-            and (os.path.lexists(f"{top}/{e.name}/{EVENTS}") or os.path.lexists(f"{top}/{e.name}/{MANIFEST}"))]
-
-
-def find_session(root: str | os.PathLike, session: str) -> Path:
-    """The directory of ``session`` (a raw id or a directory name) under ``root``.
-
-    Raises :class:`NotFound` when there is none and :class:`SymlinkRefused` when it is a
-    symlink.
-    """
-    path = Path(root) / sanitize(session)
-    refuse_symlink(path)
-    if not path.is_dir():
-        raise NotFound(f"no session {session!r} in {root}")
-    return path
 
 
 # --- the catalog ------------------------------------------------------------------------------

@@ -47,7 +47,8 @@ ELSEWHERE_MIN = 1000  # entries in the root from which a server builds in its he
 def build(catalog: Catalog, mtime: int) -> None:
     """Read every session of ``catalog``'s root that it has no row of, forget the rows of
     sessions gone, and note the root's mtime (``mtime``, -2: no root) as listed."""
-    from memfs.store.catalog import RACY_NS, session_names
+    from memfs.store.catalog import RACY_NS
+    from memfs.store.sessiondirs import session_names
 
     started = time.time()
     db, root = catalog.db, catalog.root
@@ -97,7 +98,7 @@ def scan(root: Path, name: str, usage: tuple | None = None) -> tuple | None:
     """The row of session ``name`` read from its folder now (a tuple in column order, ``seq``
     0), or None when it is not a session. ``usage``: ``(usage_key, usage)`` to keep."""
     from memfs.store import listing
-    from memfs.store.catalog import is_session_dir
+    from memfs.store.sessiondirs import is_session_dir
     from memfs.store.sessioninfo import info_of
 
     path = root / name

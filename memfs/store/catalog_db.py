@@ -58,6 +58,15 @@ INSERT OR IGNORE INTO meta VALUES ('schema', {SCHEMA}), ('seq', 0), ('root_mtime
 _UPSERT = (f"INSERT OR REPLACE INTO sessions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})")
 
 
+def _boot_id() -> str | None:
+    """This boot's id (Linux), None when unknown."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            return f.read().strip().decode("ascii") or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 class CatalogDB:
     """One connection to a root's catalog, shared by this process's threads (a lock serializes
     them; SQLite serializes the processes)."""
@@ -102,8 +111,6 @@ class CatalogDB:
             conn.execute("PRAGMA synchronous = OFF")  # a cache: no fsync (a file a crash spoiled is deleted and rebuilt)
             conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_PAGES}")  # a small WAL: the store's disk is the logs'
             conn.execute(f"PRAGMA journal_size_limit = {WAL_PAGES * 4096}")
-            if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
-                raise sqlite3.DatabaseError("quick_check failed")
             try:  # (a catalog already made is opened without a write: another process may hold the lock)
                 schema = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0]
             except (sqlite3.OperationalError, TypeError):  # no table, no row: a new file
@@ -111,6 +118,16 @@ class CatalogDB:
                 schema = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0]
             if schema != SCHEMA:
                 raise sqlite3.DatabaseError(f"schema {schema}, not {SCHEMA}")
+            boot = _boot_id()
+            if boot is None or conn.execute("SELECT value FROM meta WHERE key = 'checked_boot'").fetchone() != (boot,):
+                # the only crash synchronous=OFF can spoil a file by is the system's (or the file came
+                # from elsewhere): checked once per boot; a page found bad under use is caught then
+                # (Catalog._guarded: deleted and rebuilt)
+                if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                    raise sqlite3.DatabaseError("quick_check failed")
+                if boot is not None:  # (another process holding the write lock: checked again next open)
+                    with contextlib.suppress(sqlite3.OperationalError):
+                        conn.execute("INSERT OR REPLACE INTO meta VALUES ('checked_boot', ?)", (boot,))
         except BaseException:
             conn.close()
             raise

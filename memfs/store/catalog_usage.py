@@ -21,6 +21,10 @@ and is computed again. Writes leave the catalog's ``seq`` alone: the change feed
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
+import zlib
+
 import orjson
 
 TOKENS = ("input", "cached_input", "cache_creation", "output", "reasoning", "total")  # memfs.usage.reporting._KEYS
@@ -34,7 +38,14 @@ CREATE TABLE IF NOT EXISTS usage_buckets (
   turns INTEGER NOT NULL, {', '.join(f't_{k} INTEGER' for k in TOKENS)}, cost REAL, unpriced INTEGER, last REAL,
   agent_turns INTEGER, agent_cost REAL, agent_ours REAL, agent_unpriced INTEGER);
 CREATE INDEX IF NOT EXISTS usage_buckets_name ON usage_buckets (name);
+CREATE TABLE IF NOT EXISTS usage_answers (query TEXT PRIMARY KEY, rows BLOB NOT NULL);
 """
+# a report's answers are kept until either table changes (whoever writes it, in its transaction)
+_TRIGGERS = [f"CREATE TRIGGER IF NOT EXISTS {table}_{op.lower()} AFTER {op} ON {table} "
+             "BEGIN DELETE FROM usage_answers; END"
+             for table in ("usage_sessions", "usage_buckets") for op in ("INSERT", "UPDATE", "DELETE")]
+ANSWERS = 16  # the most answers kept…
+ANSWER_BYTES = 1 << 20  # …and the largest, compressed
 
 _BUCKET_COLUMNS = ("name", "bucket", "model", "reason", "refused", "first", "turns", *(f"t_{k}" for k in TOKENS),
                    "cost", "unpriced", "last", "agent_turns", "agent_cost", "agent_ours", "agent_unpriced")
@@ -74,7 +85,7 @@ def buckets(name: str, uses) -> list[list]:
 def ensure(db) -> None:
     """The tables exist in ``db`` (a :class:`memfs.store.catalog_db.CatalogDB`; made again with
     a catalog that was deleted or rebuilt)."""
-    for statement in _DDL.split(";"):
+    for statement in [*_DDL.split(";"), *_TRIGGERS]:
         if statement.strip():
             db.query(statement)
 
@@ -194,6 +205,46 @@ def count(catalog) -> int:
         return db.query("SELECT count(*) FROM usage_sessions")[0][0]
 
     return catalog.run(work)
+
+
+def generation(catalog):
+    """The catalog's generation: another once it was rebuilt (deleted, or found spoiled under use),
+    so a reader that saw it change read part of its sums from the new, empty tables."""
+    return catalog.run(lambda: catalog.db.meta("generation"))
+
+
+def answer(catalog, key: str) -> bytes | None:
+    """The answer kept for ``key`` by :func:`keep` (None: none, or the usage tables changed since)."""
+    db = catalog.db
+
+    def work() -> bytes | None:
+        ensure(db)
+        kept = db.query("SELECT rows FROM usage_answers WHERE query = ?", (key,))
+        return zlib.decompress(kept[0][0]) if kept and type(kept[0][0]) is bytes else None
+
+    try:
+        return catalog.run(work)
+    except zlib.error:
+        return None
+
+
+def keep(catalog, key: str, value: bytes) -> None:
+    """Keep ``value`` as the answer to ``key`` until either usage table changes (their triggers
+    empty ``usage_answers`` in the writer's transaction); compressed, at most :data:`ANSWERS`,
+    none over :data:`ANSWER_BYTES`."""
+    db = catalog.db
+    packed = zlib.compress(value, 1)
+    if len(packed) > ANSWER_BYTES:
+        return
+
+    def work() -> None:
+        ensure(db)
+        with contextlib.suppress(sqlite3.OperationalError), db.transaction():  # (busy: not kept this time)
+            db.conn.execute("DELETE FROM usage_answers WHERE rowid NOT IN "
+                            "(SELECT rowid FROM usage_answers ORDER BY rowid DESC LIMIT ?)", (ANSWERS - 1,))
+            db.conn.execute("INSERT OR REPLACE INTO usage_answers VALUES (?, ?)", (key, packed))
+
+    catalog.run(work)
 
 
 def grouped(catalog, sql: str, args: tuple = ()) -> list[tuple]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from decimal import ROUND_FLOOR, Decimal
 from pathlib import Path
 
 from memfs.errors import LineTooLong
@@ -40,6 +39,8 @@ def check_evict_to(value: float) -> None:
 def evict_floor(max_events: int, evict_to: float) -> int:
     """The low-water mark of an eviction: ``floor(evict_to × max_events)``, taken on the
     decimal the user wrote (``0.57 × 100`` is 57, not the 56 binary floating point gives)."""
+    from decimal import ROUND_FLOOR, Decimal  # (here: loaded only by a store that evicts)
+
     return int((Decimal(repr(float(evict_to))) * max_events).to_integral_value(ROUND_FLOOR))
 
 

@@ -32,13 +32,13 @@ from pathlib import Path
 import orjson
 
 from memfs.errors import MemfsError, SessionBusy
-from memfs.store.catalog import find_session
 from memfs.store.machine import TurnState, renumber
 from memfs.store.paths import EVENTS, MANIFEST, atomic_write, open_nofollow, remove_stale_temps
 from memfs.store.recovery import OpenReport, rescan
 from memfs.store.rejected import count_rejected
 from memfs.store.retention import list_sessions, remove_trash
 from memfs.store.session import SessionHandle, open_session
+from memfs.store.sessiondirs import find_session
 
 Progress = Callable[[int, int], None]
 

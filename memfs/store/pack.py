@@ -51,7 +51,6 @@ from typing import Any
 
 import orjson
 
-from memfs.store.catalog import find_session
 from memfs.store.machine import TurnState, renumber
 from memfs.store.meta import now_rfc3339
 from memfs.store.paths import (
@@ -69,6 +68,7 @@ from memfs.store.paths import (
 )
 from memfs.store.recovery import OpenReport, rescan
 from memfs.store.session import open_session
+from memfs.store.sessiondirs import find_session
 
 PACK_NAME = "audit-pack.json"
 PACK_SCHEMA_VERSION = 1

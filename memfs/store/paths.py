@@ -8,10 +8,8 @@ symlink, and the one atomic-replace helper every metadata and derived file goes 
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import re
-import shutil
 import stat
 import threading
 from collections.abc import Callable, Iterator
@@ -434,6 +432,8 @@ def remove_tree(path: Path) -> None:
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
         raise SymlinkRefused(f"not a real directory: {path}")
+    import shutil  # (here: a command that removes nothing does not load it)
+
     if not shutil.rmtree.avoids_symlink_attacks:  # no fd-based walk here: refuse, don't risk it
         raise OSError("refusing to delete: this platform's rmtree may follow symlinks")
     shutil.rmtree(path)
@@ -469,6 +469,8 @@ def tree_bytes(top: Path) -> int:
 def hash_file(dirfd: int, name: str, limit: int | None = None) -> tuple[int, str]:
     """``(bytes, sha256 hex)`` of one file (of its first ``limit`` bytes when given), opened
     without following a symlink; streamed, never held whole."""
+    import hashlib  # (here: a command that hashes nothing does not load it)
+
     fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
     digest, size = hashlib.sha256(), 0
     try:

@@ -43,15 +43,7 @@ import orjson
 
 from memfs.errors import SessionBusy, SymlinkRefused
 from memfs.store import lock as liveness
-from memfs.store.catalog import (
-    catalog_of,
-    find_session,
-    forgotten,
-    is_session_entry,
-    list_sessions,
-    noted,
-    root_entries,
-)
+from memfs.store.catalog import catalog_of, forgotten, list_sessions, noted
 from memfs.store.meta import format_rfc3339, now_rfc3339, parse_rfc3339
 from memfs.store.paths import (
     EVENTS,
@@ -70,6 +62,7 @@ from memfs.store.paths import (
 )
 from memfs.store.recovery import recover
 from memfs.store.session import open_session
+from memfs.store.sessiondirs import find_session, is_session_entry, root_entries
 from memfs.store.sessioninfo import SessionInfo, _manifest_info, is_pinned
 
 Progress = Callable[[int, int], None]  # (done, total)

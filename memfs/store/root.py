@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memfs.errors import AlreadyExists, NotEmpty, NotFound, SessionBusy
-from memfs.store.catalog import catalog_of, forgotten, is_session_dir, session_names
+from memfs.store.catalog import catalog_of, forgotten
 from memfs.store.config import DEFAULT_EVICT_TO, DEFAULT_IDLE_RELEASE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_LINE_BYTES
 from memfs.store.lock import is_live
 from memfs.store.paths import EVENTS, REJECTED, ensure_private_dir, new_session_name_error, remove_tree
 from memfs.store.session import SessionHandle, open_session
+from memfs.store.sessiondirs import is_session_dir, session_names
 
 DEFAULT_MAX_OPEN_SESSIONS = 256  # sessions a store keeps open (one descriptor each), SPEC §3.5
 

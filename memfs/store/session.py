@@ -39,7 +39,7 @@ from typing import BinaryIO
 from memfs.errors import SessionBusy, SessionClosed
 from memfs.store import lock as liveness
 from memfs.store import persister
-from memfs.store.catalog import is_session_dir, noted
+from memfs.store.catalog import noted
 from memfs.store.config import (
     BUFFER_LIMIT,
     DEFAULT_EVICT_TO,
@@ -72,6 +72,7 @@ from memfs.store.paths import (
 from memfs.store.reading import LogReader, SessionReads
 from memfs.store.recovery import OpenReport, Recovered, recover, rescanned_state
 from memfs.store.registry import Registry
+from memfs.store.sessiondirs import is_session_dir
 from memfs.store.turntimes import TurnTimes
 from memfs.store.writer import LogFile
 from memfs.store.writing import SessionWrites

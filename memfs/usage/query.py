@@ -19,8 +19,10 @@ import time
 from datetime import date, timedelta, tzinfo
 from pathlib import Path
 
+import orjson
+
 from memfs.store import catalog_usage
-from memfs.usage import periods
+from memfs.usage import periods, prices
 from memfs.usage.periods import PERIODS, Options, Sum
 
 _DAY = 86400
@@ -34,7 +36,15 @@ def report(root: Path, opts: Options, now: float | None = None, write: bool = Tr
     """What ``periods.report(contributions(root).values(), opts, now)`` gives (not ``block``)."""
     from memfs.usage.reporting import up_to_date
 
-    catalog, extra = up_to_date(root, write)
+    while True:  # (once more when the catalog was found spoiled and rebuilt meanwhile: its sums are gone)
+        catalog, extra = up_to_date(root, write)
+        generation = catalog_usage.generation(catalog)
+        doc = _report(catalog, extra, opts, now)
+        if catalog_usage.generation(catalog) == generation:
+            return doc
+
+
+def _report(catalog, extra: dict, opts: Options, now: float | None) -> dict:
     if extra or any(at is not None and at % catalog_usage.BUCKET for at in (opts.since, opts.until)):
         # computed and not kept (a read-only store), or a bound within a quarter hour: summed in Python
         contribs = {**catalog_usage.load(catalog), **extra}
@@ -51,6 +61,23 @@ def report(root: Path, opts: Options, now: float | None = None, write: bool = Tr
         wanted = [k for k in range(lo, hi + 1) if name(k) in keep] if lo is not None else []  # type: ignore[misc]
         sel += f" AND b.k IN ({', '.join('?' * len(wanted))})"
         args = (*args, *wanted)
+    described = prices.table().describe()
+    asked = orjson.dumps([sel, args, opts.by, opts.order, periods.zone_name(opts.tz), opts.since, opts.until,
+                          described], option=orjson.OPT_NON_STR_KEYS).decode()
+    kept = catalog_usage.answer(catalog, asked)
+    if kept is not None:  # (asked before, and the usage tables have not changed since)
+        doc = orjson.loads(kept)
+        doc["prices"] = described
+        if opts.by in periods.LISTS:
+            doc[periods.LISTS[opts.by]] = doc["rows"]  # (the same list, as periods.document makes it)
+        return doc
+    doc = _grouped(catalog, sel, args, opts, name)
+    catalog_usage.keep(catalog, asked, orjson.dumps({k: v for k, v in doc.items() if k != periods.LISTS.get(opts.by)}
+                                                    | {"prices": None}))
+    return doc
+
+
+def _grouped(catalog, sel: str, args: tuple, opts: Options, name) -> dict:
     groups: dict = {}
     parts: dict = {}
     for k, model, *sums in catalog_usage.grouped(catalog, f"SELECT b.k, b.model, {_SUMS} {sel} GROUP BY b.k, b.model",

@@ -416,8 +416,12 @@ def contributions(root: Path, write: bool = True) -> dict[str, Contribution]:
     from memfs.usage import recent
 
     cursor = recent.catalog_cursor(root)  # (read before the rows: a change meanwhile leaves it stale)
-    catalog, extra = up_to_date(root, write)
-    out = catalog_usage.load(catalog)
+    while True:  # (once more when the catalog was found spoiled and rebuilt meanwhile: its sums are gone)
+        catalog, extra = up_to_date(root, write)
+        generation = catalog_usage.generation(catalog)
+        out = catalog_usage.load(catalog)
+        if catalog_usage.generation(catalog) == generation:
+            break
     if extra:
         out.update(extra)
         out = dict(sorted(out.items()))

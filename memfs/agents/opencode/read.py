@@ -69,10 +69,10 @@ from memfs.ingest import (
 )
 from memfs.ingest.inputs import real_dir
 from memfs.store.batch import append_tolerant
-from memfs.store.catalog import is_session_dir
 from memfs.store.config import DEFAULT_EVICT_TO
 from memfs.store.meta import now_rfc3339
 from memfs.store.session import open_session
+from memfs.store.sessiondirs import is_session_dir
 
 ENDED_EARLY = "the run ended before OpenCode answered"
 TITLE_CHARS = 80
