@@ -39,8 +39,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from memfs.store import catalog_defer
-from memfs.store.catalog_build import _json_key, _lstat, build, build_elsewhere, scan
-from memfs.store.paths import EVENTS, MANIFEST
+from memfs.store.catalog_build import build, build_elsewhere, scan, stale_rows
 from memfs.store.sessiondirs import session_names
 
 if TYPE_CHECKING:
@@ -277,16 +276,7 @@ class Catalog:
         self.sync(force=True)
 
         def work() -> int:
-            stale = []
-            top = os.fspath(self.root)
-            for name, size, mtime, ino, about_key, manifest_key, live in self.db.query(
-                    "SELECT name, log_size, log_mtime_ns, log_ino, about_key, manifest_key, live FROM sessions"):
-                d = os.path.join(top, name)
-                st = _lstat(os.path.join(d, EVENTS))
-                now = (st.st_size, st.st_mtime_ns, st.st_ino) if st is not None else (-1, 0, 0)
-                if live or now != (size, mtime, ino) or _json_key(os.path.join(d, "index", "about.json")) != about_key \
-                        or _json_key(os.path.join(d, MANIFEST)) != manifest_key:
-                    stale.append(name)
+            stale = stale_rows(self.db, self.root)
             self.db.put([], [], {"verified": time.time()})
             self.refresh(stale)
             return len(stale)

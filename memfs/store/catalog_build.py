@@ -54,7 +54,9 @@ def build(catalog: Catalog, mtime: int) -> None:
     db, root = catalog.db, catalog.root
     names = session_names(root) if mtime != -2 else []
     known = {r[0] for r in db.query("SELECT name FROM sessions")}
-    todo = [n for n in names if n not in known]
+    # rows writers noted before this first listing are checked against the disk as a verify
+    # does, before the catalog reads as built (a hand edit or a copy meanwhile)
+    todo = [n for n in names if n not in known] + stale_rows(db, root)
     for i in range(0, len(todo), CHUNK):
         rows = []
         for name in todo[i:i + CHUNK]:
@@ -66,14 +68,26 @@ def build(catalog: Catalog, mtime: int) -> None:
             db.put(rows)
             catalog.note_own_change()
     racy = mtime >= 0 and time.time_ns() - mtime < RACY_NS  # (see Catalog.sync)
-    meta: dict[str, float] = {"root_mtime_ns": -3 if racy else mtime}
-    if not known:
-        meta["verified"] = started
+    meta: dict[str, float] = {"root_mtime_ns": -3 if racy else mtime, "verified": started}
     db.put([], sorted(known - set(names)), meta)
     catalog.note_own_change()
     log.info("store catalog of %s built: %d sessions read in %.1f s", root, len(todo), time.time() - started)
-    if known:
-        catalog.verify()
+
+
+def stale_rows(db, root) -> list[str]:
+    """The sessions whose row the disk contradicts: their log's size, mtime or inode, their
+    ``about.json`` or manifest changed, or shown as running (a writer may have died)."""
+    stale = []
+    top = os.fspath(root)
+    for name, size, mtime, ino, about_key, manifest_key, live in db.query(
+            "SELECT name, log_size, log_mtime_ns, log_ino, about_key, manifest_key, live FROM sessions"):
+        d = os.path.join(top, name)
+        st = _lstat(os.path.join(d, EVENTS))
+        now = (st.st_size, st.st_mtime_ns, st.st_ino) if st is not None else (-1, 0, 0)
+        if live or now != (size, mtime, ino) or _json_key(os.path.join(d, "index", "about.json")) != about_key \
+                or _json_key(os.path.join(d, MANIFEST)) != manifest_key:
+            stale.append(name)
+    return stale
 
 
 # --- a row read from a session's folder ---------------------------------------------------------

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from memfs.store.catalog import Catalog
 
 log = logging.getLogger("memfs.store")
+_NONE: dict[str, int] = {}
 
 
 class Listing:
@@ -39,10 +40,14 @@ class Listing:
 
     def times(self) -> dict[str, int]:
         """``{name: updated_at}`` of every session, in ns since the epoch (-1: its row has no
-        readable time); the same dict until something changes (do not modify)."""
+        readable time); the same dict until something changes (do not modify). Empty until the
+        catalog is built: a row a writer noted before then may be stale (a hand edit, a copy),
+        so every session is then read from its folder."""
         from memfs.store.catalog import FRESH_SECONDS
 
         catalog = self.catalog
+        if not catalog.ready():  # rows noted by writers before the first build: not checked against the disk
+            return _NONE
         now = time.monotonic()
         if now - self._looked < FRESH_SECONDS and self._own == catalog.own_changes:  # (no lock: the common case)
             return self._updated
