@@ -214,14 +214,16 @@ def test_fsck_removes_the_temp_files_of_a_killed_writer(capsys, tmp_path):
 
 
 def test_an_interrupted_gc_removal_never_leaves_a_listed_session(capsys, tmp_path, monkeypatch):
-    from memfs.store import paths, retention
+    import shutil
+
+    from memfs.store import retention
 
     store = tmp_path / "store"
     with memfs.open_session(store, "old", durability="write", metadata_interval=0) as h:
         h.append_many(GOOD + [event("thread.completed", thread_id="t", session_id="old", subtype="success",
                                     outcome_code="completed", usage={}, num_turns=1)])
     make(store, "keep")
-    real_rmtree = paths.shutil.rmtree
+    real_rmtree = shutil.rmtree
 
     def crash_midway(path, *a, **kw):  # the process dies after deleting part of the tree
         os.unlink(os.path.join(path, "events.jsonl"))
@@ -229,10 +231,10 @@ def test_an_interrupted_gc_removal_never_leaves_a_listed_session(capsys, tmp_pat
 
     crash_midway.avoids_symlink_attacks = True
 
-    monkeypatch.setattr(paths.shutil, "rmtree", crash_midway)
+    monkeypatch.setattr(shutil, "rmtree", crash_midway)
     with pytest.raises(KeyboardInterrupt):
         retention.gc(store, retention.Policy(max_sessions=0, max_age_days=0))
-    monkeypatch.setattr(paths.shutil, "rmtree", real_rmtree)
+    monkeypatch.setattr(shutil, "rmtree", real_rmtree)
     leftovers = [n for n in os.listdir(store) if n.startswith(".trash-")]
     assert len(leftovers) == 1 and leftovers[0].endswith("-old")
     code, out, _ = run(capsys, "sessions", "--store", store, "--json")
