@@ -290,6 +290,16 @@ def test_xattrs_on_session_folders(m):
     assert os.getxattr(s, "user.memfs.turn_count") == b"1"
     assert os.getxattr(s, "user.memfs.event_count") == b"4"
     assert os.getxattr(s, "user.memfs.status") == b"active"
+    with pytest.raises(OSError) as err:
+        os.getxattr(s, "user.other")
+    assert err.value.errno == errno.ENODATA
+    # memfs keeps no ACLs and no security labels: it says so (ENOTSUP), and ls -l then stops asking
+    for name in ("system.posix_acl_access", "system.posix_acl_default", "security.selinux", "trusted.x"):
+        with pytest.raises(OSError) as err:
+            os.getxattr(s, name)
+        assert err.value.errno == errno.EOPNOTSUPP, name
+    row = sh("ls -ld s1", m.mnt / "sessions").stdout
+    assert row.startswith("drwx") and row.split()[-1] == "s1" and row[10] == " ", row  # no ACL '+', no label '.'
 
 
 def test_rmdir_only_empty_sessions(m):

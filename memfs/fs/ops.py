@@ -18,6 +18,7 @@ Decisions recorded here:
 
 from __future__ import annotations
 
+import errno
 import functools
 import itertools
 import os
@@ -430,7 +431,9 @@ class Operations(pyfuse3.Operations):
 
     @guarded
     async def getxattr(self, inode, name, ctx):
-        if not name.startswith(b"user.memfs."):  # (ls -l asks each entry for ACLs: never open a session for that)
+        if not name.startswith(b"user."):  # no ACLs, no security labels: ls -l then stops asking this device
+            raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
+        if not name.startswith(b"user.memfs."):
             raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
         node = self._node(inode)
         value = (await self._served(node, self.xattrs.of, node)).get(name)
