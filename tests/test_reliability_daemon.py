@@ -71,3 +71,50 @@ def test_daemon_on_a_new_session_releases_its_lock_and_unmounts_promptly(tmp_pat
             subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
         if pid is not None and alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+AUDIT_SQLITE = """import os, sys
+def _hook(event, args):
+    if event == "sqlite3.connect":
+        with open(os.environ["SQLITE_CONNECTS"], "a") as f:
+            f.write(f"{os.getpid()} {sys.argv[1] if len(sys.argv) > 1 else '-'} {args[0]}\\n")
+sys.addaudithook(_hook)
+"""
+
+
+def test_the_daemons_parent_opens_no_catalog_its_server_would_inherit(tmp_path: Path):
+    """SQLite's locks belong to a process: a catalog connection the parent made before the fork
+    was used by the server, and the parent's close on exit deleted the WAL under it (the
+    server's listings then failed with 'disk I/O error')."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(AUDIT_SQLITE)
+    connects = tmp_path / "connects"
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path / "run"), "XDG_STATE_HOME": str(tmp_path / "state"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")])),
+           "SQLITE_CONNECTS": str(connects)}
+    (tmp_path / "run").mkdir(mode=0o700)
+    store, mnt = tmp_path / "store", tmp_path / "mnt"
+    line = event("item.completed", item={"id": "m1", "type": "agent_message", "text": "kept"})
+    for name in ("a", "b"):
+        assert memfs("append", "--store", store, name, env=env, stdin=line + "\n").returncode == 0
+    assert (store / ".memfs" / "catalog.sqlite").exists()  # a catalog kept from before: the mount checks it
+    connects.unlink()
+    pid = None
+    try:
+        started = memfs("mount", store, mnt, "--daemon", env=env)
+        assert started.returncode == 0, started.stderr
+        pid = int(started.stdout.strip())
+        assert sorted(os.listdir(mnt / "sessions")) == ["a", "b"]
+        assert memfs("append", "--store", store, "c", env=env, stdin=line + "\n").returncode == 0
+        deadline = time.monotonic() + 10
+        while sorted(os.listdir(mnt / "sessions")) != ["a", "b", "c"]:
+            assert time.monotonic() < deadline, os.listdir(mnt / "sessions")
+        opened = [entry.split(" ", 2) for entry in connects.read_text().splitlines()]
+        by_mount = {int(p) for p, command, db in opened if command == "mount" and db.endswith("catalog.sqlite")}
+        assert by_mount == {pid}, opened  # the server only, never the parent that forked it
+    finally:
+        if is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
+        if pid is not None and alive(pid):
+            os.kill(pid, signal.SIGKILL)

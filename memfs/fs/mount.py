@@ -272,12 +272,10 @@ def run(config) -> int:
     # rescans): a shorter switch interval bounds how long a request waits for it (5 ms by default).
     sys.setswitchinterval(SWITCH_INTERVAL)
     lower_workers()  # worker threads below the event loop (memfs/pace.py)
-    store, ops = build(config)
     ready_w = None
     if config.daemon:
-        # no session crosses the fork (one --session created just now, say): the server reopens
-        # it at first use, so its lock and idle release are the server's own (SPEC §3.5)
-        store.close()
+        # the server opens the store after the fork: no session lock, catalog connection or
+        # thread of the parent's crosses it (SPEC §3.5; SQLite's locks are per process)
         ready_r, ready_w = os.pipe()
         pid = os.fork()
         if pid:
@@ -290,7 +288,9 @@ def run(config) -> int:
             raise MemfsError(answer[1:].decode(errors="replace") or "the daemon failed to start")
         os.close(ready_r)
         os.setsid()
+    store = ops = None
     try:
+        store, ops = build(config)
         if config.cluster.enabled:  # after the fork: the NATS thread must live in the server
             ops.cluster = start_cluster(config, store)
         pyfuse3.init(ops, str(mountpoint), fuse_options(config, store.root))
@@ -299,9 +299,10 @@ def run(config) -> int:
             _last_close(fd)
             ops.gate.queued = requests_waiting(fd)
     except BaseException:
-        if ops.cluster is not None:
+        if ops is not None and ops.cluster is not None:
             ops.cluster.stop()
-        store.close()
+        if store is not None:
+            store.close()
         if ready_w is not None:
             why = sys.exc_info()[1]
             os.write(ready_w, b"0" + (str(why) if isinstance(why, (MemfsError, OSError)) else repr(why)).encode())
