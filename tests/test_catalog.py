@@ -226,3 +226,20 @@ def test_mcp_list_sessions_answers_the_same_over_a_store_and_a_mount(tmp_path):
     assert {"project", "model", "tokens", "cost_usd", "last_record_at"} <= set(claude[0])
     assert claude[0]["project"] and claude[0]["model"] and claude[0]["tokens"]
     assert every == memfs_json("sessions", "--json", "--store", root)  # the fields of memfs sessions --json
+
+
+def test_a_change_in_the_same_tick_as_the_listing_is_not_missed(tmp_path):
+    """The root's mtime is the catalog's cheap check; a change made after a listing but stamped
+    with the same mtime (a coarse clock; a filesystem keeping whole seconds) must still be seen."""
+    root = tmp_path / "store"
+    write(root, "a")
+    catalog = catalog_of(root)
+    for stamp in (time.time_ns() // 10**9 * 10**9, time.time_ns()):  # whole seconds, then a fine stamp
+        os.utime(root, ns=(stamp, stamp))
+        names = catalog.current().names()
+        new = f"n{len(names)}"
+        (root / new).mkdir()  # a session copied in by hand, its folder's mtime forced back to the listed one
+        shutil.copy(root / "a" / "events.jsonl", root / new / "events.jsonl")
+        os.utime(root, ns=(stamp, stamp))
+        wanted = sorted([*names, new])
+        wait_until(lambda want=wanted: catalog.current().names() == want, f"{new} listed")  # (≤ RACY_RELIST)

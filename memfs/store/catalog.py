@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from memfs.store import catalog_defer
-from memfs.store.catalog_build import build, build_elsewhere, scan, stale_rows
+from memfs.store.catalog_build import build, build_elsewhere, racy, scan, stale_rows
 from memfs.store.sessiondirs import session_names
 
 if TYPE_CHECKING:
@@ -55,8 +55,7 @@ VERIFY_SECONDS = 300.0  # a reader (a command) checks every session when the las
 BACKGROUND_VERIFY_SECONDS = 30.0  # a server checks at least this often, on a thread of its own…
 BACKGROUND_VERIFY_MIN = 1.0  # …and at most this often…
 BACKGROUND_VERIFY_DUTY = 0.1  # …its check taking at most this share of the time between two
-RACY_NS = 1_000_000_000  # a root mtime younger than this when read is not trusted (see sync)…
-RACY_RELIST = 0.1  # …and, while it does not move, listed again at most this often (seconds)
+RACY_RELIST = 0.1  # a racy root mtime (catalog_build.racy), while it does not move, is listed again at most this often (seconds)
 FRESH_SECONDS = 0.05  # rows read are trusted this long before asking SQLite whether another process wrote
 
 
@@ -256,11 +255,10 @@ class Catalog:
             names = set(session_names(self.root)) if mtime != -2 else set()
             known = {r[0] for r in self.db.query("SELECT name FROM sessions")}
             rows = [row for n in sorted(names - known) if (row := scan(self.root, n)) is not None]
-            # a root mtime this recent may be shared by a later change (the clock's tick is
-            # coarse): not trusted, so the next read lists the names again
-            racy = mtime >= 0 and time.time_ns() - mtime < RACY_NS
+            # a root mtime this recent may be shared by a later change: not trusted, so the
+            # next read lists the names again
             self._relisted = (time.monotonic(), mtime)
-            self.db.put(rows, sorted(known - names), {"root_mtime_ns": -3 if racy else mtime})
+            self.db.put(rows, sorted(known - names), {"root_mtime_ns": -3 if racy(mtime) else mtime})
             self._changed()
             return True
 

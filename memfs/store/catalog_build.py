@@ -44,10 +44,25 @@ CHUNK = 256  # sessions read per transaction
 ELSEWHERE_MIN = 1000  # entries in the root from which a server builds in its helper process
 
 
+RACY_NS = 20_000_000  # a root mtime younger than this may be shared by a later change (see racy)…
+RACY_WHOLE_SECONDS_NS = 2_000_000_000  # …or than this, on a filesystem keeping whole seconds
+
+
+def racy(mtime: int) -> bool:
+    """Whether the root's mtime ``mtime``, read before a listing that just ended, may also be the
+    mtime of a change made after it: the kernel stamps a change with its coarse clock, at most one
+    tick (≤ 10 ms) behind the fine one, so an mtime older than two ticks cannot be shared by a
+    later change. An mtime of whole seconds says the filesystem keeps no more (FAT, some network
+    filesystems): then two seconds. A racy mtime is not trusted: the next read lists the root again."""
+    if mtime < 0:
+        return False
+    window = RACY_WHOLE_SECONDS_NS if mtime % 1_000_000_000 == 0 else RACY_NS
+    return time.time_ns() - mtime < window
+
+
 def build(catalog: Catalog, mtime: int) -> None:
     """Read every session of ``catalog``'s root that it has no row of, forget the rows of
     sessions gone, and note the root's mtime (``mtime``, -2: no root) as listed."""
-    from memfs.store.catalog import RACY_NS
     from memfs.store.sessiondirs import session_names
 
     started = time.time()
@@ -67,8 +82,7 @@ def build(catalog: Catalog, mtime: int) -> None:
         if rows:
             db.put(rows)
             catalog.note_own_change()
-    racy = mtime >= 0 and time.time_ns() - mtime < RACY_NS  # (see Catalog.sync)
-    meta: dict[str, float] = {"root_mtime_ns": -3 if racy else mtime, "verified": started}
+    meta: dict[str, float] = {"root_mtime_ns": -3 if racy(mtime) else mtime, "verified": started}
     db.put([], sorted(known - set(names)), meta)
     catalog.note_own_change()
     log.info("store catalog of %s built: %d sessions read in %.1f s", root, len(todo), time.time() - started)
