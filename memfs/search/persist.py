@@ -6,11 +6,12 @@ One file per saved index, ``<root>/.search-index/<stem>-<stopwords>-<facts|facts
     MAGIC | header length (8 bytes, little endian) | header (JSON) | arrays (each 8-aligned)
 
 The header holds :data:`FORMAT`, the analysis the index was made with, the CRC-32 of the
-arrays, their names, dtypes and lengths, the vocabulary's tokens, each session slot (name, id,
-``created_at``, source, token total, fact count) and each session's log key when it was
-indexed (:func:`memfs.search.changes.log_key`). The arrays are the index's columns
-(:meth:`memfs.search.SearchIndex.snapshot`), its postings concatenated, and the facts' texts
-(one UTF-8 blob), turns and offsets.
+arrays, their names, dtypes and lengths, and the vocabulary's tokens. The arrays are the index's
+columns (:meth:`memfs.search.SearchIndex.snapshot`), its postings concatenated, the facts'
+texts (one UTF-8 blob), turns and offsets, each session slot's name, id, ``created_at``, source,
+token total and fact count, and each session's log key when it was indexed
+(:func:`memfs.search.changes.log_key`) — per session a row of columns, not a JSON object, so a
+load at 100,000 sessions makes no object per value it reads past the ones the index keeps.
 
 Decisions recorded here:
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,17 +42,20 @@ import orjson
 
 from memfs.search.index import SearchIndex
 from memfs.search.numpy_once import np
-from memfs.store.paths import atomic_write, ensure_private_dir, read_file, write_all
+from memfs.store.paths import atomic_write, ensure_private_dir, read_large_file, write_all
 
 log = logging.getLogger("memfs.search")
 
-FORMAT = 1
+FORMAT = 2
 MAGIC = b"memfs search index\n"
 DIR = ".search-index"
 NONE = -(2**63)  # a fact's turn or offset that is null
 
 _INT32 = ("doc_len", "doc_slot", "doc_local", "doc_turn", "slot_session", "postings", "gids")
-_INT64 = ("token_ends", "text_ends", "fact_turn", "fact_offset")
+_INT64 = ("token_ends", "text_ends", "fact_turn", "fact_offset", "slot_total", "slot_n", "key_ino", "key_size",
+          "key_mtime", "name_ends", "sid_ends", "key_name_ends", "id_name_ends")
+_INT8 = ("slot_live", "slot_source", "key_none")
+SOURCES = ("session", "output", "prompt")
 _ALIGN = 8
 
 
@@ -65,16 +70,32 @@ def _ints(values: list, what: str) -> np.ndarray:
     return np.array([NONE if v is None else v for v in values], dtype=np.int64)
 
 
+def _strings(values: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Strings as one UTF-8 blob and their ends (in characters of the decoded blob)."""
+    blob = np.frombuffer("".join(values).encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    return blob, np.cumsum(np.fromiter(map(len, values), dtype=np.int64, count=len(values)))
+
+
+def _unstrings(blob: np.ndarray, ends: np.ndarray) -> list[str]:
+    """What :func:`_strings` packed, each interned (one str per session name in the process)."""
+    text = str(memoryview(blob), "utf-8", "surrogatepass")
+    bounds = [0, *ends.tolist()]
+    if bounds[-1] != len(text):
+        raise ValueError("its strings do not match their ends")
+    intern = sys.intern
+    return [intern(text[bounds[i]: bounds[i + 1]]) for i in range(len(ends))]
+
+
 def encode(state: dict, label: str, keys: dict[str, Any], cursor: int | None = None) -> list[bytes | memoryview]:
     """The file's bytes (as pieces) for an index ``state`` (:meth:`SearchIndex.snapshot`)."""
     texts: list[str] = []
     turns: list = []
     offsets: list = []
     gids: list[bytes] = []
-    slots: list[list | None] = []
+    slots: list[tuple] = []
     for entry in state["slots"]:
         if entry is None:
-            slots.append(None)
+            slots.append((0, "", "", None, 0, 0, 0))
             continue
         name, session_id, created_at, source, total_len, (facts, n), gid_bytes = entry
         for text, turn, offset in facts[:n]:
@@ -82,7 +103,8 @@ def encode(state: dict, label: str, keys: dict[str, Any], cursor: int | None = N
             turns.append(turn)
             offsets.append(offset)
         gids.append(gid_bytes)
-        slots.append([name, session_id, created_at, source, total_len, n])
+        slots.append((1, name, session_id, created_at, SOURCES.index(source), total_len, n))
+    live, names, sids, created, sources, totals, counts = zip(*slots) if slots else ((),) * 7
     arrays = dict(state["columns"])
     arrays["postings"] = np.frombuffer(state["postings"], dtype=np.int32)
     arrays["token_ends"] = np.asarray(state["token_ends"], dtype=np.int64)
@@ -91,6 +113,17 @@ def encode(state: dict, label: str, keys: dict[str, Any], cursor: int | None = N
     arrays["text_ends"] = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
     arrays["fact_turn"] = _ints(turns, "turn")
     arrays["fact_offset"] = _ints(offsets, "offset")
+    arrays["slot_live"], arrays["slot_source"] = np.array(live, dtype=np.int8), np.array(sources, dtype=np.int8)
+    arrays["slot_created"] = np.array([np.nan if c is None else c for c in created], dtype=np.float64)
+    arrays["slot_total"], arrays["slot_n"] = np.array(totals, dtype=np.int64), np.array(counts, dtype=np.int64)
+    arrays["names"], arrays["name_ends"] = _strings(list(names))
+    arrays["sids"], arrays["sid_ends"] = _strings(list(sids))
+    arrays["id_names"], arrays["id_name_ends"] = _strings(list(state["session_ids"]))
+    arrays["key_names"], arrays["key_name_ends"] = _strings(list(keys))
+    key_values = [(0, 0, 0) if k is None else k for k in keys.values()]
+    arrays["key_none"] = np.array([k is None for k in keys.values()], dtype=np.int8)
+    for i, column in enumerate(("key_ino", "key_size", "key_mtime")):
+        arrays[column] = np.array([k[i] for k in key_values], dtype=np.int64)
     body: list[bytes | memoryview] = []
     listed = []
     crc = 0
@@ -101,9 +134,8 @@ def encode(state: dict, label: str, keys: dict[str, Any], cursor: int | None = N
         crc = zlib.crc32(b"\0" * pad, zlib.crc32(data, crc))
         listed.append([name, arr.dtype.str, len(arr)])
     header = orjson.dumps({"format": FORMAT, "analysis": label, "crc32": crc, "arrays": listed,
-                           "tokens": state["tokens"], "slots": slots, "session_ids": state["session_ids"],
-                           "live_docs": state["live_docs"], "live_len": state["live_len"],
-                           "dead_docs": state["dead_docs"], "keys": keys,
+                           "tokens": state["tokens"], "live_docs": state["live_docs"], "live_len": state["live_len"],
+                           "dead_docs": state["dead_docs"],
                            "cursor": str(cursor) if cursor is not None else None})  # (past 64 bits: text)
     header += b" " * (-(len(MAGIC) + 8 + len(header)) % _ALIGN)
     return [MAGIC, len(header).to_bytes(8, "little"), header, *body]
@@ -130,7 +162,7 @@ def _within(values: np.ndarray, end: int, start: int = 0) -> bool:
     return not len(values) or (int(values.min()) >= start and int(values.max()) < end)
 
 
-def decode(data: bytes, label: str) -> tuple[dict, dict[str, Any], int | None]:
+def decode(data: bytes | bytearray, label: str) -> tuple[dict, dict[str, Any], int | None]:
     """``(state for SearchIndex.from_snapshot, {name: log key}, the change feed's cursor the
     keys are current at or None)`` from a file's bytes; ValueError when it is not a whole,
     current-format file of this analysis."""
@@ -138,13 +170,13 @@ def decode(data: bytes, label: str) -> tuple[dict, dict[str, Any], int | None]:
         raise ValueError("not a memfs search index")
     at = len(MAGIC)
     size = int.from_bytes(data[at: at + 8], "little")
-    header = orjson.loads(data[at + 8: at + 8 + size])
+    view = memoryview(data)
+    header = orjson.loads(view[at + 8: at + 8 + size])
     if header.get("format") != FORMAT:
         raise ValueError(f"format {header.get('format')!r}, not {FORMAT}")
     if header.get("analysis") != label:
         raise ValueError(f"made for {header.get('analysis')!r}, not {label!r}")
     at += 8 + size
-    view = memoryview(data)
     if zlib.crc32(view[at:]) != header["crc32"]:
         raise ValueError("its arrays do not match their checksum")
     arrays = {}
@@ -152,38 +184,53 @@ def decode(data: bytes, label: str) -> tuple[dict, dict[str, Any], int | None]:
         arr = np.frombuffer(view, dtype=np.dtype(dtype), count=count, offset=at)
         at += arr.nbytes + (-arr.nbytes % _ALIGN)
         arrays[name] = arr
-    if any(arrays[n].dtype != np.int32 for n in _INT32) or any(arrays[n].dtype != np.int64 for n in _INT64):
+    if (any(arrays[n].dtype != np.int32 for n in _INT32) or any(arrays[n].dtype != np.int64 for n in _INT64)
+            or any(arrays[n].dtype != np.int8 for n in _INT8) or arrays["slot_created"].dtype != np.float64):
         raise ValueError("an array of the wrong type")
-    slots, tokens = header["slots"], header["tokens"]
+    tokens = header["tokens"]
     n_docs = len(arrays["doc_len"])
-    counts = [0 if s is None else s[5] for s in slots]
+    live, counts = arrays["slot_live"], arrays["slot_n"]
+    n_slots = len(live)
+    if (any(len(arrays[n]) != n_slots for n in ("slot_source", "slot_created", "slot_total", "name_ends", "sid_ends"))
+            or not _within(arrays["slot_source"], len(SOURCES)) or not _within(counts, 2**31)
+            or len(arrays["key_name_ends"]) != len(arrays["key_none"])
+            or any(len(arrays[n]) != len(arrays["key_none"]) for n in ("key_ino", "key_size", "key_mtime"))):
+        raise ValueError("its session columns do not match")
     ends = arrays["token_ends"]
     if (len(ends) != len(tokens) or (len(ends) and ends[-1] != len(arrays["postings"]))
-            or not sum(counts) == len(arrays["text_ends"]) == len(arrays["gids"])
+            or not int(counts.sum()) == len(arrays["text_ends"]) == len(arrays["gids"])
             or any(len(arrays[n]) != n_docs for n in ("doc_slot", "doc_local", "doc_turn"))
-            or len(arrays["slot_session"]) != len(slots)
+            or len(arrays["slot_session"]) != n_slots
             or not _within(arrays["gids"], n_docs) or not _within(arrays["postings"][0::2], n_docs)
-            or not _within(arrays["doc_slot"], len(slots), -1)
-            or not _within(arrays["slot_session"], len(header["session_ids"]))):
+            or not _within(arrays["doc_slot"], n_slots, -1)
+            or not _within(arrays["slot_session"], len(arrays["id_name_ends"]))):
         raise ValueError("its arrays do not match its header")
-    text = bytes(arrays["text"]).decode("utf-8", "surrogatepass")
-    text_ends, turns, offsets, gids = arrays["text_ends"], arrays["fact_turn"], arrays["fact_offset"], arrays["gids"]
+    text = str(memoryview(arrays["text"]), "utf-8", "surrogatepass")
+    # (copies: a view would keep the whole file's bytes alive for as long as the index)
+    text_ends, turns, offsets = (arrays[n].copy() for n in ("text_ends", "fact_turn", "fact_offset"))
+    gids = arrays["gids"]
     gid_bytes = gids.tobytes()
+    names, sids = _unstrings(arrays["names"], arrays["name_ends"]), _unstrings(arrays["sids"], arrays["sid_ends"])
     restored: list = []
     fact = 0
-    for slot in slots:
-        if slot is None:
+    for slot, (is_live, created, source, total_len, n) in enumerate(zip(
+            live.tolist(), arrays["slot_created"].tolist(), arrays["slot_source"].tolist(),
+            arrays["slot_total"].tolist(), counts.tolist())):
+        if not is_live:
             restored.append(None)
             continue
-        name, session_id, created_at, source, total_len, n = slot
-        restored.append((name, session_id, created_at, source, total_len, SavedFacts(text, text_ends, turns, offsets, fact, n),
-                         gid_bytes[4 * fact: 4 * (fact + n)]))
+        created_at = None if created != created else int(created) if created.is_integer() else created  # (NaN: none)
+        restored.append((names[slot], sids[slot], created_at, SOURCES[source], total_len,
+                         SavedFacts(text, text_ends, turns, offsets, fact, n), gid_bytes[4 * fact: 4 * (fact + n)]))
         fact += n
-    state = {"tokens": tokens, "postings": arrays["postings"].tobytes(), "token_ends": ends,
+    state = {"tokens": tokens, "postings": memoryview(arrays["postings"]).cast("B"), "token_ends": ends,
              "columns": {n: arrays[n] for n in ("doc_len", "doc_slot", "doc_local", "doc_turn", "slot_session")},
-             "slots": restored, "session_ids": header["session_ids"], "live_docs": header["live_docs"],
+             "slots": restored, "session_ids": _unstrings(arrays["id_names"], arrays["id_name_ends"]),
+             "live_docs": header["live_docs"],
              "live_len": header["live_len"], "dead_docs": header["dead_docs"]}
-    keys = {name: None if key is None else tuple(key) for name, key in header["keys"].items()}
+    keys = {name: None if none else (ino, size, mtime) for name, none, ino, size, mtime in zip(
+        _unstrings(arrays["key_names"], arrays["key_name_ends"]), arrays["key_none"].tolist(),
+        arrays["key_ino"].tolist(), arrays["key_size"].tolist(), arrays["key_mtime"].tolist())}
     cursor = header.get("cursor")
     return state, keys, int(cursor) if type(cursor) is str and cursor.isdigit() and cursor != "0" else None
 
@@ -227,7 +274,7 @@ def load(root: str | os.PathLike, label: str,
     be used (logged; see the module docstring)."""
     path = index_path(root, label)
     try:
-        data = read_file(path)
+        data = read_large_file(path)
     except FileNotFoundError:
         return None
     except OSError as exc:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import sys
 import threading
 import time
 from dataclasses import astuple, dataclass
@@ -461,7 +462,7 @@ class Catalog:
         """:meth:`changes_since` with each changed session's log key ``(inode, size, mtime_ns)``
         (None: no log) instead of its row: what a search index needs, read without the rest."""
         cursor, rows, removed = self.feed(cursor, ("name", "log_ino", "log_size", "log_mtime_ns"))
-        return cursor, {n: (ino, size, mtime) if size is not None and ino else None
+        return cursor, {sys.intern(n): (ino, size, mtime) if size is not None and ino else None
                         for n, ino, size, mtime in rows}, removed
 
     def feed(self, cursor: int, columns) -> tuple[int, list, list[str] | None]:

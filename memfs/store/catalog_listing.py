@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -61,14 +62,14 @@ class Listing:
                 log.warning("store catalog of %s not read: %s", catalog.root, exc)
                 return self._updated
             if removed is None:  # a first read, or the catalog rebuilt: every row
-                self._updated = {name: _ns(when) for name, when in rows}
+                self._updated = {sys.intern(name): _ns(when) for name, when in rows}  # (one str per name: see catalog.py)
                 self._sorted = None
             else:
                 updated = dict(self._updated)  # (a new dict: a reader may hold the old one)
                 for name, when in rows:
                     if name not in updated:
                         self._sorted = None
-                    updated[name] = _ns(when)
+                    updated[sys.intern(name)] = _ns(when)
                 for name in removed:
                     if updated.pop(name, None) is not None:
                         self._sorted = None
