@@ -43,6 +43,13 @@ class NameTooLong(InvalidName):
     errno_name = "ENAMETOOLONG"
 
 
+class IndexBuilding(MemfsError):
+    """A root search asked while the store's search index is first built (in a process of its
+    own: :mod:`memfs.search.elsewhere`): asked again later, it is answered."""
+
+    errno_name = "EAGAIN"
+
+
 class BadQuery(MemfsError):
     """A search file name with an unknown parameter or a bad value (SPEC §6 search names)."""
 

@@ -5,6 +5,7 @@ changes; a root query checks only the sessions reported changed."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ import time
 import orjson
 import pytest
 from memfs import open_session
-from memfs.search import persist, store_searcher
+from memfs.search import elsewhere, persist, store_searcher
 from memfs.search.changes import CatalogChanges, log_key
 from memfs.store.catalog import catalog_of
 from memfs.store.root import Store, StoreSettings
@@ -275,3 +276,26 @@ def test_a_restarted_mount_loads_the_index_and_catches_up(tmp_path):
     assert [r["chunk_id"] for r in after] == [r["chunk_id"] for r in fresh]
     for a, b in zip(after, fresh):
         assert a["score"] == pytest.approx(b["score"], rel=1e-6)  # (the recency factor's clock moved)
+
+
+@needs_fuse
+def test_a_large_store_without_a_saved_index_has_it_built_by_a_process_of_its_own(tmp_path):
+    """The mount neither indexes a large store in its own interpreter nor holds its live index:
+    a helper builds and saves it; the mount loads that file, reads no session, and answers as
+    an index built from the logs does."""
+    store, mnt = tmp_path / "store", tmp_path / "mnt"
+    names = make_store(store, 2)
+    for i in range(elsewhere.ELSEWHERE_MIN):  # (copies of two sessions: the least that reaches the size)
+        shutil.copytree(store / names[i % 2], store / f"c{i:04d}")
+    sessions = elsewhere.ELSEWHERE_MIN + len(names)
+    with mounted(store, mnt) as m:
+        until(lambda: root_xattr(m.mnt, "loaded") == sessions, "the helper's index loaded")
+        assert root_xattr(m.mnt, "reindexed") == 0
+        got = root_search(m.mnt, "socket pool 1")
+    assert persist.current(store, "none-none-facts")
+    fresh_store = Store(store, StoreSettings(read_only=True))
+    try:
+        fresh = store_searcher(fresh_store, max_results=50)("socket pool 1")
+    finally:
+        fresh_store.close()
+    assert len(got) == 50 and [r["chunk_id"] for r in got] == [r["chunk_id"] for r in fresh]

@@ -138,7 +138,7 @@ def build(config) -> tuple[Store, Operations]:
 
         return store_searcher(store, max_results=config.max_results, min_score=config.min_score,
                               defaults=config.search.params(), changes=changes,
-                              persist="load" if config.read_only else "save")
+                              persist="load" if config.read_only else "save", elsewhere=True)
 
     return store, Operations(store, options, searcher=LaterSearcher(make, changes))
 
@@ -212,7 +212,7 @@ async def _serve(store: Store, ops: Operations) -> None:
             await trio.sleep(WARM_AFTER)
             while True:
                 try:  # (the store catalog's first build may fail: its file locked by another process too long)
-                    names = await trio.to_thread.run_sync(idle, warm, None)
+                    names = await trio.to_thread.run_sync(idle, warm, None, abandon_on_cancel=True)  # (a build elsewhere: minutes)
                     break
                 except Exception:
                     log.exception("loading the search index failed; tried again in %.0f s", WARM_RETRY)

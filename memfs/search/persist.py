@@ -40,9 +40,10 @@ from typing import Any, overload
 
 import orjson
 
+from memfs.errors import MemfsError
 from memfs.search.index import SearchIndex
 from memfs.search.numpy_once import np
-from memfs.store.paths import atomic_write, ensure_private_dir, read_large_file, write_all
+from memfs.store.paths import atomic_write, ensure_private_dir, open_nofollow, read_large_file, write_all
 
 log = logging.getLogger("memfs.search")
 
@@ -265,6 +266,26 @@ class SavedFacts(Sequence):
         turn, offset = int(self._turns[k]), int(self._offsets[k])
         return (self._text[int(self._ends[k - 1]) if k else 0: int(self._ends[k])], None if turn == NONE else turn,
                 None if offset == NONE else offset)
+
+
+def current(root: str | os.PathLike, label: str) -> bool:
+    """Whether a saved index ``label`` of this :data:`FORMAT` and analysis is there (its
+    header only is read: :func:`load` checks the rest)."""
+    try:
+        fd = open_nofollow(index_path(root, label), os.O_RDONLY)
+    except (OSError, MemfsError):
+        return False
+    try:
+        head = os.pread(fd, len(MAGIC) + 8, 0)
+        if not head.startswith(MAGIC) or len(head) < len(MAGIC) + 8:
+            return False
+        size = int.from_bytes(head[len(MAGIC):], "little")
+        header = orjson.loads(os.pread(fd, size, len(MAGIC) + 8))
+        return type(header) is dict and header.get("format") == FORMAT and header.get("analysis") == label
+    except (OSError, orjson.JSONDecodeError):
+        return False
+    finally:
+        os.close(fd)
 
 
 def load(root: str | os.PathLike, label: str,

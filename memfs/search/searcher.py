@@ -43,7 +43,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, cast
 
-from memfs.errors import BadQuery, MemfsError, NotFound
+from memfs.errors import BadQuery, IndexBuilding, MemfsError, NotFound
+from memfs.search import elsewhere as elsewhere_file
 from memfs.search import persist as persist_file
 from memfs.search.analysis import analyzer
 from memfs.search.changes import CatalogChanges, ChangeSource, LogKey, log_key
@@ -101,7 +102,8 @@ def sync_from_handle(index: SearchIndex, handle: SessionHandle) -> None:
 def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
                    min_score: float = DEFAULT_MIN_SCORE,
                    defaults: SearchOptions | Mapping[str, str] | None = None,
-                   changes: ChangeSource | None = None, persist: str = "none") -> StoreSearcher:
+                   changes: ChangeSource | None = None, persist: str = "none",
+                   elsewhere: bool = False) -> StoreSearcher:
     """A thread-safe ``searcher(query, session, k, min_score, options=None) -> [result]`` over
     ``store``.
 
@@ -118,6 +120,8 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
     ``"none"`` (the index lives in memory only), ``"load"`` (it starts from the one saved in
     the store, :mod:`memfs.search.persist`), ``"save"`` (and saves it: from :meth:`maintain`,
     at most every :data:`SAVE_EVERY` seconds while it changes, and at :meth:`close`).
+    ``elsewhere`` (a server's, with ``"save"``): a large store without a usable saved index has it
+    built and saved by a process of its own at the first :meth:`warm` (:mod:`memfs.search.elsewhere`).
     """
     if persist not in ("none", "load", "save"):
         raise ValueError(f"persist must be none, load or save, not {persist!r}")
@@ -136,7 +140,10 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
     changes_made = 0  # bumped (under sync_lock) whenever a refresh changes an index
     memo: dict[tuple, tuple[int, float, list[dict]]] = {}  # query args → (changes, when, results)
     root = os.fspath(store.root)
-    state: dict[str, Any] = {"cursor": 0, "started": False, "saved_changes": 0, "saved_at": 0.0, "saved_feed": None}
+    building = threading.Event()  # set: no build elsewhere in progress
+    building.set()
+    build_lock = threading.Lock()
+    state: dict[str, Any] = {"cursor": 0, "started": False, "tried": False, "saved_changes": 0, "saved_at": 0.0, "saved_feed": None}
     activity = {"root_queries": 0, "checked_last": 0, "checked": 0, "reindexed": 0, "loaded": 0,
                 "saves": 0}
 
@@ -288,6 +295,10 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
         if not (query_tokens(query) if corpus_key == default.key else analyzer(*opts.analysis).query(query)):
             raise NotFound(f"no search terms in {query!r}")
         args = (query, session, k, min_score_, opts)
+        if session is None and build_decided():  # (the first root query, before the warm-up)
+            threading.Thread(target=build_now, daemon=True, name="memfs search index build").start()
+        if session is None and not building.wait(elsewhere_file.WAIT):
+            raise IndexBuilding(f"the search index of {root} is being built; ask again shortly")
         with sync_lock:
             if session is None:
                 catch_up()
@@ -325,10 +336,34 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
             memo[args] = (current, now, results)
         return [dict(r) for r in results]
 
+    def build_decided() -> bool:
+        """Whether this call is the one to have the index built elsewhere (once: a large store
+        with no usable saved index, for a server); ``building`` is cleared then."""
+        if state["tried"] or not elsewhere or persist != "save":
+            return False
+        with build_lock:
+            if state["tried"] or state["started"]:
+                return False
+            state["tried"] = True
+            if not elsewhere_file.wanted(root, default.label.replace("/", "-")):
+                return False
+            building.clear()
+            return True
+
+    def build_now() -> None:
+        try:
+            elsewhere_file.build(root)
+        finally:
+            building.set()
+
     def warm(names: list[str] | None = None) -> list[str]:
         """Index these sessions now; None: load the saved index and learn what changed since
         (the first catch-up), and return the sessions still to index — the mount warms the
         default index in the background at start, so the first root query does not build it."""
+        if names is None:  # (outside the lock: a session's own search goes on meanwhile)
+            if build_decided():
+                build_now()
+            building.wait()
         with sync_lock:
             if names is None:
                 catch_up()
