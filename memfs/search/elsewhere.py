@@ -3,7 +3,7 @@
 A mount whose store has no usable saved index (a first mount of a large history, a file of an
 older format) would otherwise index every session in the server: minutes at 100,000 sessions, the
 server's interpreter shared with that work, and its memory holding every fact as the live index
-keeps it — more than the saved form it then writes. :func:`build` runs
+keeps it — more than the saved form it then writes. :class:`Build` runs
 :func:`memfs.search.store_searcher` over the store (read-only, as ``memfs search`` opens it) in a
 spawned process at nice 10, which saves the index in the store and exits; the server then loads
 the file and catches up on what changed meanwhile from the catalog's change feed (the cursor is
@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
+from typing import Any
 
 log = logging.getLogger("memfs.search")
 
 ELSEWHERE_MIN = 1000  # entries of the root: fewer, and the server indexes them itself
 WAIT = 5.0  # seconds a root search waits for a build in progress before it is refused
-POLL = 0.5  # seconds between looks at the building process
+STOP_WAIT = 5.0  # seconds a stopped build's process is waited for
 
 
 def wanted(root: str, label: str) -> bool:
@@ -40,23 +42,44 @@ def wanted(root: str, label: str) -> bool:
         return False
 
 
-def build(root: str) -> bool:
-    """Build and save the default root index of ``root`` in a spawned process; whether it
-    was saved (False: it failed there, logged)."""
-    import multiprocessing
+class Build:
+    """One build in a spawned process, which :meth:`stop` ends (the server unmounting)."""
 
-    started = time.monotonic()
-    process = multiprocessing.get_context("spawn").Process(target=_build_saved, args=(root,), daemon=True,
-                                                           name="memfs search index build")
-    process.start()
-    while process.is_alive():  # (a daemon process: the server's exit ends it)
-        process.join(POLL)
-    if process.exitcode != 0:
-        log.warning("search index of %s not built by a helper process (exit %s): indexed here", root,
-                    process.exitcode)
-        return False
-    log.info("search index of %s built by a helper process in %.1f s", root, time.monotonic() - started)
-    return True
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: Any = None  # (a spawned multiprocessing Process)
+        self._stopped = False
+
+    def run(self, root: str) -> bool:
+        """Build and save the default root index of ``root`` in a spawned process; whether it
+        was saved (False: it failed there, logged, or it was stopped)."""
+        import multiprocessing
+
+        started = time.monotonic()
+        with self._lock:
+            if self._stopped:
+                return False
+            process = self._process = multiprocessing.get_context("spawn").Process(
+                target=_build_saved, args=(root,), daemon=True, name="memfs search index build")
+            process.start()
+        process.join()
+        if self._stopped:
+            return False
+        if process.exitcode != 0:
+            log.warning("search index of %s not built by a helper process (exit %s): indexed here", root,
+                        process.exitcode)
+            return False
+        log.info("search index of %s built by a helper process in %.1f s", root, time.monotonic() - started)
+        return True
+
+    def stop(self) -> None:
+        """End the build in progress, if any, and refuse any later one."""
+        with self._lock:
+            self._stopped = True
+            process = self._process
+        if process is not None and process.is_alive():
+            process.kill()
+            process.join(STOP_WAIT)
 
 
 def _build_saved(root: str) -> None:

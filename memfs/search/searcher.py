@@ -143,6 +143,7 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
     building = threading.Event()  # set: no build elsewhere in progress
     building.set()
     build_lock = threading.Lock()
+    builder = elsewhere_file.Build()
     state: dict[str, Any] = {"cursor": 0, "started": False, "tried": False, "saved_changes": 0, "saved_at": 0.0, "saved_feed": None}
     activity = {"root_queries": 0, "checked_last": 0, "checked": 0, "reindexed": 0, "loaded": 0,
                 "saves": 0}
@@ -352,7 +353,7 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
 
     def build_now() -> None:
         try:
-            elsewhere_file.build(root)
+            builder.run(root)
         finally:
             building.set()
 
@@ -415,7 +416,8 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
             note(name)
 
     def close() -> None:
-        """Save the index if it changed (``persist="save"``)."""
+        """End a build elsewhere in progress; save the index if it changed (``persist="save"``)."""
+        builder.stop()
         save(force=True)
 
     def stats() -> dict:

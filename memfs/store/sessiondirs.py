@@ -49,7 +49,7 @@ def session_names(root: str | os.PathLike) -> list[str]:
     refuse_symlink(Path(root))
     names = []
     try:
-        with os.scandir(root) as it:  # (one entry at a time: 100,000 held at once cost ~30 MiB)
+        with os.scandir(os.fspath(root)) as it:  # (one entry at a time: 100,000 held at once cost ~30 MiB)
             for e in it:
                 if is_session_entry(e) and (lexists(join(e.path, EVENTS)) or lexists(join(e.path, MANIFEST))):
                     names.append(intern(e.name))
