@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ from memfs.search.changes import CatalogChanges, log_key
 from memfs.store.catalog import catalog_of
 from memfs.store.root import Store, StoreSettings
 
-from mounting import event, mounted, needs_fuse
+from mounting import event, is_mounted, mounted, needs_fuse
 
 QUERIES = ("retry loop", "socket pool module", "zeppelin", "fixed the retry socket m3")
 NOW = 1_900_000_000.0  # the recency factor's clock, fixed: scores compare exactly
@@ -278,16 +279,35 @@ def test_a_restarted_mount_loads_the_index_and_catches_up(tmp_path):
         assert a["score"] == pytest.approx(b["score"], rel=1e-6)  # (the recency factor's clock moved)
 
 
+def large_store(store) -> int:
+    """A store of :data:`memfs.search.elsewhere.ELSEWHERE_MIN` + 2 sessions (copies of two:
+    the least that reaches the size); how many."""
+    names = make_store(store, 2)
+    for i in range(elsewhere.ELSEWHERE_MIN):
+        shutil.copytree(store / names[i % 2], store / f"c{i:04d}")
+    return elsewhere.ELSEWHERE_MIN + len(names)
+
+
+def children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid``."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if entry.isdigit() and int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.add(int(entry))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
 @needs_fuse
 def test_a_large_store_without_a_saved_index_has_it_built_by_a_process_of_its_own(tmp_path):
     """The mount neither indexes a large store in its own interpreter nor holds its live index:
     a helper builds and saves it; the mount loads that file, reads no session, and answers as
     an index built from the logs does."""
     store, mnt = tmp_path / "store", tmp_path / "mnt"
-    names = make_store(store, 2)
-    for i in range(elsewhere.ELSEWHERE_MIN):  # (copies of two sessions: the least that reaches the size)
-        shutil.copytree(store / names[i % 2], store / f"c{i:04d}")
-    sessions = elsewhere.ELSEWHERE_MIN + len(names)
+    sessions = large_store(store)
     with mounted(store, mnt) as m:
         until(lambda: root_xattr(m.mnt, "loaded") == sessions, "the helper's index loaded")
         assert root_xattr(m.mnt, "reindexed") == 0
@@ -299,3 +319,46 @@ def test_a_large_store_without_a_saved_index_has_it_built_by_a_process_of_its_ow
     finally:
         fresh_store.close()
     assert len(got) == 50 and [r["chunk_id"] for r in got] == [r["chunk_id"] for r in fresh]
+
+
+@needs_fuse
+def test_unmounting_during_that_build_ends_the_helper_process(tmp_path):
+    """A daemon's server exits without running atexit handlers: it must end the build itself."""
+    store, mnt = tmp_path / "store", tmp_path / "mnt"
+    large_store(store)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path / "run"), "XDG_STATE_HOME": str(tmp_path / "state")}
+    (tmp_path / "run").mkdir(mode=0o700)
+    started = subprocess.run([sys.executable, "-m", "memfs", "mount", str(store), str(mnt), "--daemon"],
+                             capture_output=True, text=True, env=env, timeout=60)
+    assert started.returncode == 0, started.stderr
+    pid = int(started.stdout)
+    helpers: set[int] = set()
+    try:  # (the warm-up asks for the build a second after mounting)
+        until(lambda: any(opened(p, store) for p in children(pid)), "the build under way (the store open in its process)")
+        helpers = children(pid)  # (the build's, and multiprocessing's resource tracker)
+        subprocess.run(["fusermount3", "-u", str(mnt)], check=True, timeout=30)
+        until(lambda: not alive(pid), "the server gone")
+        until(lambda: not any(alive(p) for p in helpers), "the helper processes ended with the server")
+        assert not persist.current(store, "none-none-facts")  # ended, not finished: nothing saved
+    finally:
+        if is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
+        for p in {pid, *helpers}:
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def opened(pid: int, path) -> bool:
+    """Whether process ``pid`` has a file under ``path`` open."""
+    try:
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}").startswith(str(path)) for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "zombie" not in f.read()
+    except FileNotFoundError:
+        return False
