@@ -28,7 +28,7 @@ log = logging.getLogger("memfs.store")
 
 DIR = ".memfs"  # hidden: never a session name
 FILE = "catalog.sqlite"
-SCHEMA = 3
+SCHEMA = 4
 BUSY_MS = 5000  # how long a writer waits for another process's transaction
 WAL_PAGES = 32  # the WAL is checkpointed (and cut back) past this many pages
 

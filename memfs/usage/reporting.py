@@ -91,6 +91,7 @@ class Contribution:
     rows: tuple[Row, ...]
     stamp: tuple  # (events length, about.json identity) it was computed from
     uses: tuple[Use, ...] = ()  # its turns, dated (see Use)
+    total: dict | None = None  # what the listing shows of usage.json's ``total`` (listed_total)
 
     def group(self, by: str) -> str | None:
         """Its group in a grouping by one of its own fields: ``project``, ``agent`` or (any
@@ -112,6 +113,15 @@ def _at(turn: dict) -> float | None:
     return parse_rfc3339(day + "T00:00:00Z") if type(day) is str else None
 
 
+LISTED = ("tokens", "cost_usd", "cost_reason", "usage_error", "models")  # what memfs.store.listing reads of a total
+
+
+def listed_total(total) -> dict | None:
+    """The fields of ``usage.json``'s ``total`` that ``memfs sessions`` and MCP ``list_sessions``
+    show (:func:`memfs.store.listing.entry`): kept with the session's contribution."""
+    return {k: total[k] for k in LISTED if k in total} if type(total) is dict else None
+
+
 def contribution(name: str, data: dict) -> Contribution:
     """A session's contribution from its ``usage.json`` content."""
     rows = []
@@ -130,7 +140,8 @@ def contribution(name: str, data: dict) -> Contribution:
     source = data.get("source") or {}
     about = source.get("about")
     return Contribution(name, data.get("agent"), data.get("project"), tuple(rows),
-                        (source.get("events_len"), tuple(about) if about else None), tuple(uses))
+                        (source.get("events_len"), tuple(about) if about else None), tuple(uses),
+                        listed_total(data.get("total")))
 
 
 def stamp_now(session_dir: str | Path) -> tuple:
