@@ -1,6 +1,6 @@
 """The usage contributions kept in the store catalog (SPEC §12, §14): reports are queries over
-them, the catalog is a cache (deleting it changes no figure), and a report reads a session
-again only when it changed."""
+them, the catalog is a cache (deleting it changes no figure), a report reads a session
+again only when it changed, and ``memfs sessions`` shows the same record's totals."""
 
 from __future__ import annotations
 
@@ -75,3 +75,38 @@ def test_an_import_keeps_its_usage_and_the_report_reads_no_log(tmp_path):
     for suffix in ("", "-wal", "-shm"):  # the same from the logs, the catalog deleted (another process)
         (store / ".memfs" / f"catalog.sqlite{suffix}").unlink(missing_ok=True)
     assert json.loads(run("usage", "--store", str(store), "--by", "agent", "--json")) == doc
+
+
+def test_the_listing_and_a_report_read_one_record_of_a_session(tmp_path):
+    store = store_of_every_agent(tmp_path)
+
+    def listed() -> dict:  # memfs sessions --json: tokens and cost per session
+        return {s["name"]: (s["tokens"], s["cost_usd"]) for s in json.loads(run("sessions", "--store", str(store),
+                                                                               "--json"))}
+
+    def agree(shown: dict, doc: dict) -> None:
+        assert {r["session"]: r["tokens"]["total"] for r in doc["rows"]} == {n: t for n, (t, _) in shown.items()}
+        for r in doc["rows"]:  # (the report sums turns, the listing the session's total: the same up to rounding)
+            cost = shown[r["session"]][1]
+            assert (r["cost_usd"] is None, round(r["cost_usd"] or 0, 6)) == (cost is None, round(cost or 0, 6))
+
+    first = listed()
+    assert first["late"] == (11, first["late"][1]) and first["old"] == (10, None)  # (old: a model with no price)
+    native(store, "late", event("turn.started"),  # another process appends a turn
+           event("turn.completed", model="gpt-5", completed_at="2026-12-05T00:00:00Z", usage={"input_tokens": 100}))
+    shown = listed()  # (another process: the listing computes the changed session's contribution and keeps it)
+    assert shown["late"][0] == 111 and shown["late"][1] > first["late"][1]
+    assert {n: v for n, v in shown.items() if n != "late"} == {n: v for n, v in first.items() if n != "late"}
+    computed = reporting.computed
+    doc = query.report(store, periods.Options(by="session"))
+    assert reporting.computed == computed  # the report read the record the listing kept: no session read again
+    agree(shown, doc)
+    native(store, "late", event("turn.started"),  # and the other way: the report keeps, the listing reads it
+           event("turn.completed", model="gpt-5", completed_at="2026-12-05T01:00:00Z", usage={"input_tokens": 1000}))
+    doc = query.report(store, periods.Options(by="session"))
+    assert reporting.computed == computed + 1  # the one session appended to
+    _, infos, totals = reporting.listed(store)
+    assert reporting.computed == computed + 1  # the listing read the report's record
+    shown = listed()
+    assert shown["late"][0] == 1111 == totals["late"]["tokens"]["total"] and len(infos) == len(shown)
+    agree(shown, doc)

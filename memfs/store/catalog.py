@@ -5,9 +5,9 @@ directory (never a symlink), whose name is not hidden (``sanitize`` strips leadi
 ``memfs migrate`` assembles sessions in hidden folders), and that holds a log or a manifest.
 
 :class:`Catalog` keeps one :class:`Row` per session — name, §10 metadata (agent, project, cwd,
-model, title), the listing's status, first and last record time, turns, events, tokens and
-cost, the log's size, mtime and inode — in SQLite (:mod:`memfs.store.catalog_db`). Who keeps
-it current:
+model, title), the listing's status, first and last record time, turns, events, the log's
+size, mtime and inode — in SQLite (:mod:`memfs.store.catalog_db`); a session's usage (tokens,
+cost) is its contribution beside it (:mod:`memfs.store.catalog_usage`). Who keeps it current:
 
 * every metadata persist of a session (:class:`memfs.store.metadata.MetadataWriter`, the end of
   the one commit path: create, append, import, record, the cluster applier, fork) and the
@@ -67,8 +67,8 @@ class Row:
     Times are seconds since the epoch: ``first_ts``/``last_ts`` are the first and last record
     times (:func:`memfs.store.sessioninfo.record_times`), ``updated_ts`` the store's last
     activity. ``status`` is the listing's (:func:`memfs.store.listing.status`),
-    ``manifest_status`` the manifest's ``active``/``completed``. ``about`` and ``usage`` are JSON
-    text; use :attr:`about_dict`, :attr:`tokens`, :attr:`cost_usd`."""
+    ``manifest_status`` the manifest's ``active``/``completed``. ``about`` is JSON text; use
+    :attr:`about_dict`."""
 
     name: str
     session_id: str
@@ -98,8 +98,6 @@ class Row:
     log_ino: int
     about_key: str | None  # the (inode, size, mtime_ns) of about.json, JSON
     manifest_key: str | None  # the same of manifest.json
-    usage_key: str | None  # the stamp the usage was computed at (memfs.usage.reporting.stamp_now), JSON
-    usage: str | None  # derived/usage.json's ``total``, JSON
     seq: int
 
     @property
@@ -112,27 +110,6 @@ class Row:
         a session's usage with."""
         about = orjson.loads(self.about_key) if self.about_key else None
         return (self.log_size if self.log_size >= 0 else None), (tuple(about) if about else None)
-
-    @property
-    def usage_total(self) -> dict | None:
-        """The session's usage total when it was computed for the log and about.json as they
-        are (else None: to compute)."""
-        if self.usage is None or self.usage_key is None:
-            return None
-        events_len, about = orjson.loads(self.usage_key)
-        if (events_len, tuple(about) if about else None) != self.stamp:
-            return None
-        return orjson.loads(self.usage)
-
-    @property
-    def tokens(self) -> int | None:
-        total = self.usage_total
-        return total["tokens"]["total"] if total else None
-
-    @property
-    def cost_usd(self) -> float | None:
-        total = self.usage_total
-        return total.get("cost_usd") if total else None
 
     def info(self):
         """The row as a :class:`memfs.store.sessioninfo.SessionInfo` (what :mod:`memfs.store.listing`
@@ -206,7 +183,7 @@ class Catalog:
             rows, gone = [], []
             for name in names:
                 was = old[name]
-                row = scan(self.root, name, (was.usage_key, was.usage) if was is not None else None)
+                row = scan(self.root, name)
                 if row is None:
                     if was is not None:
                         gone.append(name)
@@ -331,14 +308,6 @@ class Catalog:
             self._builder = threading.Thread(target=self._verify_quietly, args=(self.sync,),
                                              name="memfs-catalog-build", daemon=True)
             self._builder.start()
-
-    def set_usage(self, name: str, stamp: tuple, total: dict) -> None:
-        """The usage ``total`` of session ``name`` computed at ``stamp`` (:mod:`memfs.usage`)."""
-        events_len, about = stamp
-        key = orjson.dumps([events_len, list(about) if about else None]).decode()
-        self._guarded(lambda: self.db.set_columns(name, {"usage_key": key, "usage": orjson.dumps(total).decode()}))
-        with self._lock:
-            self._own += 1
 
     def _changed(self) -> None:
         with self._lock:

@@ -122,9 +122,9 @@ def _json_key(path: str) -> str | None:
     return orjson.dumps(_key(st)).decode() if st is not None else None
 
 
-def scan(root: Path, name: str, usage: tuple | None = None) -> tuple | None:
+def scan(root: Path, name: str) -> tuple | None:
     """The row of session ``name`` read from its folder now (a tuple in column order, ``seq``
-    0), or None when it is not a session. ``usage``: ``(usage_key, usage)`` to keep."""
+    0), or None when it is not a session."""
     from memfs.store import listing
     from memfs.store.sessiondirs import is_session_dir
     from memfs.store.sessioninfo import info_of
@@ -146,8 +146,7 @@ def scan(root: Path, name: str, usage: tuple | None = None) -> tuple | None:
             log_st.st_size if log_st is not None else -1, log_st.st_mtime_ns if log_st is not None else 0,
             log_st.st_ino if log_st is not None else 0,
             orjson.dumps(_key(about_st)).decode() if about_st is not None else None,
-            orjson.dumps(_key(manifest_st)).decode() if manifest_st is not None else None,
-            *(usage or (None, None)), 0)
+            orjson.dumps(_key(manifest_st)).decode() if manifest_st is not None else None, 0)
 
 
 def _text(value) -> str | None:

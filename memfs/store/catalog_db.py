@@ -28,15 +28,16 @@ log = logging.getLogger("memfs.store")
 
 DIR = ".memfs"  # hidden: never a session name
 FILE = "catalog.sqlite"
-SCHEMA = 3
+SCHEMA = 4
 BUSY_MS = 5000  # how long a writer waits for another process's transaction
 WAL_PAGES = 32  # the WAL is checkpointed (and cut back) past this many pages
 
-#: The columns of a row, in order (``about`` and ``usage`` are JSON text).
+#: The columns of a row, in order (``about`` is JSON text; a session's usage is in the tables of
+#: :mod:`memfs.store.catalog_usage`).
 COLUMNS = ("name", "session_id", "agent", "project", "cwd", "model", "title", "status", "manifest_status",
            "first_ts", "last_ts", "created_at", "updated_at", "updated_ts", "turns", "events", "in_turn",
            "readable", "imported", "pinned", "live", "thread_id", "about", "log_size", "log_mtime_ns", "log_ino",
-           "about_key", "manifest_key", "usage_key", "usage", "seq")
+           "about_key", "manifest_key", "seq")
 
 _DDL = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value);
@@ -45,7 +46,7 @@ CREATE TABLE IF NOT EXISTS sessions (
   status TEXT, manifest_status TEXT, first_ts REAL, last_ts REAL, created_at TEXT, updated_at TEXT,
   updated_ts REAL, turns INTEGER, events INTEGER, in_turn INTEGER, readable INTEGER, imported INTEGER,
   pinned INTEGER, live INTEGER, thread_id TEXT, about TEXT, log_size INTEGER, log_mtime_ns INTEGER,
-  log_ino INTEGER, about_key TEXT, manifest_key TEXT, usage_key TEXT, usage TEXT, seq INTEGER NOT NULL);
+  log_ino INTEGER, about_key TEXT, manifest_key TEXT, seq INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS sessions_last ON sessions (last_ts);
 CREATE INDEX IF NOT EXISTS sessions_project ON sessions (project);
 CREATE INDEX IF NOT EXISTS sessions_agent ON sessions (agent);
@@ -216,10 +217,3 @@ class CatalogDB:
                     conn.execute("INSERT OR REPLACE INTO removed VALUES (?, ?)", (name, next_seq()))
             for key, value in (meta or {}).items():
                 conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
-
-    def set_columns(self, name: str, values: dict) -> None:
-        """Change some columns of one row (no new ``seq`` when only usage changes: the feed is
-        for what the search indexes)."""
-        sets = ", ".join(f"{k} = ?" for k in values)
-        with self._lock:
-            self.conn.execute(f"UPDATE sessions SET {sets} WHERE name = ?", (*values.values(), name))

@@ -4,8 +4,10 @@
 * ``usage_sessions``: per session the stamp its contribution was computed at — the log's
   length and ``index/about.json``'s identity, in the catalog row's own columns' form
   (``log_size``, ``about_key``) so that one query finds the contributions that are missing or
-  stale — its agent, project, UTC day-and-model rows (what the mount's ``usage/`` files add up)
-  and dated turns (the billing blocks', the status line's), as JSON;
+  stale — its agent, project, UTC day-and-model rows (what the mount's ``usage/`` files add up),
+  dated turns (the billing blocks', the status line's) and the fields of its total that
+  ``memfs sessions`` shows (tokens, cost, models: :func:`totals`), as JSON — the one record of
+  a session's usage in the catalog;
 * ``usage_buckets``: its dated turns summed per quarter hour (UTC) and model (:func:`buckets`),
   what ``memfs usage`` groups and sums in the user's zone (:mod:`memfs.usage.query`): a quarter
   hour falls in one local day in every zone, and a session's turns come in runs, so a store's
@@ -32,7 +34,8 @@ BUCKET = 900  # seconds: every UTC offset in use, and every change of one, falls
 
 _DDL = f"""
 CREATE TABLE IF NOT EXISTS usage_sessions (
-  name TEXT PRIMARY KEY, log_size INTEGER, about_key TEXT, agent TEXT, project TEXT, rows TEXT, uses TEXT);
+  name TEXT PRIMARY KEY, log_size INTEGER, about_key TEXT, agent TEXT, project TEXT, rows TEXT, uses TEXT,
+  total TEXT);
 CREATE TABLE IF NOT EXISTS usage_buckets (
   name TEXT NOT NULL, bucket INTEGER NOT NULL, model TEXT, reason TEXT, refused TEXT, first INTEGER NOT NULL,
   turns INTEGER NOT NULL, {', '.join(f't_{k} INTEGER' for k in TOKENS)}, cost REAL, unpriced INTEGER, last REAL,
@@ -90,6 +93,10 @@ def ensure(db) -> None:
             db.query(statement)
 
 
+# a contribution computed for the log and about.json its session's catalog row has (u: usage_sessions, s: sessions)
+_CURRENT = "u.log_size IS (CASE WHEN s.log_size >= 0 THEN s.log_size END) AND u.about_key IS s.about_key"
+
+
 def stale(catalog, key: str) -> tuple[list[str], str | None]:
     """``(the sessions whose contribution is missing or was computed for another log or
     about.json than the catalog row's, sorted; the mark to pass to settled once they are all
@@ -112,8 +119,7 @@ def stale(catalog, key: str) -> tuple[list[str], str | None]:
             forget(catalog, [g[0] for g in gone])
         rows = db.query(
             "SELECT s.name FROM sessions s LEFT JOIN usage_sessions u ON u.name = s.name "
-            "WHERE u.name IS NULL OR u.log_size IS NOT (CASE WHEN s.log_size >= 0 THEN s.log_size END) "
-            "OR u.about_key IS NOT s.about_key ORDER BY s.name")
+            f"WHERE u.name IS NULL OR NOT ({_CURRENT}) ORDER BY s.name")
         return [r[0] for r in rows], mark
 
     return catalog.run(work)
@@ -158,9 +164,10 @@ def put(catalog, contribs, key: str) -> None:
             for c in contribs:
                 conn.execute("DELETE FROM usage_buckets WHERE name = ?", (c.session,))
                 rows = [[r.day, r.model, r.turns, r.tokens, r.cost, r.reason, r.refused] for r in c.rows]
-                conn.execute("INSERT OR REPLACE INTO usage_sessions VALUES (?, ?, ?, ?, ?, ?, ?)",
+                conn.execute("INSERT OR REPLACE INTO usage_sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                              (c.session, c.stamp[0], _about_key(c.stamp[1]), c.agent, c.project,
-                              orjson.dumps(rows).decode(), orjson.dumps([list(u) for u in c.uses]).decode()))
+                              orjson.dumps(rows).decode(), orjson.dumps([list(u) for u in c.uses]).decode(),
+                              orjson.dumps(c.total).decode() if c.total is not None else None))
                 conn.executemany(_INSERT_BUCKET, buckets(c.session, c.uses))
 
     catalog.run(work)
@@ -184,16 +191,38 @@ def load(catalog) -> dict:
 
     def work():
         ensure(db)
-        return db.query("SELECT name, log_size, about_key, agent, project, rows, uses FROM usage_sessions ORDER BY name")
+        return db.query("SELECT name, log_size, about_key, agent, project, rows, uses, total FROM usage_sessions "
+                        "ORDER BY name")
 
     out = {}
-    for name, size, about_key, agent, project, rows, uses in catalog.run(work):
+    for name, size, about_key, agent, project, rows, uses, total in catalog.run(work):
         about = orjson.loads(about_key) if about_key else None
         out[name] = Contribution(name, agent, project,
                                  tuple(Row(r[0], r[1], r[2], tuple(r[3]), r[4], r[5], r[6]) for r in orjson.loads(rows)),
                                  (size, tuple(about) if about else None),
-                                 tuple(Use(u[0], u[1], tuple(u[2]), *u[3:]) for u in orjson.loads(uses)))
+                                 tuple(Use(u[0], u[1], tuple(u[2]), *u[3:]) for u in orjson.loads(uses)),
+                                 orjson.loads(total) if total else None)
     return out
+
+
+def totals(catalog, key: str, names=None) -> dict[str, dict | None]:
+    """``{name: the listed fields of its usage total}`` (:func:`memfs.usage.reporting.listed_total`)
+    of the sessions ``names`` (None: every session) whose contribution is current — computed with
+    ``key``, for the log and about.json the catalog row has (what :func:`stale` does not return):
+    one query (None: a contribution without one). The others are left out: the caller computes
+    them and keeps them (:func:`put`)."""
+    db = catalog.db
+
+    def work() -> list[tuple]:
+        ensure(db)
+        if db.meta("usage_key") != key:
+            return []
+        sql = f"SELECT u.name, u.total FROM usage_sessions u JOIN sessions s ON s.name = u.name WHERE {_CURRENT}"
+        if names is None:
+            return db.query(sql)
+        return db.query(sql + " AND u.name IN (SELECT value FROM json_each(?))", (orjson.dumps(list(names)).decode(),))
+
+    return {name: orjson.loads(total) if total else None for name, total in catalog.run(work)}
 
 
 def count(catalog) -> int:

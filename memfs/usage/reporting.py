@@ -10,7 +10,8 @@ the next report reads one small file per session. Every contribution is also kep
 catalog (:mod:`memfs.store.catalog_usage`: checked against the catalog rows' stamps in one query,
 dropped whole when the price table or this format changes), so a report reads one small file or
 computes one log only for the sessions changed since (:func:`up_to_date`); ``memfs usage``'s
-groupings are queries over it (:mod:`memfs.usage.query`).
+groupings are queries over it (:mod:`memfs.usage.query`), and ``memfs sessions`` reads each
+session's total from it (:func:`session_totals`): one record of a session's usage.
 
 :class:`Groups` keeps sums per group that a contribution can be added to and taken out of
 again, which is how the mount updates its aggregates by one session's change
@@ -91,6 +92,7 @@ class Contribution:
     rows: tuple[Row, ...]
     stamp: tuple  # (events length, about.json identity) it was computed from
     uses: tuple[Use, ...] = ()  # its turns, dated (see Use)
+    total: dict | None = None  # what the listing shows of usage.json's ``total`` (listed_total)
 
     def group(self, by: str) -> str | None:
         """Its group in a grouping by one of its own fields: ``project``, ``agent`` or (any
@@ -112,6 +114,15 @@ def _at(turn: dict) -> float | None:
     return parse_rfc3339(day + "T00:00:00Z") if type(day) is str else None
 
 
+LISTED = ("tokens", "cost_usd", "cost_reason", "usage_error", "models")  # what memfs.store.listing reads of a total
+
+
+def listed_total(total) -> dict | None:
+    """The fields of ``usage.json``'s ``total`` that ``memfs sessions`` and MCP ``list_sessions``
+    show (:func:`memfs.store.listing.entry`): kept with the session's contribution."""
+    return {k: total[k] for k in LISTED if k in total} if type(total) is dict else None
+
+
 def contribution(name: str, data: dict) -> Contribution:
     """A session's contribution from its ``usage.json`` content."""
     rows = []
@@ -130,7 +141,8 @@ def contribution(name: str, data: dict) -> Contribution:
     source = data.get("source") or {}
     about = source.get("about")
     return Contribution(name, data.get("agent"), data.get("project"), tuple(rows),
-                        (source.get("events_len"), tuple(about) if about else None), tuple(uses))
+                        (source.get("events_len"), tuple(about) if about else None), tuple(uses),
+                        listed_total(data.get("total")))
 
 
 def stamp_now(session_dir: str | Path) -> tuple:
@@ -186,30 +198,32 @@ def usage_of(root: Path, name: str) -> dict:
     return data if data is not None else compute(root, name)
 
 
-def session_totals(catalog, rows) -> dict:
-    """``{name: derived/usage.json's total}`` of catalog ``rows``: the catalog's copy where it was
-    computed for the log as it is, else the session's usage (stored or computed), which the
-    catalog then keeps (:meth:`memfs.store.catalog.Catalog.set_usage`). Unreadable sessions are
-    left out."""
-    out = {}
-    computed = False
-    for row in rows:
-        total = row.usage_total
-        if total is None:
-            computed = True
+def session_totals(catalog, names) -> dict:
+    """``{name: the listed fields of its usage total}`` (:func:`listed_total`) of sessions
+    ``names``: from their contributions kept in the store catalog (one query,
+    :func:`memfs.store.catalog_usage.totals`) where they are current, else from the session's
+    ``derived/usage.json`` (stored or computed), whose contribution the catalog then keeps — the
+    one record a usage report reads too. Unreadable sessions are left out."""
+    global computed
+    from memfs.store import catalog_usage
+
+    key = usage_key()
+    out = catalog_usage.totals(catalog, key, names)
+    done = []
+    for name in names:
+        if name not in out:
             try:
-                data = usage_of(catalog.root, row.name)
-                total = data["total"]
-            except (MemfsError, OSError, KeyError):
+                c = load(catalog.root, name)
+            except (MemfsError, OSError):
                 continue  # unreadable: its row says '-'
-            source = data.get("source") or {}
-            about = source.get("about")
-            catalog.set_usage(row.name, (source.get("events_len"), tuple(about) if about else None), total)
-        out[row.name] = total
-    if computed:  # (the views, loaded only when a usage had to be read or computed)
+            computed += 1
+            done.append(c)
+            out[name] = c.total
+    if done:  # (the views, loaded only when a usage had to be read or computed)
         from memfs.views import persist
 
         persist.flush()
+        keep(catalog.root, done)
     return out
 
 
@@ -229,7 +243,7 @@ def listed(root: Path, keep=None, limit: int | None = None) -> tuple[int, list, 
         every = len(rows)
     picked = [(r, r.info()) for r in rows]
     picked = [p for p in picked if keep is None or keep(p[1])][:limit]
-    return every, [info for _, info in picked], session_totals(catalog, [r for r, _ in picked])
+    return every, [info for _, info in picked], session_totals(catalog, [r.name for r, _ in picked])
 
 
 def load(root: Path, name: str, write: bool = True) -> Contribution:
