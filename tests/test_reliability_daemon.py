@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from mounting import event, is_mounted, needs_fuse
+from mounting import alive, event, is_mounted, needs_fuse
 
 pytestmark = needs_fuse
 
@@ -24,13 +24,6 @@ def memfs(*argv, env: dict, stdin: str | None = None, timeout: float = 30) -> su
     return subprocess.run([sys.executable, "-m", "memfs", *map(str, argv)], input=stdin, capture_output=True,
                           text=True, env=env, timeout=timeout)
 
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return "zombie" not in f.read()
-    except FileNotFoundError:
-        return False
 
 
 def test_daemon_on_a_new_session_releases_its_lock_and_unmounts_promptly(tmp_path: Path):

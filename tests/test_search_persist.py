@@ -19,7 +19,7 @@ from memfs.search.changes import CatalogChanges, log_key
 from memfs.store.catalog import catalog_of
 from memfs.store.root import Store, StoreSettings
 
-from mounting import event, is_mounted, mounted, needs_fuse
+from mounting import alive, event, is_mounted, mounted, needs_fuse
 
 QUERIES = ("retry loop", "socket pool module", "zeppelin", "fixed the retry socket m3")
 NOW = 1_900_000_000.0  # the recency factor's clock, fixed: scores compare exactly
@@ -355,10 +355,3 @@ def opened(pid: int, path) -> bool:
     except OSError:
         return False
 
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return "zombie" not in f.read()
-    except FileNotFoundError:
-        return False
