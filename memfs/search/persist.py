@@ -41,6 +41,7 @@ from typing import Any, overload
 import orjson
 
 from memfs.errors import MemfsError
+from memfs.search.changes import pack_key, unpack_key
 from memfs.search.index import SearchIndex
 from memfs.search.numpy_once import np
 from memfs.store.paths import atomic_write, ensure_private_dir, open_nofollow, read_large_file, write_all
@@ -121,7 +122,7 @@ def encode(state: dict, label: str, keys: dict[str, Any], cursor: int | None = N
     arrays["sids"], arrays["sid_ends"] = _strings(list(sids))
     arrays["id_names"], arrays["id_name_ends"] = _strings(list(state["session_ids"]))
     arrays["key_names"], arrays["key_name_ends"] = _strings(list(keys))
-    key_values = [(0, 0, 0) if k is None else k for k in keys.values()]
+    key_values = [(0, 0, 0) if k is None else unpack_key(k) for k in keys.values()]
     arrays["key_none"] = np.array([k is None for k in keys.values()], dtype=np.int8)
     for i, column in enumerate(("key_ino", "key_size", "key_mtime")):
         arrays[column] = np.array([k[i] for k in key_values], dtype=np.int64)
@@ -229,7 +230,7 @@ def decode(data: bytes | bytearray, label: str) -> tuple[dict, dict[str, Any], i
              "slots": restored, "session_ids": _unstrings(arrays["id_names"], arrays["id_name_ends"]),
              "live_docs": header["live_docs"],
              "live_len": header["live_len"], "dead_docs": header["dead_docs"]}
-    keys = {name: None if none else (ino, size, mtime) for name, none, ino, size, mtime in zip(
+    keys = {name: None if none else pack_key(ino, size, mtime) for name, none, ino, size, mtime in zip(
         _unstrings(arrays["key_names"], arrays["key_name_ends"]), arrays["key_none"].tolist(),
         arrays["key_ino"].tolist(), arrays["key_size"].tolist(), arrays["key_mtime"].tolist())}
     cursor = header.get("cursor")
