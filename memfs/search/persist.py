@@ -25,7 +25,9 @@ Decisions recorded here:
   for what changed since, not for every session's key. A catalog made again since answers
   with every row (another generation), as without a cursor.
 * Facts are not turned into Python objects at load: each session's are a :class:`SavedFacts`
-  over the file's arrays (numpy views), read when a result or an update needs them.
+  over the arrays read from the file, read when a result or an update needs them. Each array is
+  read into its own memory (never the whole file at once: a load's peak is what the index keeps,
+  plus one array).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from memfs.errors import MemfsError
 from memfs.search.changes import pack_key, unpack_key
 from memfs.search.index import SearchIndex
 from memfs.search.numpy_once import np
-from memfs.store.paths import atomic_write, ensure_private_dir, open_nofollow, read_large_file, write_all
+from memfs.store.paths import atomic_write, ensure_private_dir, open_nofollow, write_all
 
 log = logging.getLogger("memfs.search")
 
@@ -164,28 +166,55 @@ def _within(values: np.ndarray, end: int, start: int = 0) -> bool:
     return not len(values) or (int(values.min()) >= start and int(values.max()) < end)
 
 
-def decode(data: bytes | bytearray, label: str) -> tuple[dict, dict[str, Any], int | None]:
-    """``(state for SearchIndex.from_snapshot, {name: log key}, the change feed's cursor the
-    keys are current at or None)`` from a file's bytes; ValueError when it is not a whole,
+_DTYPES = frozenset(("<i4", "<i8", "|i1", "|u1", "<f8"))  # what encode writes (little-endian)
+
+
+def _read(fd: int, label: str) -> tuple[dict, dict[str, Any]]:
+    """The header and the arrays of an open index file, each array read into memory of its own
+    (no buffer of the whole file held meanwhile); ValueError when it is not a whole,
     current-format file of this analysis."""
-    if not data.startswith(MAGIC):
+    def pread(n: int, at: int, into: memoryview | None = None) -> memoryview:
+        buf = memoryview(bytearray(n)) if into is None else into
+        got = 0
+        while got < n and (k := os.preadv(fd, [buf[got:]], at + got)):
+            got += k
+        if got < n:
+            raise ValueError("it ends early")
+        return buf
+
+    file_size = os.fstat(fd).st_size
+    head = pread(len(MAGIC) + 8, 0)
+    if bytes(head[:len(MAGIC)]) != MAGIC:
         raise ValueError("not a memfs search index")
-    at = len(MAGIC)
-    size = int.from_bytes(data[at: at + 8], "little")
-    view = memoryview(data)
-    header = orjson.loads(view[at + 8: at + 8 + size])
-    if header.get("format") != FORMAT:
-        raise ValueError(f"format {header.get('format')!r}, not {FORMAT}")
+    size = int.from_bytes(head[len(MAGIC):], "little")
+    if size > file_size:
+        raise ValueError("it ends early")
+    header = orjson.loads(pread(size, len(MAGIC) + 8))
+    if type(header) is not dict or header.get("format") != FORMAT:
+        raise ValueError(f"format {header.get('format') if type(header) is dict else None!r}, not {FORMAT}")
     if header.get("analysis") != label:
         raise ValueError(f"made for {header.get('analysis')!r}, not {label!r}")
-    at += 8 + size
-    if zlib.crc32(view[at:]) != header["crc32"]:
-        raise ValueError("its arrays do not match their checksum")
+    at = len(MAGIC) + 8 + size
+    crc = 0
     arrays = {}
     for name, dtype, count in header["arrays"]:
-        arr = np.frombuffer(view, dtype=np.dtype(dtype), count=count, offset=at)
-        at += arr.nbytes + (-arr.nbytes % _ALIGN)
+        if dtype not in _DTYPES or type(count) is not int or not 0 <= count <= (file_size - at) // np.dtype(dtype).itemsize:
+            raise ValueError(f"its array {name!r} does not fit the file")
+        arr = np.empty(count, dtype=np.dtype(dtype))
+        data = pread(arr.nbytes, at, memoryview(arr).cast("B"))
+        pad = -arr.nbytes % _ALIGN
+        crc = zlib.crc32(b"\0" * pad, zlib.crc32(data, crc))
+        at += arr.nbytes + pad
         arrays[name] = arr
+    if crc != header["crc32"]:
+        raise ValueError("its arrays do not match their checksum")
+    return header, arrays
+
+
+def decode(header: dict, arrays: dict[str, Any]) -> tuple[dict, dict[str, Any], int | None]:
+    """``(state for SearchIndex.from_snapshot, {name: log key}, the change feed's cursor the
+    keys are current at or None)`` from what :func:`_read` read; ValueError when the arrays do
+    not match each other."""
     if (any(arrays[n].dtype != np.int32 for n in _INT32) or any(arrays[n].dtype != np.int64 for n in _INT64)
             or any(arrays[n].dtype != np.int8 for n in _INT8) or arrays["slot_created"].dtype != np.float64):
         raise ValueError("an array of the wrong type")
@@ -207,10 +236,8 @@ def decode(data: bytes | bytearray, label: str) -> tuple[dict, dict[str, Any], i
             or not _within(arrays["doc_slot"], n_slots, -1)
             or not _within(arrays["slot_session"], len(arrays["id_name_ends"]))):
         raise ValueError("its arrays do not match its header")
-    text = str(memoryview(arrays["text"]), "utf-8", "surrogatepass")
-    # (copies: a view would keep the whole file's bytes alive for as long as the index)
-    text_ends, turns, offsets = (arrays[n].copy() for n in ("text_ends", "fact_turn", "fact_offset"))
-    gids = arrays["gids"]
+    text = str(memoryview(arrays.pop("text")), "utf-8", "surrogatepass")
+    text_ends, turns, offsets, gids = arrays["text_ends"], arrays["fact_turn"], arrays["fact_offset"], arrays["gids"]
     gid_bytes = gids.tobytes()
     names, sids = _unstrings(arrays["names"], arrays["name_ends"]), _unstrings(arrays["sids"], arrays["sid_ends"])
     restored: list = []
@@ -296,15 +323,20 @@ def load(root: str | os.PathLike, label: str,
     be used (logged; see the module docstring)."""
     path = index_path(root, label)
     try:
-        data = read_large_file(path)
+        fd = open_nofollow(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
-    except OSError as exc:
+    except (OSError, MemfsError) as exc:
         log.warning("search index %s not read (rebuilt from the logs): %s", path, exc)
         return None
     try:
-        state, keys, cursor = decode(data, label)
+        try:
+            header, arrays = _read(fd, label)
+        finally:
+            os.close(fd)
+        state, keys, cursor = decode(header, arrays)
+        del arrays  # (what the index keeps is in state; the rest goes before the index is made)
         return SearchIndex.from_snapshot(state, analyzer), keys, cursor
-    except (ValueError, KeyError, TypeError, IndexError, orjson.JSONDecodeError) as exc:
+    except (ValueError, KeyError, TypeError, IndexError, OSError, orjson.JSONDecodeError) as exc:
         log.warning("search index %s ignored (rebuilt from the logs): %s", path, exc)
         return None

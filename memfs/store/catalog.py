@@ -231,7 +231,7 @@ class Catalog:
                     self._changed()
                 return True
             names = set(session_names(self.root)) if mtime != -2 else set()
-            known = {r[0] for r in self.db.query("SELECT name FROM sessions")}
+            known = {sys.intern(r[0]) for r in self.db.query("SELECT name FROM sessions")}  # (the listed names are interned: one str each)
             rows = [row for n in sorted(names - known) if (row := scan(self.root, n)) is not None]
             # a root mtime this recent may be shared by a later change: not trusted, so the
             # next read lists the names again

@@ -93,14 +93,17 @@ def stale_rows(db, root) -> list[str]:
     ``about.json`` or manifest changed, or shown as running (a writer may have died)."""
     stale = []
     top = os.fspath(root)
-    for name, size, mtime, ino, about_key, manifest_key, live in db.query(
-            "SELECT name, log_size, log_mtime_ns, log_ino, about_key, manifest_key, live FROM sessions"):
-        d = os.path.join(top, name)
-        st = _lstat(os.path.join(d, EVENTS))
-        now = (st.st_size, st.st_mtime_ns, st.st_ino) if st is not None else (-1, 0, 0)
-        if live or now != (size, mtime, ino) or _json_key(os.path.join(d, "index", "about.json")) != about_key \
-                or _json_key(os.path.join(d, MANIFEST)) != manifest_key:
-            stale.append(name)
+    after = ""
+    while page := db.query("SELECT name, log_size, log_mtime_ns, log_ino, about_key, manifest_key, live FROM sessions "
+                           "WHERE name > ? ORDER BY name LIMIT ?", (after, CHUNK)):  # (a page at a time: 100,000 rows at once cost ~40 MiB)
+        for name, size, mtime, ino, about_key, manifest_key, live in page:
+            d = os.path.join(top, name)
+            st = _lstat(os.path.join(d, EVENTS))
+            now = (st.st_size, st.st_mtime_ns, st.st_ino) if st is not None else (-1, 0, 0)
+            if live or now != (size, mtime, ino) or _json_key(os.path.join(d, "index", "about.json")) != about_key \
+                    or _json_key(os.path.join(d, MANIFEST)) != manifest_key:
+                stale.append(name)
+        after = page[-1][0]
     return stale
 
 

@@ -176,23 +176,6 @@ def read_file(path: Path) -> bytes:
         os.close(fd)
 
 
-def read_large_file(path: Path) -> bytearray:
-    """Read a whole (large) file without following a symlink into one buffer sized by its
-    ``stat`` (no chunks joined: the file's size in memory once, not twice); bytes appended
-    meanwhile are read too."""
-    fd = open_nofollow(path, os.O_RDONLY)
-    try:
-        data = bytearray(os.fstat(fd).st_size)
-        got = 0
-        while got < len(data) and (n := os.readv(fd, [memoryview(data)[got:]])):
-            got += n
-        del data[got:]  # (shrunk meanwhile)
-        data += read_fd(fd)
-        return data
-    finally:
-        os.close(fd)
-
-
 def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     """``os.write`` until every byte is written (a short write is retried, not lost)."""
     view = memoryview(data)
