@@ -26,6 +26,8 @@ import re
 
 _CONTROL = re.compile("\r\n|[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _SPACE = re.compile(r"\s+")
+_ANY = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")  # (one class: a quick scan)
+_PLAIN_ASCII = bytes(range(0x20, 0x7F)) + b"\t\n"  # the ASCII bytes shown as they are
 
 
 def _escape(m: re.Match) -> str:
@@ -36,7 +38,17 @@ def _escape(m: re.Match) -> str:
 def visible(text: str) -> str:
     """``text`` with its control characters shown as ``\\uXXXX`` (see the module docstring);
     tabs and newlines kept."""
+    if _ANY.search(text) is None:  # (the common case, found faster than by the substitution)
+        return text
     return _CONTROL.sub(_escape, text)
+
+
+def visible_bytes(data: bytes) -> bytes:
+    """:func:`visible` of UTF-8 ``data`` (bytes that are not UTF-8 kept as they are), not decoded
+    when nothing in it needs showing: a large JSON document, as a rule."""
+    if data.isascii() and not data.translate(None, _PLAIN_ASCII):
+        return data
+    return visible(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
 
 
 def one_line(text: str) -> str:

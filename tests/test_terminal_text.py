@@ -20,7 +20,7 @@ from markdown_it import MarkdownIt
 from memfs.export.markdown import render
 from memfs.export.markdown_text import code_span, md_block, md_inline
 from memfs.store import about
-from memfs.text import one_line, visible
+from memfs.text import one_line, visible, visible_bytes
 
 from mounting import event
 
@@ -70,6 +70,10 @@ def test_visible_escapes_every_control_but_tab_and_newline_and_keeps_json_the_sa
     text = json.dumps({"k": HOSTILE}, ensure_ascii=False)  # C0 escaped by JSON, the rest raw
     assert RAW.findall(text) and json.loads(visible(text)) == {"k": HOSTILE}
     clean(visible(text))
+    # the bytes form (large JSON on stdout) is the same function, whatever the bytes
+    for data in (text.encode(), b"plain ascii\tand\nlines", "caf\u00e9 \u2014 ok".encode(), b"\xff\xfe not utf-8 \x1b",
+                 HOSTILE.encode("utf-8", "surrogatepass")):
+        assert visible_bytes(data) == visible(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
 
 
 @pytest.mark.parametrize("argv", [

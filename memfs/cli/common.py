@@ -19,7 +19,7 @@ from memfs.errors import MemfsError
 from memfs.store.config import check_evict_to
 from memfs.store.paths import config_path
 from memfs.store.rejected import set_max_rejected_bytes
-from memfs.text import one_line, visible
+from memfs.text import one_line, visible, visible_bytes
 
 # --- output ------------------------------------------------------------------------------
 
@@ -81,12 +81,13 @@ def _out_bytes(data: bytes) -> None:
     stays the same JSON: orjson escapes C0 but writes DEL, C1 and the bidi controls raw, and
     their ``\\uXXXX`` stands only inside strings, where it means exactly them."""
     sys.stdout.flush()
-    sys.stdout.buffer.write(visible(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
+    sys.stdout.buffer.write(visible_bytes(data))
     sys.stdout.buffer.flush()
 
 
 def _json(value: Any) -> None:
-    sys.stdout.write(visible(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()) + "\n")
+    sys.stdout.flush()
+    sys.stdout.buffer.write(visible_bytes(orjson.dumps(value, option=orjson.OPT_INDENT_2)) + b"\n")
 
 
 def _size(n: float) -> str:
