@@ -127,8 +127,9 @@ def build(config) -> tuple[Store, Operations]:
                            gid=os.getgid() if config.gid is None else config.gid)
     if single is None and store.catalog().ready():
         # a catalog kept from before: what changed while no server watched (a copy, a hand edit)
-        # is read before the first listing answers from it (a missing one is built behind it)
-        store.catalog().verify()
+        # is read on a thread before listings answer from it (they read the folders meanwhile,
+        # as behind the build of a missing one)
+        store.catalog().check_later()
     # the root search's index: kept up by this mount's notices and the store catalog's change
     # feed (memfs.search.changes), saved in the store unless the mount is read-only
     changes = CatalogChanges(store.root)

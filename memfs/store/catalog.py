@@ -143,6 +143,7 @@ class Catalog:
         self._building = threading.RLock()  # held around the first build (memfs.store.catalog_build)
         self._builder: threading.Thread | None = None
         self._ready = False  # built: its first listing of the root is done
+        self._checked = True  # False while a server's first check of a kept catalog runs (check_later)
         self._relisted = (0.0, -1)  # when sync last listed the root (monotonic), and the root's mtime then
         self._listing: Listing | None = None  # made on first use
 
@@ -294,10 +295,30 @@ class Catalog:
             log.exception("store catalog check of %s failed", self.root)
 
     def ready(self) -> bool:
-        """Whether the catalog is built (its first listing of the root done, by any process)."""
+        """Whether the catalog is built (its first listing of the root done, by any process) and
+        not being checked for the first time by this server (:meth:`check_later`)."""
+        if not self._checked:
+            return False
         if not self._ready:
             self._ready = self._guarded(lambda: self.db.meta("root_mtime_ns")) != -1
         return self._ready
+
+    def check_later(self) -> None:
+        """A server's first check of a catalog kept from before (what changed while no server
+        watched: a copy, a hand edit), on a thread of its own: until it is done the catalog
+        reads as not built, so listings read the folders, as while a missing one is built."""
+        with self._lock:
+            if self._builder is not None and self._builder.is_alive():
+                return
+            self._checked = False
+            self._builder = threading.Thread(target=self._check_first, name="memfs-catalog-check", daemon=True)
+            self._builder.start()
+
+    def _check_first(self) -> None:
+        try:
+            self._verify_quietly()
+        finally:
+            self._checked = True
 
     def build_later(self) -> None:
         """Build the catalog on a thread of its own unless it is built or being built (a

@@ -22,6 +22,7 @@ Safe from any thread; one lock guards the sums (held while a touched session is 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -109,8 +110,8 @@ class Aggregator:
 
     def _replace(self, name: str, new: Contribution | None) -> None:
         old = self._contrib.pop(name, None)
-        if new is not None:
-            self._contrib[name] = new
+        if new is not None:  # (kept without its dated turns and listed total: the sums need neither)
+            new = self._contrib[name] = dataclasses.replace(new, uses=(), total=None)
         if old is not None and new is not None and (old.agent, old.project, old.rows) == (new.agent, new.project,
                                                                                           new.rows):
             return  # same sums (a turn opened, a message came): nothing to redo
