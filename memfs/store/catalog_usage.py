@@ -182,25 +182,26 @@ def forget(catalog, names) -> None:
             db.conn.execute("DELETE FROM usage_sessions WHERE name = ?", (name,))
 
 
-def load(catalog) -> dict:
+def load(catalog, uses: bool = True) -> dict:
     """Every contribution kept, by session name (:class:`memfs.usage.reporting.Contribution`),
-    sorted by name; each session's turns in order."""
+    sorted by name; each session's turns in order (``uses`` false: without its dated turns, which
+    at 100,000 sessions are most of the memory a load takes)."""
     from memfs.usage.reporting import Contribution, Row, Use
 
     db = catalog.db
 
     def work():
         ensure(db)
-        return db.query("SELECT name, log_size, about_key, agent, project, rows, uses, total FROM usage_sessions "
-                        "ORDER BY name")
+        return db.query(f"SELECT name, log_size, about_key, agent, project, rows, {'uses' if uses else 'NULL'}, total "
+                        "FROM usage_sessions ORDER BY name")
 
     out = {}
-    for name, size, about_key, agent, project, rows, uses, total in catalog.run(work):
+    for name, size, about_key, agent, project, rows, turns, total in catalog.run(work):
         about = orjson.loads(about_key) if about_key else None
         out[name] = Contribution(name, agent, project,
                                  tuple(Row(r[0], r[1], r[2], tuple(r[3]), r[4], r[5], r[6]) for r in orjson.loads(rows)),
                                  (size, tuple(about) if about else None),
-                                 tuple(Use(u[0], u[1], tuple(u[2]), *u[3:]) for u in orjson.loads(uses)),
+                                 tuple(Use(u[0], u[1], tuple(u[2]), *u[3:]) for u in orjson.loads(turns)) if turns else (),
                                  orjson.loads(total) if total else None)
     return out
 

@@ -132,7 +132,7 @@ class Aggregator:
         catalog = self.store.catalog().current(background=True)
         self._cursor = catalog.log_keys_since(0)[0]  # (before the contributions: a change meanwhile comes again)
         self._fed = time.monotonic()
-        for name, c in contributions(self.store.root, write=not self.store.settings.read_only).items():
+        for name, c in contributions(self.store.root, write=not self.store.settings.read_only, uses=False).items():
             self._replace(name, c)
         self._loaded = True
 

@@ -423,9 +423,10 @@ def up_to_date(root: Path, write: bool = True):
 computed = 0  # contributions this process had to read or compute (not kept in the catalog): tests, benchmarks
 
 
-def contributions(root: Path, write: bool = True) -> dict[str, Contribution]:
+def contributions(root: Path, write: bool = True, uses: bool = True) -> dict[str, Contribution]:
     """Every session's contribution now (:func:`up_to_date`); the status line's summary
-    (:mod:`memfs.usage.recent`) is rewritten when it is not current, unless ``write`` is false."""
+    (:mod:`memfs.usage.recent`) is rewritten when it is not current, unless ``write`` is false.
+    ``uses`` false: the kept contributions without their dated turns (and no summary written)."""
     from memfs.store import catalog_usage
     from memfs.usage import recent
 
@@ -433,14 +434,14 @@ def contributions(root: Path, write: bool = True) -> dict[str, Contribution]:
     while True:  # (once more when the catalog was found spoiled and rebuilt meanwhile: its sums are gone)
         catalog, extra = up_to_date(root, write)
         generation = catalog_usage.generation(catalog)
-        out = catalog_usage.load(catalog)
+        out = catalog_usage.load(catalog, uses)
         if catalog_usage.generation(catalog) == generation:
             break
     if extra:
         out.update(extra)
         out = dict(sorted(out.items()))
     index_key = usage_key()
-    if write and cursor is not None and (recent.read(root) or ("",))[0] != index_key:  # the status line's summary
+    if write and uses and cursor is not None and (recent.read(root) or ("",))[0] != index_key:  # the status line's summary
         recent.write(root, {n: c.uses for n, c in out.items()}, index_key, cursor)
     return out
 
