@@ -355,3 +355,17 @@ def opened(pid: int, path) -> bool:
     except OSError:
         return False
 
+
+
+def test_log_keys_round_trip_through_the_file_whatever_their_size(tmp_path):
+    """An inode number may pass 2**63 (and an mtime be before 1970): a key is saved and loaded as it was."""
+    from memfs.search import SearchIndex
+    from memfs.search.changes import pack_key
+
+    index = SearchIndex()
+    index.set_session("a", "a", 1.7e9, [{"fact": "the retry loop", "turn": 1, "offset": 0}])
+    keys = {"a": pack_key(2**64 - 5, 123, -5), "b": pack_key(7, 0, 1_700_000_000_123_456_789), "c": None}
+    persist.save(tmp_path, "none-none-facts", index.snapshot(), keys, 42)
+    loaded, got, cursor = persist.load(tmp_path, "none-none-facts")
+    assert got == keys and cursor == 42
+    assert loaded.search("retry", now=NOW) == index.search("retry", now=NOW)

@@ -50,14 +50,14 @@ from memfs.store.paths import atomic_write, ensure_private_dir, open_nofollow, w
 
 log = logging.getLogger("memfs.search")
 
-FORMAT = 2
+FORMAT = 3
 MAGIC = b"memfs search index\n"
 DIR = ".search-index"
 NONE = -(2**63)  # a fact's turn or offset that is null
 
 _INT32 = ("doc_len", "doc_slot", "doc_local", "doc_turn", "slot_session", "postings", "gids")
-_INT64 = ("token_ends", "text_ends", "fact_turn", "fact_offset", "slot_total", "slot_n", "key_ino", "key_size",
-          "key_mtime", "name_ends", "sid_ends", "key_name_ends", "id_name_ends")
+_INT64 = ("token_ends", "text_ends", "fact_turn", "fact_offset", "slot_total", "slot_n", "key_size", "key_mtime",
+          "name_ends", "sid_ends", "key_name_ends", "id_name_ends")
 _INT8 = ("slot_live", "slot_source", "key_none")
 SOURCES = ("session", "output", "prompt")
 _ALIGN = 8
@@ -126,8 +126,8 @@ def encode(state: dict, label: str, keys: dict[str, Any], cursor: int | None = N
     arrays["key_names"], arrays["key_name_ends"] = _strings(list(keys))
     key_values = [(0, 0, 0) if k is None else unpack_key(k) for k in keys.values()]
     arrays["key_none"] = np.array([k is None for k in keys.values()], dtype=np.int8)
-    for i, column in enumerate(("key_ino", "key_size", "key_mtime")):
-        arrays[column] = np.array([k[i] for k in key_values], dtype=np.int64)
+    for i, (column, dtype) in enumerate((("key_ino", np.uint64), ("key_size", np.int64), ("key_mtime", np.int64))):
+        arrays[column] = np.array([k[i] for k in key_values], dtype=dtype)  # (an inode number may pass 2**63)
     body: list[bytes | memoryview] = []
     listed = []
     crc = 0
@@ -166,7 +166,7 @@ def _within(values: np.ndarray, end: int, start: int = 0) -> bool:
     return not len(values) or (int(values.min()) >= start and int(values.max()) < end)
 
 
-_DTYPES = frozenset(("<i4", "<i8", "|i1", "|u1", "<f8"))  # what encode writes (little-endian)
+_DTYPES = frozenset(("<i4", "<i8", "<u8", "|i1", "|u1", "<f8"))  # what encode writes (little-endian)
 
 
 def _read(fd: int, label: str) -> tuple[dict, dict[str, Any]]:
@@ -216,7 +216,8 @@ def decode(header: dict, arrays: dict[str, Any]) -> tuple[dict, dict[str, Any], 
     keys are current at or None)`` from what :func:`_read` read; ValueError when the arrays do
     not match each other."""
     if (any(arrays[n].dtype != np.int32 for n in _INT32) or any(arrays[n].dtype != np.int64 for n in _INT64)
-            or any(arrays[n].dtype != np.int8 for n in _INT8) or arrays["slot_created"].dtype != np.float64):
+            or any(arrays[n].dtype != np.int8 for n in _INT8) or arrays["slot_created"].dtype != np.float64
+            or arrays["key_ino"].dtype != np.uint64):
         raise ValueError("an array of the wrong type")
     tokens = header["tokens"]
     n_docs = len(arrays["doc_len"])
