@@ -86,8 +86,13 @@ def _out_bytes(data: bytes) -> None:
 
 
 def _json(value: Any) -> None:
+    data = visible_bytes(orjson.dumps(value, option=orjson.OPT_INDENT_2)) + b"\n"
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:  # (a stdout made of text: a caller capturing it)
+        sys.stdout.write(data.decode("utf-8", "surrogateescape"))
+        return
     sys.stdout.flush()
-    sys.stdout.buffer.write(visible_bytes(orjson.dumps(value, option=orjson.OPT_INDENT_2)) + b"\n")
+    buffer.write(data)
 
 
 def _size(n: float) -> str:
