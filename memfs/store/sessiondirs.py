@@ -7,10 +7,16 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from memfs.errors import NotFound
 from memfs.store.paths import EVENTS, MANIFEST, refuse_symlink, sanitize
+
+
+def _holds_session(path: str) -> bool:
+    """The folder at ``path`` holds a log or a manifest."""
+    return os.path.lexists(os.path.join(path, EVENTS)) or os.path.lexists(os.path.join(path, MANIFEST))
 
 
 def is_session_dir(path: Path) -> bool:
@@ -20,18 +26,24 @@ def is_session_dir(path: Path) -> bool:
             return False
     except OSError:
         return False
-    return os.path.lexists(path / EVENTS) or os.path.lexists(path / MANIFEST)
+    return _holds_session(os.fspath(path))
+
+
+def _scan(root: str | os.PathLike[str]) -> Iterator[os.DirEntry[str]]:
+    """The entries of the sessions root in the directory's order, one at a time; none when it is
+    absent. A symlinked root is refused."""
+    refuse_symlink(Path(root))
+    try:
+        with os.scandir(os.fspath(root)) as it:
+            yield from it
+    except FileNotFoundError:
+        return
 
 
 def root_entries(root: str | os.PathLike[str]) -> list[os.DirEntry[str]]:
     """The entries of the sessions root, sorted by name; none when it is absent. A symlinked
     root is refused."""
-    refuse_symlink(Path(root))
-    try:
-        with os.scandir(root) as it:
-            return sorted(it, key=lambda e: e.name)
-    except FileNotFoundError:
-        return []
+    return sorted(_scan(root), key=lambda e: e.name)
 
 
 def is_session_entry(entry: os.DirEntry) -> bool:
@@ -45,18 +57,8 @@ def session_names(root: str | os.PathLike) -> list[str]:
     type for the directory's ``lstat``, and strings for paths: 10,000 names are listed often.)
     Names are interned: the mount's nodes, the catalog's listing and the search index then share
     one ``str`` per session."""
-    lexists, join, intern = os.path.lexists, os.path.join, sys.intern
-    refuse_symlink(Path(root))
-    names = []
-    try:
-        with os.scandir(os.fspath(root)) as it:  # (one entry at a time: 100,000 held at once cost ~30 MiB)
-            for e in it:
-                if is_session_entry(e) and (lexists(join(e.path, EVENTS)) or lexists(join(e.path, MANIFEST))):
-                    names.append(intern(e.name))
-    except FileNotFoundError:
-        return []
-    names.sort()
-    return names
+    # (one entry at a time: 100,000 held at once cost ~30 MiB)
+    return sorted(sys.intern(e.name) for e in _scan(root) if is_session_entry(e) and _holds_session(e.path))
 
 
 def find_session(root: str | os.PathLike, session: str) -> Path:
