@@ -80,19 +80,18 @@ def _out_bytes(data: bytes) -> None:
     """A document (a view, an export) on stdout, its control characters made visible. JSON
     stays the same JSON: orjson escapes C0 but writes DEL, C1 and the bidi controls raw, and
     their ``\\uXXXX`` stands only inside strings, where it means exactly them."""
-    sys.stdout.flush()
-    sys.stdout.buffer.write(visible_bytes(data))
-    sys.stdout.buffer.flush()
-
-
-def _json(value: Any) -> None:
-    data = visible_bytes(orjson.dumps(value, option=orjson.OPT_INDENT_2)) + b"\n"
+    data = visible_bytes(data)
     buffer = getattr(sys.stdout, "buffer", None)
     if buffer is None:  # (a stdout made of text: a caller capturing it)
         sys.stdout.write(data.decode("utf-8", "surrogateescape"))
         return
     sys.stdout.flush()
     buffer.write(data)
+    buffer.flush()
+
+
+def _json(value: Any) -> None:
+    _out_bytes(orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n")
 
 
 def _size(n: float) -> str:
