@@ -360,7 +360,7 @@ def opened(pid: int, path) -> bool:
 def test_log_keys_round_trip_through_the_file_whatever_their_size(tmp_path):
     """An inode number may pass 2**63 (and an mtime be before 1970): a key is saved and loaded as it was."""
     from memfs.search import SearchIndex
-    from memfs.search.changes import pack_key
+    from memfs.store.catalog import pack_key
 
     index = SearchIndex()
     index.set_session("a", "a", 1.7e9, [{"fact": "the retry loop", "turn": 1, "offset": 0}])

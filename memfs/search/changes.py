@@ -20,22 +20,11 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
+from memfs.store.catalog import pack_key
 from memfs.store.paths import EVENTS
 from memfs.store.sessiondirs import is_session_dir
 
-LogKey = int  # a log's (inode, size, mtime_ns), packed (pack_key): one object per session, not four
-_U64 = (1 << 64) - 1
-_MTIME_BIAS = 1 << 63  # (an mtime before 1970 is negative)
-
-
-def pack_key(ino: int, size: int, mtime_ns: int) -> LogKey:
-    """The log key of a log of inode ``ino``, ``size`` bytes and mtime ``mtime_ns``: one int."""
-    return (ino << 128) | (size << 64) | (mtime_ns + _MTIME_BIAS)
-
-
-def unpack_key(key: LogKey) -> tuple[int, int, int]:
-    """``(inode, size, mtime_ns)`` of a :func:`pack_key` key."""
-    return key >> 128, (key >> 64) & _U64, (key & _U64) - _MTIME_BIAS
+LogKey = int  # a log's (inode, size, mtime_ns), packed (memfs.store.catalog.pack_key)
 
 
 class ChangeSource(Protocol):
@@ -93,8 +82,7 @@ class CatalogChanges:
             noticed, self._noticed = self._noticed, set()
             feed_cursor = 0 if full else self._feed
         catalog = self.catalog.current(background=self.background)
-        feed, rows, removed = catalog.log_keys_since(feed_cursor)
-        changed: dict[str, LogKey | None] = {name: None if key is None else pack_key(*key) for name, key in rows.items()}
+        feed, changed, removed = catalog.log_keys_since(feed_cursor)
         with self._lock:
             gone = set(removed) if removed is not None else self._known - changed.keys()
             for name in noticed - changed.keys():  # (its row may not have been written yet)

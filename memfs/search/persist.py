@@ -43,9 +43,9 @@ from typing import Any, overload
 import orjson
 
 from memfs.errors import MemfsError
-from memfs.search.changes import pack_key, unpack_key
 from memfs.search.index import SearchIndex
 from memfs.search.numpy_once import np
+from memfs.store.catalog import pack_key, unpack_key
 from memfs.store.paths import atomic_write, ensure_private_dir, open_nofollow, write_all
 
 log = logging.getLogger("memfs.search")

@@ -60,6 +60,21 @@ RACY_RELIST = 0.1  # a racy root mtime (catalog_build.racy), while it does not m
 FRESH_SECONDS = 0.05  # rows read are trusted this long before asking SQLite whether another process wrote
 
 
+_U64 = (1 << 64) - 1
+_MTIME_BIAS = 1 << 63  # (an mtime before 1970 is negative)
+
+
+def pack_key(ino: int, size: int, mtime_ns: int) -> int:
+    """A log's key — its inode, size and mtime, what tells that it changed — as one int (one
+    object per session where a search index keeps 100,000 of them, not four)."""
+    return (ino << 128) | (size << 64) | (mtime_ns + _MTIME_BIAS)
+
+
+def unpack_key(key: int) -> tuple[int, int, int]:
+    """``(inode, size, mtime_ns)`` of a :func:`pack_key` key."""
+    return key >> 128, (key >> 64) & _U64, (key & _U64) - _MTIME_BIAS
+
+
 @dataclass(slots=True)
 class Row:
     """One session as the catalog has it (the columns of :data:`memfs.store.catalog_db.COLUMNS`).
@@ -448,12 +463,20 @@ class Catalog:
         cursor, rows, removed = self.feed(cursor, COLUMNS)
         return cursor, [Row(*r) for r in rows], removed
 
-    def log_keys_since(self, cursor: int) -> tuple[int, dict[str, tuple[int, int, int] | None], list[str] | None]:
-        """:meth:`changes_since` with each changed session's log key ``(inode, size, mtime_ns)``
-        (None: no log) instead of its row: what a search index needs, read without the rest."""
+    def log_keys_since(self, cursor: int) -> tuple[int, dict[str, int | None], list[str] | None]:
+        """:meth:`changes_since` with each changed session's log key (:func:`pack_key`; None: no
+        log) instead of its row: what a search index needs, read without the rest."""
         cursor, rows, removed = self.feed(cursor, ("name", "log_ino", "log_size", "log_mtime_ns"))
-        return cursor, {sys.intern(n): (ino, size, mtime) if size is not None and ino else None
+        return cursor, {sys.intern(n): pack_key(ino, size, mtime) if size is not None and ino else None
                         for n, ino, size, mtime in rows}, removed
+
+    def cursor(self) -> int:
+        """The change feed's cursor now (what :meth:`changes_since` would answer), read without a row."""
+        def work() -> int:
+            with self.db._lock:
+                return self.db.meta("generation") * _GENERATION + self.db.meta("seq")
+
+        return self._guarded(work)
 
     def feed(self, cursor: int, columns) -> tuple[int, list, list[str] | None]:
         """:meth:`changes_since` with the ``columns`` asked (tuples), not rows."""

@@ -130,7 +130,7 @@ class Aggregator:
 
     def _load_all(self) -> None:
         catalog = self.store.catalog().current(background=True)
-        self._cursor = catalog.log_keys_since(0)[0]  # (before the contributions: a change meanwhile comes again)
+        self._cursor = catalog.cursor()  # (before the contributions: a change meanwhile comes again)
         self._fed = time.monotonic()
         for name, c in contributions(self.store.root, write=not self.store.settings.read_only, uses=False).items():
             self._replace(name, c)
