@@ -43,14 +43,43 @@ def wanted(root: str, label: str) -> bool:
 
 
 class Build:
-    """One build in a spawned process, which :meth:`stop` ends (the server unmounting)."""
+    """At most one build of a searcher's index in a spawned process: :meth:`claim` decides it,
+    :meth:`run` runs it, :meth:`wait` waits for it, :meth:`stop` ends it (the server unmounting)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._process: Any = None  # (a spawned multiprocessing Process)
         self._stopped = False
+        self._claimed = False
+        self._done = threading.Event()  # set: no build in progress
+        self._done.set()
+
+    def claim(self, root: str, label: str) -> bool:
+        """Whether this caller is the one to :meth:`run` the build: the first to ask, when the
+        build is :func:`wanted`; the others :meth:`wait` for it from then on."""
+        if self._claimed:
+            return False
+        with self._lock:
+            if self._claimed:
+                return False
+            self._claimed = True
+            if not wanted(root, label):
+                return False
+            self._done.clear()
+            return True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for a claimed build to end; whether it did within ``timeout`` seconds."""
+        return self._done.wait(timeout)
 
     def run(self, root: str) -> bool:
+        """:meth:`_run`, after which waiters go on."""
+        try:
+            return self._run(root)
+        finally:
+            self._done.set()
+
+    def _run(self, root: str) -> bool:
         """Build and save the default root index of ``root`` in a spawned process; whether it
         was saved (False: it failed there, logged, or it was stopped)."""
         import multiprocessing

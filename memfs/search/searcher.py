@@ -140,11 +140,8 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
     changes_made = 0  # bumped (under sync_lock) whenever a refresh changes an index
     memo: dict[tuple, tuple[int, float, list[dict]]] = {}  # query args → (changes, when, results)
     root = os.fspath(store.root)
-    building = threading.Event()  # set: no build elsewhere in progress
-    building.set()
-    build_lock = threading.Lock()
     builder = elsewhere_file.Build()
-    state: dict[str, Any] = {"cursor": 0, "started": False, "tried": False, "saved_changes": 0, "saved_at": 0.0, "saved_feed": None}
+    state: dict[str, Any] = {"cursor": 0, "started": False, "saved_changes": 0, "saved_at": 0.0, "saved_feed": None}
     activity = {"root_queries": 0, "checked_last": 0, "checked": 0, "reindexed": 0, "loaded": 0,
                 "saves": 0}
 
@@ -297,8 +294,8 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
             raise NotFound(f"no search terms in {query!r}")
         args = (query, session, k, min_score_, opts)
         if session is None and build_decided():  # (the first root query, before the warm-up)
-            threading.Thread(target=build_now, daemon=True, name="memfs search index build").start()
-        if session is None and not building.wait(elsewhere_file.WAIT):
+            threading.Thread(target=builder.run, args=(root,), daemon=True, name="memfs search index build").start()
+        if session is None and not builder.wait(elsewhere_file.WAIT):
             raise IndexBuilding(f"the search index of {root} is being built; ask again shortly")
         with sync_lock:
             if session is None:
@@ -339,23 +336,9 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
 
     def build_decided() -> bool:
         """Whether this call is the one to have the index built elsewhere (once: a large store
-        with no usable saved index, for a server); ``building`` is cleared then."""
-        if state["tried"] or not elsewhere or persist != "save":
-            return False
-        with build_lock:
-            if state["tried"] or state["started"]:
-                return False
-            state["tried"] = True
-            if not elsewhere_file.wanted(root, default.label.replace("/", "-")):
-                return False
-            building.clear()
-            return True
-
-    def build_now() -> None:
-        try:
-            builder.run(root)
-        finally:
-            building.set()
+        with no usable saved index, for a server that has not loaded one)."""
+        return (elsewhere and persist == "save" and not state["started"]
+                and builder.claim(root, default.label.replace("/", "-")))
 
     def warm(names: list[str] | None = None) -> list[str]:
         """Index these sessions now; None: load the saved index and learn what changed since
@@ -363,8 +346,8 @@ def store_searcher(store: Store, *, max_results: int = DEFAULT_MAX_RESULTS,
         default index in the background at start, so the first root query does not build it."""
         if names is None:  # (outside the lock: a session's own search goes on meanwhile)
             if build_decided():
-                build_now()
-            building.wait()
+                builder.run(root)
+            builder.wait()
         with sync_lock:
             if names is None:
                 catch_up()
