@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -256,6 +257,11 @@ def test_the_mount_usage_files_follow_appends_and_render_markdown(tmp_path):
                    timeout=10)
         daily = json.loads((usage_dir / "daily.json").read_text())
         assert [(r["day"], r["tokens"]["total"]) for r in daily["rows"]][-2:] == [("2026-12-05", 10), ("2026-12-06", 20)]
+        mtime = os.stat(usage_dir / "daily.json").st_mtime_ns
+        shutil.rmtree(store / "other")  # …and removes it: its rows go from the sums
+        wait_until(lambda: "2026-12-05" not in (usage_dir / "daily.json").read_text(), "the change feed had the removal",
+                   timeout=10)
+        assert os.stat(usage_dir / "daily.json").st_mtime_ns > mtime
         # the session's own view is kept on disk by the views' write-behind
         wait_until(lambda: (store / "live" / "derived" / "usage.json").exists(), "derived/usage.json was written")
 

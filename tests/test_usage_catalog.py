@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from memfs.usage import periods, query, reporting
+from memfs.usage import periods, query, report, reporting
 
 from mounting import event
 from test_usage import import_all, native, run
@@ -110,3 +110,57 @@ def test_the_listing_and_a_report_read_one_record_of_a_session(tmp_path):
     shown = listed()
     assert shown["late"][0] == 1111 == totals["late"]["tokens"]["total"] and len(infos) == len(shown)
     agree(shown, doc)
+
+
+def test_the_utc_report_sums_the_sessions_own_day_rows_where_the_catalog_keeps_them(tmp_path):
+    store = store_of_every_agent(tmp_path)
+    native(store, "old2", event("turn.started"),  # the same model with no price, in a second session
+           event("turn.completed", model="acme-coder-1", completed_at="2025-01-02T05:00:00Z",
+                 usage={"input_tokens": 1}))
+    views = {n: reporting.usage_of(store, n) for n in sorted(p.name for p in store.iterdir() if p.name[0] != ".")}
+
+    def by_hand(by: str, since: str | None = None) -> list:  # each session's usage.json days, summed here
+        groups: dict = {}
+        for name, view in views.items():
+            for day in view["days"]:
+                if since is not None and (day["day"] is None or day["day"] < since):
+                    continue
+                key = {"day": day["day"], "model": day["model"], "project": view["project"], "agent": view["agent"],
+                       "session": name}[by]
+                g = groups.setdefault(key, {"sessions": set(), "turns": 0, "total": 0, "usd": 0.0, "unpriced": 0})
+                g["sessions"].add(name)
+                g["turns"] += day["turns"]
+                g["total"] += day["tokens"]["total"]
+                if day["cost_usd"] is None:
+                    g["unpriced"] += 1
+                else:
+                    g["usd"] += day["cost_usd"]
+        return sorted(((str(k), len(g["sessions"]), g["turns"], g["total"],
+                        None if g["unpriced"] else round(g["usd"], 6), g["unpriced"]) for k, g in groups.items()),
+                      key=str)
+
+    def shown(doc: dict, by: str) -> list:
+        return sorted(((str(r[by]), r["sessions"], r["turns"], r["tokens"]["total"], r["cost_usd"],
+                        int(r["cost_reason"].rsplit("(", 1)[1].split()[0]) if r["cost_usd"] is None else 0)
+                       for r in doc["rows"]), key=str)
+
+    before = {}
+    for by in reporting_by():
+        doc = before[by] = report(store, by)
+        assert shown(doc, by) == by_hand(by), by
+        assert doc["totals"]["sessions"] == len(views) and doc["totals"]["cost_usd"] is None
+        assert "no price" in doc["totals"]["cost_reason"] and "(2 of the day-and-model rows)" in doc["totals"]["cost_reason"]
+    assert [r["day"] for r in before["day"]["rows"]] == sorted(r["day"] for r in before["day"]["rows"])
+    totals = [r["tokens"]["total"] for r in before["model"]["rows"]]
+    assert totals == sorted(totals, reverse=True)  # (most tokens first)
+    recent = report(store, "day", since=1764806400)  # 2025-12-04: the 2025-01-02 rows are left out
+    assert shown(recent, "day") == by_hand("day", "2025-12-04") and recent["totals"]["cost_usd"] is not None
+    for suffix in ("", "-wal", "-shm"):  # the same from the logs, the catalog deleted
+        (store / ".memfs" / f"catalog.sqlite{suffix}").unlink(missing_ok=True)
+    assert {by: report(store, by) for by in reporting_by()} == before
+
+
+def reporting_by() -> tuple:
+    from memfs.usage.utcdays import BY
+
+    return BY

@@ -202,7 +202,7 @@ class Operations(pyfuse3.Operations):
     def _slow(self, node: Node) -> bool:
         """Whether the size or content of ``node`` is computed on a worker thread."""
         if node.kind is K.USAGE_FILE:
-            return not self.tree.usage.current()
+            return not self.tree.usage.current(node.arg)
         return not self._inline(node) or (node.kind in SLOW_KINDS and not views.is_current(self.tree.session(node)))
 
     async def _attr(self, node: Node, inode: int | None = None) -> pyfuse3.EntryAttributes:

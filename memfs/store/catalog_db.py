@@ -28,7 +28,7 @@ log = logging.getLogger("memfs.store")
 
 DIR = ".memfs"  # hidden: never a session name
 FILE = "catalog.sqlite"
-SCHEMA = 4
+SCHEMA = 5  # (5: a session's usage rows in a table of their own, memfs.store.catalog_usage)
 BUSY_MS = 5000  # how long a writer waits for another process's transaction
 WAL_PAGES = 32  # the WAL is checkpointed (and cut back) past this many pages
 

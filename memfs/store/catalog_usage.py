@@ -4,10 +4,11 @@
 * ``usage_sessions``: per session the stamp its contribution was computed at — the log's
   length and ``index/about.json``'s identity, in the catalog row's own columns' form
   (``log_size``, ``about_key``) so that one query finds the contributions that are missing or
-  stale — its agent, project, UTC day-and-model rows (what the mount's ``usage/`` files add up),
-  dated turns (the billing blocks', the status line's) and the fields of its total that
-  ``memfs sessions`` shows (tokens, cost, models: :func:`totals`), as JSON — the one record of
-  a session's usage in the catalog;
+  stale — its agent, project, dated turns (the billing blocks', the status line's) and the
+  fields of its total that ``memfs sessions`` shows (tokens, cost, models: :func:`totals`), as
+  JSON — the one record of a session's usage in the catalog;
+* ``usage_rows``: its UTC day-and-model rows, one row each, what the mount's ``usage/`` files
+  and :func:`memfs.usage.report` group and sum (:mod:`memfs.usage.utcdays`);
 * ``usage_buckets``: its dated turns summed per quarter hour (UTC) and model (:func:`buckets`),
   what ``memfs usage`` groups and sums in the user's zone (:mod:`memfs.usage.query`): a quarter
   hour falls in one local day in every zone, and a session's turns come in runs, so a store's
@@ -34,8 +35,11 @@ BUCKET = 900  # seconds: every UTC offset in use, and every change of one, falls
 
 _DDL = f"""
 CREATE TABLE IF NOT EXISTS usage_sessions (
-  name TEXT PRIMARY KEY, log_size INTEGER, about_key TEXT, agent TEXT, project TEXT, rows TEXT, uses TEXT,
-  total TEXT);
+  name TEXT PRIMARY KEY, log_size INTEGER, about_key TEXT, agent TEXT, project TEXT, uses TEXT, total TEXT);
+CREATE TABLE IF NOT EXISTS usage_rows (
+  name TEXT NOT NULL, day TEXT, model TEXT, turns INTEGER NOT NULL, {', '.join(f't_{k} INTEGER' for k in TOKENS)},
+  cost REAL, reason TEXT, refused TEXT);
+CREATE INDEX IF NOT EXISTS usage_rows_name ON usage_rows (name);
 CREATE TABLE IF NOT EXISTS usage_buckets (
   name TEXT NOT NULL, bucket INTEGER NOT NULL, model TEXT, reason TEXT, refused TEXT, first INTEGER NOT NULL,
   turns INTEGER NOT NULL, {', '.join(f't_{k} INTEGER' for k in TOKENS)}, cost REAL, unpriced INTEGER, last REAL,
@@ -46,7 +50,7 @@ CREATE TABLE IF NOT EXISTS usage_answers (query TEXT PRIMARY KEY, rows BLOB NOT 
 # a report's answers are kept until either table changes (whoever writes it, in its transaction)
 _TRIGGERS = [f"CREATE TRIGGER IF NOT EXISTS {table}_{op.lower()} AFTER {op} ON {table} "
              "BEGIN DELETE FROM usage_answers; END"
-             for table in ("usage_sessions", "usage_buckets") for op in ("INSERT", "UPDATE", "DELETE")]
+             for table in ("usage_sessions", "usage_rows", "usage_buckets") for op in ("INSERT", "UPDATE", "DELETE")]
 ANSWERS = 16  # the most answers kept…
 ANSWER_BYTES = 1 << 20  # …and the largest, compressed
 
@@ -54,6 +58,8 @@ _BUCKET_COLUMNS = ("name", "bucket", "model", "reason", "refused", "first", "tur
                    "cost", "unpriced", "last", "agent_turns", "agent_cost", "agent_ours", "agent_unpriced")
 _INSERT_BUCKET = (f"INSERT INTO usage_buckets ({', '.join(_BUCKET_COLUMNS)}) "
                   f"VALUES ({', '.join('?' * len(_BUCKET_COLUMNS))})")
+_INSERT_ROW = f"INSERT INTO usage_rows VALUES ({', '.join('?' * (7 + len(TOKENS)))})"
+_TABLES = ("usage_buckets", "usage_rows", "usage_sessions")
 
 
 def buckets(name: str, uses) -> list[list]:
@@ -125,9 +131,27 @@ def stale(catalog, key: str) -> tuple[list[str], str | None]:
     return catalog.run(work)
 
 
+def stale_among(catalog, key: str, names) -> list[str] | None:
+    """Those of sessions ``names`` (each in the catalog now) whose contribution is missing or
+    stale, as :func:`stale` finds them; None when the contributions kept were computed with
+    another ``key`` (all of them are)."""
+    db = catalog.db
+
+    def work() -> list[str] | None:
+        ensure(db)
+        if db.meta("usage_key") != key:
+            return None
+        return [r[0] for r in db.query(
+            "SELECT s.name FROM sessions s LEFT JOIN usage_sessions u ON u.name = s.name "
+            f"WHERE s.name IN (SELECT value FROM json_each(?)) AND (u.name IS NULL OR NOT ({_CURRENT}))",
+            (orjson.dumps(list(names)).decode(),))]
+
+    return catalog.run(work)
+
+
 def _drop_all(conn, key: str) -> None:
-    conn.execute("DELETE FROM usage_buckets")
-    conn.execute("DELETE FROM usage_sessions")
+    for table in _TABLES:
+        conn.execute(f"DELETE FROM {table}")
     conn.execute("INSERT OR REPLACE INTO meta VALUES ('usage_key', ?)", (key,))
     conn.execute("DELETE FROM meta WHERE key = 'usage_seq'")
 
@@ -162,45 +186,52 @@ def put(catalog, contribs, key: str) -> None:
             if db.meta("usage_key") != key:
                 _drop_all(conn, key)
             for c in contribs:
-                conn.execute("DELETE FROM usage_buckets WHERE name = ?", (c.session,))
-                rows = [[r.day, r.model, r.turns, r.tokens, r.cost, r.reason, r.refused] for r in c.rows]
-                conn.execute("INSERT OR REPLACE INTO usage_sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                _delete(conn, c.session)
+                conn.execute("INSERT INTO usage_sessions VALUES (?, ?, ?, ?, ?, ?, ?)",
                              (c.session, c.stamp[0], _about_key(c.stamp[1]), c.agent, c.project,
-                              orjson.dumps(rows).decode(), orjson.dumps([list(u) for u in c.uses]).decode(),
+                              orjson.dumps([list(u) for u in c.uses]).decode(),
                               orjson.dumps(c.total).decode() if c.total is not None else None))
+                conn.executemany(_INSERT_ROW, [(c.session, r.day, r.model, r.turns, *r.tokens, r.cost, r.reason,
+                                                r.refused) for r in c.rows])
                 conn.executemany(_INSERT_BUCKET, buckets(c.session, c.uses))
 
     catalog.run(work)
 
 
+def _delete(conn, name: str) -> None:
+    for table in _TABLES:
+        conn.execute(f"DELETE FROM {table} WHERE name = ?", (name,))
+
+
 def forget(catalog, names) -> None:
     """Drop the contributions of sessions ``names``."""
     db = catalog.db
-    with db.transaction():
-        for name in names:
-            db.conn.execute("DELETE FROM usage_buckets WHERE name = ?", (name,))
-            db.conn.execute("DELETE FROM usage_sessions WHERE name = ?", (name,))
+
+    def work() -> None:
+        ensure(db)
+        with db.transaction():
+            for name in names:
+                _delete(db.conn, name)
+
+    catalog.run(work)
 
 
-def load(catalog, uses: bool = True) -> dict:
+def load(catalog) -> dict:
     """Every contribution kept, by session name (:class:`memfs.usage.reporting.Contribution`),
-    sorted by name; each session's turns in order (``uses`` false: without its dated turns, which
-    at 100,000 sessions are most of the memory a load takes)."""
-    from memfs.usage.reporting import Contribution, Row, Use
+    sorted by name, each session's turns in order — without its day-and-model rows, which are
+    summed where they are kept (:mod:`memfs.usage.utcdays`)."""
+    from memfs.usage.reporting import Contribution, Use
 
     db = catalog.db
 
     def work():
         ensure(db)
-        return db.query(f"SELECT name, log_size, about_key, agent, project, rows, {'uses' if uses else 'NULL'}, total "
-                        "FROM usage_sessions ORDER BY name")
+        return db.query("SELECT name, log_size, about_key, agent, project, uses, total FROM usage_sessions ORDER BY name")
 
     out = {}
-    for name, size, about_key, agent, project, rows, turns, total in catalog.run(work):
+    for name, size, about_key, agent, project, turns, total in catalog.run(work):
         about = orjson.loads(about_key) if about_key else None
-        out[name] = Contribution(name, agent, project,
-                                 tuple(Row(r[0], r[1], r[2], tuple(r[3]), r[4], r[5], r[6]) for r in orjson.loads(rows)),
-                                 (size, tuple(about) if about else None),
+        out[name] = Contribution(name, agent, project, (), (size, tuple(about) if about else None),
                                  tuple(Use(u[0], u[1], tuple(u[2]), *u[3:]) for u in orjson.loads(turns)) if turns else (),
                                  orjson.loads(total) if total else None)
     return out

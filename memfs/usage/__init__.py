@@ -29,8 +29,8 @@ def session_usage(handle) -> dict:
 
 
 def report(store, by: str = "day", since: float | None = None) -> dict:
-    """The store's usage in UTC days (the mount's ``usage/`` files, the MCP server's
-    ``get_usage``): ``{"by", "timezone", "since", "rows", "totals", "prices"}`` over every
+    """The store's usage in UTC days (what the mount's ``usage/`` files hold):
+    ``{"by", "timezone", "since", "rows", "totals", "prices"}`` over every
     session of ``store`` (a path); ``since`` in seconds since the epoch (rows of days before it
     are left out). ``memfs usage`` itself reports in the user's zone (:mod:`memfs.usage.periods`)."""
     from memfs.usage.reporting import report as _report

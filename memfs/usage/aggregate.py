@@ -1,28 +1,28 @@
 """The mount's root ``usage/`` (SPEC §12): ``daily``, ``by-model``, ``by-project``, ``by-agent``,
-each as ``.json`` (what ``memfs usage --by … --json`` prints) and ``.md``.
+each as ``.json`` (what :func:`memfs.usage.report` gives) and ``.md``.
 
-:class:`Aggregator` holds every session's contribution (:class:`memfs.usage.reporting.Contribution`)
-and the sums of each grouping (:class:`memfs.usage.reporting.Groups`). It is built on the first
-read of a ``usage/`` file (:func:`memfs.usage.reporting.contributions`: the store-level index, each
-session's current ``derived/usage.json`` copy, or its log where both are stale). After that a changed session is re-read alone and its old
-contribution swapped for its new one in every grouping — a cost of that session's new bytes
-(the views' fold is incremental) and of its few day-and-model rows, never a rescan of the store:
+The sums are the store catalog's (:mod:`memfs.usage.utcdays`: SQLite groups the sessions'
+day-and-model rows kept there), so the mount holds the files it rendered, never the store's
+contributions. :class:`Aggregator` keeps those rows current:
 
+* on the first read of a ``usage/`` file, every session's contribution missing or stale in the
+  catalog is read or computed (:func:`memfs.usage.reporting.up_to_date`);
 * the filesystem calls :meth:`Aggregator.touch` for a session written through this mount (or
-  created or removed); the next read of a ``usage/`` file refreshes the sessions touched since;
+  created or removed); the next read recomputes the sessions touched since from their open
+  handles (the views' fold is incremental) and keeps them in the catalog;
 * sessions changed by another process (``memfs record``, ``import --follow``, another mount) are
-  found in the store catalog's change feed (:meth:`memfs.store.catalog.Catalog.changes_since`:
-  every writer's commit moves its session's row, the catalog's checks against the disk catch the
-  rest): a read of a ``usage/`` file more than :data:`FEED` seconds after the last look asks the
-  feed for the rows changed since (one indexed query) and refreshes those whose stamp (the log's
-  length, ``index/about.json``'s identity) is not their contribution's.
+  found in the store catalog's change feed (:meth:`memfs.store.catalog.Catalog.feed`): a read
+  more than :data:`FEED` seconds after the last look asks it for the sessions changed since (one
+  indexed query) and recomputes those whose contribution no longer matches their log and
+  ``index/about.json`` (:func:`memfs.store.catalog_usage.stale_among`).
 
-Safe from any thread; one lock guards the sums (held while a touched session is refreshed).
+A file is rendered again once the catalog's usage tables changed (by anyone: a mark kept among
+the catalog's answers, :func:`memfs.store.catalog_usage.keep`, is gone), and then its ``mtime``
+moves. Safe from any thread; one lock guards the refreshes.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -30,7 +30,9 @@ import time
 import orjson
 
 from memfs.errors import MemfsError
-from memfs.usage.reporting import Contribution, Groups, contribution, contributions, markdown
+from memfs.store import catalog_usage
+from memfs.usage import utcdays
+from memfs.usage.reporting import Contribution, contribution, markdown, up_to_date, usage_key
 
 log = logging.getLogger("memfs.usage")
 
@@ -39,6 +41,7 @@ TITLES = {"daily": "Usage by day (UTC)", "by-model": "Usage by model", "by-proje
           "by-agent": "Usage by agent"}
 NAMES = tuple(f"{stem}.{ext}" for stem in FILES for ext in ("json", "md"))
 FEED = 0.25  # seconds a read trusts the sums before asking the catalog's change feed again
+MARK = "usage/ rendered"  # the answer kept while the files rendered are current (Aggregator._check)
 
 
 class Aggregator:
@@ -47,16 +50,14 @@ class Aggregator:
     def __init__(self, store):
         self.store = store
         self._lock = threading.Lock()
-        self._contrib: dict[str, Contribution] = {}
-        self._groups = {stem: Groups(by) for stem, by in FILES.items()}
         self._loaded = False
         self._dirty: set[str] = set()
-        self._generation = 0
+        self._generation = 0  # moves when the catalog's usage tables changed
         self._rendered: dict[str, tuple[int, bytes]] = {}
         self._fed = 0.0  # when the change feed was last asked (monotonic)
         self._cursor = 0  # the change feed's cursor then
         self.mtime_ns = time.time_ns()  # when the sums last changed
-        self.refreshed = 0  # sessions re-read since the first load (tests, benchmarks)
+        self.refreshed = 0  # sessions recomputed since the first load (tests, benchmarks)
 
     # --- what the filesystem calls -------------------------------------------------------------
 
@@ -64,9 +65,11 @@ class Aggregator:
         """``session`` changed through this mount (an append, a mkdir, an rmdir)."""
         self._dirty.add(session)
 
-    def current(self) -> bool:
-        """Whether reading a file now needs no refresh (no I/O): serve it inline."""
-        return self._loaded and not self._dirty and time.monotonic() - self._fed < FEED
+    def current(self, name: str) -> bool:
+        """Whether reading ``usage/<name>`` now needs no query (no I/O): serve it inline."""
+        cached = self._rendered.get(name)
+        return (self._loaded and not self._dirty and time.monotonic() - self._fed < FEED and cached is not None
+                and cached[0] == self._generation)
 
     def content(self, name: str) -> bytes:
         """The bytes of ``usage/<name>`` (one of :data:`NAMES`) now."""
@@ -74,22 +77,26 @@ class Aggregator:
         if stem not in FILES or ext not in ("json", "md"):
             raise FileNotFoundError(f"no usage file {name!r}")
         with self._lock:
+            catalog = self.store.catalog()
+            looked = not self._loaded or time.monotonic() - self._fed >= FEED or bool(self._dirty)
             if not self._loaded:
                 self._load_all()
             elif time.monotonic() - self._fed >= FEED:
-                self._follow()
+                self._follow(catalog)
             if self._dirty:
-                self._refresh(self._take_dirty())
+                self._refresh(catalog, self._take_dirty())
+            if looked:
+                self._check(catalog)
             cached = self._rendered.get(name)
             if cached is not None and cached[0] == self._generation:
                 return cached[1]
-            doc = self._groups[stem].to_dict()
+            doc = utcdays.document(catalog, FILES[stem])
             data = (orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n" if ext == "json"
                     else markdown(doc, TITLES[stem]).encode())
             self._rendered[name] = (self._generation, data)
             return data
 
-    # --- keeping the sums ---------------------------------------------------------------------
+    # --- keeping the catalog's rows current ----------------------------------------------------
 
     def _take_dirty(self) -> list[str]:
         names = list(self._dirty)
@@ -108,52 +115,55 @@ class Aggregator:
             log.warning("%s: usage not counted: %s", name, exc)
             return None
 
-    def _replace(self, name: str, new: Contribution | None) -> None:
-        old = self._contrib.pop(name, None)
-        if new is not None:  # (kept without its dated turns and listed total: the sums need neither)
-            new = self._contrib[name] = dataclasses.replace(new, uses=(), total=None)
-        if old is not None and new is not None and (old.agent, old.project, old.rows) == (new.agent, new.project,
-                                                                                          new.rows):
-            return  # same sums (a turn opened, a message came): nothing to redo
-        for groups in self._groups.values():
-            if old is not None:
-                groups.add(old, -1)
-            if new is not None:
-                groups.add(new, 1)
+    def _refresh(self, catalog, names) -> None:
+        done: list[Contribution] = []
+        gone: list[str] = []
+        for name in names:
+            c = self._session(name)
+            if c is None:
+                gone.append(name)
+            else:
+                done.append(c)
+            self.refreshed += 1
+        try:
+            catalog_usage.put(catalog, done, usage_key())
+            catalog_usage.forget(catalog, gone)
+        except Exception:  # a cache: the next change, or the next mount's first read, computes them again
+            log.exception("usage: the store catalog did not take %d sessions' usage", len(names))
+
+    def _load_all(self) -> None:
+        self._cursor = self.store.catalog().cursor()  # (before the sums: a change meanwhile comes again)
+        self._fed = time.monotonic()
+        up_to_date(self.store.root, write=not self.store.settings.read_only, background=True)
+        self._loaded = True
+
+    def _check(self, catalog) -> None:
+        """Render the files again if the catalog's usage tables changed since they were rendered."""
+        try:
+            if catalog_usage.answer(catalog, MARK) is not None:
+                return
+            catalog_usage.keep(catalog, MARK, b"")  # (before the files are rendered: a change after it removes it)
+        except Exception:
+            log.exception("usage: the store catalog's mark failed")
         self._generation += 1
         self.mtime_ns = max(time.time_ns(), self.mtime_ns + 1)
 
-    def _refresh(self, names) -> None:
-        for name in names:
-            self._replace(name, self._session(name))
-            self.refreshed += 1
-
-    def _load_all(self) -> None:
-        catalog = self.store.catalog().current(background=True)
-        self._cursor = catalog.cursor()  # (before the contributions: a change meanwhile comes again)
-        self._fed = time.monotonic()
-        for name, c in contributions(self.store.root, write=not self.store.settings.read_only, uses=False).items():
-            self._replace(name, c)
-        self._loaded = True
-
     # --- other processes' changes ---------------------------------------------------------------
 
-    def _follow(self) -> None:
+    def _follow(self, catalog) -> None:
         """Mark dirty the sessions the catalog's change feed says changed since the last look
-        (call under the lock)."""
+        and whose contribution no longer matches (call under the lock)."""
         self._fed = time.monotonic()
         try:
-            catalog = self.store.catalog().current(background=True)  # (its checks of the disk: on a thread)
-            self._cursor, rows, removed = catalog.changes_since(self._cursor)
+            catalog.current(background=True)  # (its checks of the disk: on a thread)
+            self._cursor, rows, removed = catalog.feed(self._cursor, ("name",))
+            stale = catalog_usage.stale_among(catalog, usage_key(), [r[0] for r in rows]) if rows else []
+            if removed is None or stale is None:  # (a catalog made again, or prices changed: all of it)
+                self._loaded = False
+                self._load_all()
+                return
+            self._dirty.update(stale)
+            if removed:
+                catalog_usage.forget(catalog, removed)
         except Exception:  # a cache's feed: the next read asks again
             log.exception("usage: the store catalog's change feed failed")
-            return
-        for row in rows:
-            c = self._contrib.get(row.name)
-            if c is None or c.stamp != row.stamp:
-                self._dirty.add(row.name)
-        if removed is None:  # (a catalog made again: every row came; what it lacks is gone)
-            names = {row.name for row in rows}
-            self._dirty.update(n for n in self._contrib if n not in names)
-        else:
-            self._dirty.update(n for n in removed if n in self._contrib)

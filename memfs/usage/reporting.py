@@ -9,14 +9,12 @@ backing store when that copy is current — its ``source`` names the log length 
 the next report reads one small file per session. Every contribution is also kept in the store
 catalog (:mod:`memfs.store.catalog_usage`: checked against the catalog rows' stamps in one query,
 dropped whole when the price table or this format changes), so a report reads one small file or
-computes one log only for the sessions changed since (:func:`up_to_date`); ``memfs usage``'s
-groupings are queries over it (:mod:`memfs.usage.query`), and ``memfs sessions`` reads each
-session's total from it (:func:`session_totals`): one record of a session's usage.
+computes one log only for the sessions changed since (:func:`up_to_date`); the reports are
+queries over it (:mod:`memfs.usage.query`, :mod:`memfs.usage.utcdays`), and ``memfs sessions``
+reads each session's total from it (:func:`session_totals`): one record of a session's usage.
 
-:class:`Groups` keeps sums per group that a contribution can be added to and taken out of
-again, which is how the mount updates its aggregates by one session's change
-(:mod:`memfs.usage.aggregate`). A group's cost is unknown (``null``, with the reason and how many
-rows had no price) as soon as one of its rows has no price: a partial sum would be a wrong number.
+:func:`report` (the mount's ``usage/`` files, by UTC day) sums the contributions' day-and-model
+rows where the catalog keeps them (:mod:`memfs.usage.utcdays`).
 """
 
 from __future__ import annotations
@@ -25,7 +23,6 @@ import logging
 import math
 import os
 import time
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -43,7 +40,6 @@ from memfs.usage.view import VERSION
 
 log = logging.getLogger("memfs.usage")
 
-BY = ("day", "model", "project", "agent", "session")
 VIEW = "usage.json"
 INDEX = ".usage-index.json"
 _KEYS = (*TOKEN_KEYS, "total")
@@ -198,17 +194,18 @@ def usage_of(root: Path, name: str) -> dict:
     return data if data is not None else compute(root, name)
 
 
-def session_totals(catalog, names) -> dict:
+def session_totals(catalog, names, every: bool = False) -> dict:
     """``{name: the listed fields of its usage total}`` (:func:`listed_total`) of sessions
-    ``names``: from their contributions kept in the store catalog (one query,
-    :func:`memfs.store.catalog_usage.totals`) where they are current, else from the session's
-    ``derived/usage.json`` (stored or computed), whose contribution the catalog then keeps — the
-    one record a usage report reads too. Unreadable sessions are left out."""
+    ``names`` (``every``: they are all the catalog's sessions): from their contributions kept in
+    the store catalog (one query, :func:`memfs.store.catalog_usage.totals`) where they are
+    current, else from the session's ``derived/usage.json`` (stored or computed), whose
+    contribution the catalog then keeps — the one record a usage report reads too. Unreadable
+    sessions are left out."""
     global computed
     from memfs.store import catalog_usage
 
     key = usage_key()
-    out = catalog_usage.totals(catalog, key, names)
+    out = catalog_usage.totals(catalog, key, None if every else names)
     done = []
     for name in names:
         if name not in out:
@@ -243,7 +240,8 @@ def listed(root: Path, keep=None, limit: int | None = None) -> tuple[int, list, 
         every = len(rows)
     picked = [(r, r.info()) for r in rows]
     picked = [p for p in picked if keep is None or keep(p[1])][:limit]
-    return every, [info for _, info in picked], session_totals(catalog, [r.name for r, _ in picked])
+    return every, [info for _, info in picked], session_totals(catalog, [r.name for r, _ in picked],
+                                                               every=len(picked) == every)
 
 
 def load(root: Path, name: str, write: bool = True) -> Contribution:
@@ -251,100 +249,6 @@ def load(root: Path, name: str, write: bool = True) -> Contribution:
     if data is None:
         data = compute(root, name, write)
     return contribution(name, data)
-
-
-class _Acc:
-    __slots__ = ("sessions", "turns", "tokens", "usd", "unpriced", "reasons", "refused")
-
-    def __init__(self) -> None:
-        self.sessions: Counter = Counter()
-        self.turns = 0
-        self.tokens = [0] * len(_KEYS)
-        self.usd = 0.0
-        self.unpriced = 0
-        self.reasons: Counter = Counter()
-        self.refused: Counter = Counter()  # usage_error reasons of the rows whose counts were refused
-
-    def add(self, session: str, row: Row, sign: int) -> None:
-        if row.refused is not None:
-            self.refused[row.refused] += sign
-            if self.refused[row.refused] <= 0:
-                del self.refused[row.refused]
-        self.sessions[session] += sign
-        if self.sessions[session] <= 0:
-            del self.sessions[session]
-        self.turns += sign * row.turns
-        for i, n in enumerate(row.tokens):
-            self.tokens[i] += sign * n
-        if row.cost is None:
-            self.unpriced += sign
-            self.reasons[row.reason or "no price"] += sign
-            if self.reasons[row.reason or "no price"] <= 0:
-                del self.reasons[row.reason or "no price"]
-        else:
-            self.usd += sign * row.cost
-
-    def empty(self) -> bool:
-        return not self.sessions
-
-    def to_dict(self) -> dict:
-        out = {"sessions": len(self.sessions), "turns": self.turns, "tokens": dict(zip(_KEYS, self.tokens))}
-        if self.unpriced:
-            reason = self.reasons.most_common(1)[0][0] if self.reasons else "no price"
-            out["cost_usd"] = None
-            out["cost_reason"] = f"{reason} ({self.unpriced} of the day-and-model rows)"
-        else:
-            out["cost_usd"] = round(self.usd, 6)
-        if self.refused:
-            n = sum(self.refused.values())
-            out["usage_error"] = f"{self.refused.most_common(1)[0][0]} ({n} of the day-and-model rows)"
-        return out
-
-
-def _key(by: str, c: Contribution, row: Row):
-    if by == "day":
-        return row.day
-    if by == "model":
-        return row.model
-    return c.group(by)
-
-
-class Groups:
-    """Sums of contributions per group of one grouping, updated by adding or taking out one
-    session's contribution (the cost of a change is that session's rows, not the store)."""
-
-    def __init__(self, by: str, since_day: str | None = None):
-        if by not in BY:
-            raise ValueError(f"--by must be one of {', '.join(BY)}, not {by!r}")
-        self.by = by
-        self.since_day = since_day
-        self.groups: dict = {}
-        self.total = _Acc()
-
-    def add(self, c: Contribution, sign: int = 1) -> None:
-        for row in c.rows:
-            if self.since_day is not None and (row.day is None or row.day < self.since_day):
-                continue
-            key = _key(self.by, c, row)
-            acc = self.groups.get(key)
-            if acc is None:
-                acc = self.groups[key] = _Acc()
-            acc.add(c.session, row, sign)
-            if acc.empty():
-                del self.groups[key]
-            self.total.add(c.session, row, sign)
-
-    def to_dict(self) -> dict:
-        """``{"by", "timezone", "since", "rows", "totals", "prices"}``: rows by UTC date for
-        ``day`` (``timezone`` says so), else most tokens first."""
-        items = list(self.groups.items())
-        if self.by == "day":
-            items.sort(key=lambda kv: kv[0] or "")
-        else:
-            items.sort(key=lambda kv: (-kv[1].tokens[-1], str(kv[0])))
-        rows = [{self.by: key, **acc.to_dict()} for key, acc in items]
-        return {"by": self.by, "timezone": "UTC", "since": self.since_day, "rows": rows,
-                "totals": self.total.to_dict(), "prices": prices.table().describe()}
 
 
 def since_day(since: float | None) -> str | None:
@@ -383,75 +287,81 @@ def keep(root: Path, contribs: list[Contribution]) -> None:
     contribs.clear()
 
 
-def up_to_date(root: Path, write: bool = True):
-    """The store catalog (:class:`memfs.store.catalog.Catalog`) brought up to date, with every
-    session's contribution kept in it (:mod:`memfs.store.catalog_usage`): those missing or stale
-    are read from the session's current ``derived/usage.json``, else computed from its log (the
-    copy then replaced). ``write`` false (a read-only mount): nothing is written, and the
-    contributions computed are returned as ``(catalog, {name: Contribution})`` instead of kept."""
+def up_to_date(root: Path, write: bool = True, background: bool = False):
+    """The store catalog (:class:`memfs.store.catalog.Catalog`, its checks of the disk on a thread
+    of their own with ``background``) brought up to date, with every session's contribution kept
+    in it (:mod:`memfs.store.catalog_usage`): those missing or stale are read from the session's
+    current ``derived/usage.json``, else computed from its log (the copy then replaced, unless
+    ``write`` is false: a read-only mount writes no session; the catalog is memfs's own cache,
+    in memory when the store cannot be written)."""
     global computed
     from memfs.store import catalog_usage
     from memfs.store.catalog import catalog_of
 
-    catalog = catalog_of(root).current()
-    done = {}
-    names, mark = catalog_usage.stale(catalog, usage_key())
+    catalog = catalog_of(root).current(background=background)
+    key = usage_key()
+    names, mark = catalog_usage.stale(catalog, key)
     failed = False
-    for name in names:
+    done: list[Contribution] = []
+    for i, name in enumerate(names, 1):
         try:
-            done[name] = load(root, name, write)
+            done.append(load(root, name, write))
         except (MemfsError, OSError):
-            failed = True
-            continue  # a session that went away, or cannot be opened: the listing shows why
-        computed += 1
-    if done and write:
-        from memfs.views import persist
+            failed = True  # a session that went away, or cannot be opened: the listing shows why
+        else:
+            computed += 1
+        if done and (len(done) >= KEEP or i == len(names)):  # (kept as they come: a store's are not held at once)
+            if write:
+                from memfs.views import persist
 
-        persist.flush()
-        catalog_usage.put(catalog, done.values(), usage_key())
-        done = {}
-    if write and mark is not None and not failed:
+                persist.flush()
+            catalog_usage.put(catalog, done, key)
+            done.clear()
+    if mark is not None and not failed:
         catalog_usage.settled(catalog, mark)
     if write:
         try:
             os.unlink(root / INDEX)  # (the store-level index of earlier versions: the catalog holds it now)
         except OSError:
             pass
-    return catalog, done
+    return catalog
 
 
+KEEP = 500  # contributions computed before they are kept (one transaction)
 computed = 0  # contributions this process had to read or compute (not kept in the catalog): tests, benchmarks
 
 
-def contributions(root: Path, write: bool = True, uses: bool = True) -> dict[str, Contribution]:
-    """Every session's contribution now (:func:`up_to_date`); the status line's summary
-    (:mod:`memfs.usage.recent`) is rewritten when it is not current, unless ``write`` is false.
-    ``uses`` false: the kept contributions without their dated turns (and no summary written)."""
+def contributions(root: Path, write: bool = True) -> dict[str, Contribution]:
+    """Every session's contribution now (:func:`up_to_date`), without its day-and-model rows
+    (:func:`memfs.store.catalog_usage.load`); the status line's summary (:mod:`memfs.usage.recent`)
+    is rewritten when it is not current, unless ``write`` is false."""
     from memfs.store import catalog_usage
     from memfs.usage import recent
 
     cursor = recent.catalog_cursor(root)  # (read before the rows: a change meanwhile leaves it stale)
     while True:  # (once more when the catalog was found spoiled and rebuilt meanwhile: its sums are gone)
-        catalog, extra = up_to_date(root, write)
+        catalog = up_to_date(root, write)
         generation = catalog_usage.generation(catalog)
-        out = catalog_usage.load(catalog, uses)
+        out = catalog_usage.load(catalog)
         if catalog_usage.generation(catalog) == generation:
             break
-    if extra:
-        out.update(extra)
-        out = dict(sorted(out.items()))
     index_key = usage_key()
-    if write and uses and cursor is not None and (recent.read(root) or ("",))[0] != index_key:  # the status line's summary
+    if write and cursor is not None and (recent.read(root) or ("",))[0] != index_key:  # the status line's summary
         recent.write(root, {n: c.uses for n, c in out.items()}, index_key, cursor)
     return out
 
 
 def report(store, by: str = "day", since: float | None = None) -> dict:
     """See :func:`memfs.usage.report` (the package's function)."""
-    groups = Groups(by, since_day(since))
-    for c in contributions(Path(store)).values():
-        groups.add(c)
-    return groups.to_dict()
+    from memfs.store import catalog_usage
+    from memfs.usage import utcdays
+
+    while True:  # (as contributions: a catalog rebuilt meanwhile is asked again)
+        catalog = up_to_date(Path(store))
+        generation = catalog_usage.generation(catalog)
+        doc = utcdays.document(catalog, by, since_day(since))
+        if catalog_usage.generation(catalog) == generation:
+            return doc
 
 
 # --- text ---------------------------------------------------------------------------------------
