@@ -1,10 +1,10 @@
 """What a session already holds of a conversation, by the agent's own ids (SPEC §10 "Identity").
 
 :class:`KnownIds` reads them from the log (item ids, turn ids, thread ids, with the turn that
-holds them; failed turns' messages; commands stored with an exit code) and keeps them in
-``index/agent-ids`` (one JSON array a line, appended as the log grows, with ``["@", length]``
-marks of how much of the log it covers): it is caught up from the log when the log grew past
-it and rebuilt when it is missing, torn, of another version, or names another log file (its
+holds them; failed turns' messages; commands stored with an exit code; the turns a run's end
+follows) and keeps them in ``index/agent-ids`` (one JSON array a line, appended as the log
+grows, with ``["@", length]`` marks of how much of the log it covers): it is caught up from the
+log when the log grew past it and rebuilt when it is missing, torn, of another version, or names another log file (its
 inode and first retained turn: a cap rewrite replaces the log) — the log is the truth. What a
 capture has just appended is indexed from the lines it decoded (:meth:`KnownIds.appended`) only
 when the log grew by exactly those lines since the index last covered it; otherwise it is read.
@@ -25,7 +25,7 @@ from memfs.store.lines import split_lines
 from memfs.store.paths import EVENTS, INDEX_DIR, atomic_write, ensure_private_dir, open_nofollow
 
 AGENT_IDS = "index/agent-ids"
-INDEX_VERSION = 2  # 2: failed turns' messages ("F"), commands with an exit code ("X")
+INDEX_VERSION = 3  # 2: failed turns' messages ("F"), commands with an exit code ("X"); 3: runs' ends ("E")
 
 _CLOSES = frozenset(("turn.completed", "turn.failed"))
 _ITEMS = frozenset(("item.started", "item.updated", "item.completed"))
@@ -68,6 +68,8 @@ def facts(event: dict) -> tuple | None:
     if etype == "thread.started":
         tid = _str(event.get("thread_id"))
         return ("H", tid) if tid else None
+    if etype == "thread.completed":
+        return ("E",)
     return None
 
 
@@ -130,6 +132,7 @@ class KnownIds:
         self.signatures: dict[tuple, float] = {}
         self.failed: dict[str, list] = {}  # a failed turn's message -> the turns it closed, in order
         self.exits: set[str] = set()  # ids of commands stored with their exit code
+        self.ended: set[int] = set()  # turns a run's end (thread.completed) follows
         self.turns: dict[int, list] = {}  # number -> [has prompt, has usage, has turn id]
         self.cur = 0  # the last turn number seen
         self.in_turn = False
@@ -174,10 +177,12 @@ class KnownIds:
         elif tag == "H":
             if self.threads.get(rec[2], OWN) == OWN:
                 self.threads[rec[2]] = rec[1]
+        elif tag == "E":
+            self.ended.add(rec[1])
 
     def _load(self) -> None:
         self.items, self.turn_ids, self.threads, self.signatures, self.turns = {}, {}, {}, {}, {}
-        self.failed, self.exits = {}, set()
+        self.failed, self.exits, self.ended = {}, set(), set()
         self.cur, self.in_turn, self.covered = 0, False, 0
         self.ino = self._log_id()
         try:
@@ -208,7 +213,7 @@ class KnownIds:
                 ok = False
         if not ok or self.covered > self.handle.file_len:
             self.items, self.turn_ids, self.threads, self.signatures, self.turns = {}, {}, {}, {}, {}
-            self.failed, self.exits = {}, set()
+            self.failed, self.exits, self.ended = {}, set(), set()
             self.cur, self.in_turn, self.covered = 0, False, 0
             if self.write and self.handle.file_len:
                 self._write(b"", rewrite=True)
@@ -341,6 +346,10 @@ class KnownIds:
                 if f[2] and iid not in self.exits:
                     recs.append(["X", iid])
                     self.exits.add(iid)
+            elif tag == "E":
+                if not self.in_turn and self.cur:
+                    recs.append(["E", self.cur])
+                    self._apply(recs[-1])
             else:  # "H"
                 recs.append(["H", self.cur if self.in_turn else self.cur + 1, f[1]])
                 self._apply(recs[-1])

@@ -16,7 +16,8 @@ translators derive item ids and ``turn.started.context.turn_id`` from them):
   thread or add other requests) notes its usage, requests and times as ``final``, which the usage view takes over the stored turn's (the file is the
   agent's final record: a stream's counts may be placeholders or add a sub-agent's); a dropped command's exit code and status, when
   the stored command has none, to ``item_notes`` (by the item id). A ``thread.completed``
-  right after it goes too. A ``turn_id`` noted so is known as the stored turn's;
+  right after it goes too, unless the stored turn is the log's last and no run's end follows
+  it (a stream without one, a capture killed before its end): then it is appended. A ``turn_id`` noted so is known as the stored turn's;
 * an item event whose id is known is dropped; a ``thread.started`` of a known thread too;
 * a Codex turn no id decides (``exec --json`` has none) is matched at its close, by its
   signature (the thread's running token total) when it completed; when it failed, with a
@@ -294,8 +295,8 @@ class Dedupe:
                 self.dropped += 1
                 continue
             if self.mode == AFTER:
-                if etype == "thread.completed":
-                    self.dropped += 1
+                if etype == "thread.completed" and (self.match in self.known.ended or self.match != self.known.cur):
+                    self.dropped += 1  # (the stored turn's run has its end, or later turns follow it)
                     continue
                 self.mode = OUT
             if etype == "thread.started":
