@@ -266,6 +266,23 @@ def test_the_mount_usage_files_follow_appends_and_render_markdown(tmp_path):
         wait_until(lambda: (store / "live" / "derived" / "usage.json").exists(), "derived/usage.json was written")
 
 
+@needs_fuse
+def test_two_mounts_of_one_store_both_follow_another_process(tmp_path):
+    store = tmp_path / "store"
+    native(store, "a", event("turn.started"), event("turn.completed", model="gpt-5", usage={"input_tokens": 100}))
+    with mounted(store, tmp_path / "m1"), mounted(store, tmp_path / "m2", "--read-only"):
+        files = [tmp_path / m / "usage" / "daily.json" for m in ("m1", "m2")]
+
+        def totals() -> list[int]:
+            return [json.loads(f.read_text())["totals"]["tokens"]["total"] for f in files]
+
+        assert totals() == [100, 100]
+        for want, more in ((110, 10), (111, 1)):  # (each mount renders again after the other did)
+            native(store, "a", event("turn.started"),
+                   event("turn.completed", model="gpt-5", usage={"input_tokens": more}))
+            wait_until(lambda w=want: totals() == [w, w], f"both mounts showed {want}", timeout=10)
+
+
 @pytest.mark.parametrize("by", ["nonsense"])
 def test_an_unknown_grouping_is_refused(tmp_path, by):
     store = tmp_path / "store"

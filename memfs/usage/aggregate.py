@@ -16,14 +16,15 @@ contributions. :class:`Aggregator` keeps those rows current:
   indexed query) and recomputes those whose contribution no longer matches their log and
   ``index/about.json`` (:func:`memfs.store.catalog_usage.stale_among`).
 
-A file is rendered again once the catalog's usage tables changed (by anyone: a mark kept among
-the catalog's answers, :func:`memfs.store.catalog_usage.keep`, is gone), and then its ``mtime``
-moves. Safe from any thread; one lock guards the refreshes.
+A file is rendered again once the catalog's usage tables changed (by anyone: the mount's mark
+kept among the catalog's answers, :func:`memfs.store.catalog_usage.keep`, is gone), and then its
+``mtime`` moves. Safe from any thread; one lock guards the refreshes.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -41,7 +42,6 @@ TITLES = {"daily": "Usage by day (UTC)", "by-model": "Usage by model", "by-proje
           "by-agent": "Usage by agent"}
 NAMES = tuple(f"{stem}.{ext}" for stem in FILES for ext in ("json", "md"))
 FEED = 0.25  # seconds a read trusts the sums before asking the catalog's change feed again
-MARK = "usage/ rendered"  # the answer kept while the files rendered are current (Aggregator._check)
 
 
 class Aggregator:
@@ -58,6 +58,9 @@ class Aggregator:
         self._cursor = 0  # the change feed's cursor then
         self.mtime_ns = time.time_ns()  # when the sums last changed
         self.refreshed = 0  # sessions recomputed since the first load (tests, benchmarks)
+        # the answer this mount keeps in the catalog while its files are current (_check): its own,
+        # another mount of the same store keeps another
+        self._mark = f"usage/ of mount {os.getpid()}:{id(self)}:{time.time_ns()}"
 
     # --- what the filesystem calls -------------------------------------------------------------
 
@@ -140,9 +143,9 @@ class Aggregator:
     def _check(self, catalog) -> None:
         """Render the files again if the catalog's usage tables changed since they were rendered."""
         try:
-            if catalog_usage.answer(catalog, MARK) is not None:
+            if catalog_usage.answer(catalog, self._mark) is not None:
                 return
-            catalog_usage.keep(catalog, MARK, b"")  # (before the files are rendered: a change after it removes it)
+            catalog_usage.keep(catalog, self._mark, b"")  # (before the files are rendered: a change after it removes it)
         except Exception:
             log.exception("usage: the store catalog's mark failed")
         self._generation += 1
