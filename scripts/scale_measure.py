@@ -47,15 +47,15 @@ def pct(values: list[float], q: float) -> float:
 
 def search_once(mnt: Path, query: str, text: bool = False, deadline: float = 900.0):
     """A root search through the mount: its seconds (a query answered ``ETIMEDOUT`` while the
-    index warms is asked again, up to ``deadline``), or with ``text`` its results ("" on an
-    error)."""
+    index warms, or ``EAGAIN`` while it is built elsewhere, is asked again, up to ``deadline``),
+    or with ``text`` its results ("" on an error)."""
     t = time.perf_counter()
     while True:
         try:
             data = read(mnt / "search" / query)
             break
         except OSError as exc:
-            if exc.errno != errno.ETIMEDOUT or time.perf_counter() - t > deadline:
+            if exc.errno not in (errno.ETIMEDOUT, errno.EAGAIN) or time.perf_counter() - t > deadline:
                 if text:
                     return ""
                 raise
