@@ -4,11 +4,12 @@
 holds them; failed turns' messages; commands stored with an exit code; the turns a run's end
 follows) and keeps them in ``index/agent-ids`` (one JSON array a line, appended as the log
 grows, with ``["@", length]`` marks of how much of the log it covers): it is caught up from the
-log when the log grew past it and rebuilt when it is missing, torn, of another version, or names another log file (its
-inode and first retained turn: a cap rewrite replaces the log) — the log is the truth. What a
-capture has just appended is indexed from the lines it decoded (:meth:`KnownIds.appended`) only
-when the log grew by exactly those lines since the index last covered it; otherwise it is read.
-:mod:`memfs.ingest.identity` decides with it what a capture adds.
+log when the log grew past it and rebuilt when it is missing, torn, of another version, or names
+another log file (its inode and first retained turn: a cap rewrite replaces the log) — the log
+is the truth. What a capture has just appended is indexed from the lines it decoded
+(:meth:`KnownIds.appended`) only when the log grew by exactly those lines since the index last
+covered it; otherwise it is read. :mod:`memfs.ingest.identity` decides with it what a capture
+adds.
 """
 
 from __future__ import annotations

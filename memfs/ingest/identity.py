@@ -17,7 +17,8 @@ translators derive item ids and ``turn.started.context.turn_id`` from them):
   agent's final record: a stream's counts may be placeholders or add a sub-agent's); a dropped command's exit code and status, when
   the stored command has none, to ``item_notes`` (by the item id). A ``thread.completed``
   right after it goes too, unless the stored turn is the log's last and no run's end follows
-  it (a stream without one, a capture killed before its end): then it is appended. A ``turn_id`` noted so is known as the stored turn's;
+  it (a stream without one, a capture killed before its end): then it is appended. A
+  ``turn_id`` noted so is known as the stored turn's;
 * an item event whose id is known is dropped; a ``thread.started`` of a known thread too;
 * a Codex turn no id decides (``exec --json`` has none) is matched at its close, by its
   signature (the thread's running token total) when it completed; when it failed, with a

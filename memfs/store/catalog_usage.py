@@ -205,6 +205,9 @@ def _delete(conn, name: str) -> None:
 
 def forget(catalog, names) -> None:
     """Drop the contributions of sessions ``names``."""
+    names = list(names)
+    if not names:
+        return  # (no write transaction for nothing)
     db = catalog.db
 
     def work() -> None:

@@ -81,10 +81,11 @@ class Aggregator:
             raise FileNotFoundError(f"no usage file {name!r}")
         with self._lock:
             catalog = self.store.catalog()
-            looked = not self._loaded or time.monotonic() - self._fed >= FEED or bool(self._dirty)
+            due = time.monotonic() - self._fed >= FEED
+            looked = not self._loaded or due or bool(self._dirty)
             if not self._loaded:
                 self._load_all()
-            elif time.monotonic() - self._fed >= FEED:
+            elif due:
                 self._follow(catalog)
             if self._dirty:
                 self._refresh(catalog, self._take_dirty())

@@ -33,8 +33,7 @@ class _Group:
         self.refused: Counter = Counter()  # the refused token counts' reasons: how many rows
 
     def to_dict(self) -> dict:
-        sessions, turns, *tokens = self.sums
-        tokens, usd, unpriced = tokens[:-2], tokens[-2], tokens[-1]
+        sessions, turns, *tokens, usd, unpriced = self.sums
         out = {"sessions": sessions, "turns": turns, "tokens": dict(zip(catalog_usage.TOKENS, tokens))}
         if unpriced:
             reason = self.reasons.most_common(1)[0][0] if self.reasons else "no price"
