@@ -320,7 +320,11 @@ def import_part(work: Path, per_agent: int, table: Table, python_s: float) -> di
         r["grown_s"] = wall(cmd, check=False)
     finally:
         os.truncate(grown, length)
-    label = f"{per_agent:,} Claude Code transcripts + {per_agent:,} Codex rollouts, {r['MB']:.0f} MB"
+    from memfs.ingest.shares import default_jobs
+
+    r["jobs"] = default_jobs()  # (the import's own default here: one process per usable CPU)
+    label = (f"{per_agent:,} Claude Code transcripts + {per_agent:,} Codex rollouts, {r['MB']:.0f} MB; "
+             f"{r['jobs']} process{'es' if r['jobs'] > 1 else ''}")
     table.add(None, f"`memfs import` of agent files ({label})", r["import_MBps"], r["orjson_MBps"],
               "orjson read of the same files", 20, None, unit="MB/s", higher=True)
     table.add(None, "`memfs import` again, nothing new", r["again_s"], python_s, f"`python -c pass` {python_s:.3f} s", 1.0, None)

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 
 from agent_helpers import MEMFS
 
@@ -73,19 +74,52 @@ def usage_by_session(store: Path) -> list:
     return orjson.loads(done.stdout)["rows"]
 
 
-def test_kill_9_mid_import_then_import_again_makes_what_a_clean_import_makes(tmp_path):
+def workers_of(pid: int) -> list[int]:
+    """The processes ``pid`` started through multiprocessing (the import's workers)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if parent == pid and b"multiprocessing" in (stat.parent / "cmdline").read_bytes():
+                out.append(int(stat.parent.name))
+        except OSError:
+            continue
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("jobs", [[], ["--jobs", "2"]], ids=["one-process", "two-processes"])
+def test_kill_9_mid_import_then_import_again_makes_what_a_clean_import_makes(tmp_path, jobs):
+    """With ``--jobs 2`` the kill lands on the run's process: its worker dies with it (nothing
+    goes on writing behind the re-import), and the store it leaves repairs the same way."""
     src, store, clean = sources(tmp_path / "src"), tmp_path / "store", tmp_path / "clean"
-    cmd = [*MEMFS, "import", "--store", str(store), str(src)]
+    cmd = [*MEMFS, "import", "--store", str(store), *jobs, str(src)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list[int] = []
     try:
         deadline = time.monotonic() + 60
         while made(store) < KILL_AFTER and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.002)
+        workers = workers_of(proc.pid)
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.kill()
         proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        survivors = [pid for pid in workers if alive(pid)]
+        for pid in survivors:  # (never left running, whatever the test says)
+            os.kill(pid, signal.SIGKILL)
     assert proc.returncode == -signal.SIGKILL, "the import ended before the kill"
+    assert bool(workers) == bool(jobs), workers
+    assert not survivors, "a worker outlived the import it was part of"
     partial = made(store)
     assert KILL_AFTER <= partial < sum(1 for _ in src.rglob("*.jsonl"))
     again = subprocess.run(cmd, capture_output=True, timeout=300)

@@ -19,6 +19,7 @@ from memfs.cli.common import (
     _NewStore,
     _nonneg_int,
     _out,
+    _pos_int,
     _Usage,
 )
 from memfs.errors import MemfsError
@@ -138,8 +139,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         sys.stdout.flush()
 
     if args.follow:
-        if args.dry_run:
-            raise _Usage("--follow and --dry-run do not go together")
+        if args.dry_run or args.jobs:
+            raise _Usage(f"--follow and {'--dry-run' if args.dry_run else '--jobs'} do not go together")
         from memfs.agents.opencode.read import split_stores
         from memfs.ingest.follow import follow
 
@@ -157,7 +158,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     with ProgressBar("import") as bar:
         items = importer.import_paths(root, args.paths, fmt=args.format, dry_run=args.dry_run,
                                       max_events=config.max_events, evict_to=config.evict_to, progress=bar,
-                                      max_line_bytes=config.max_line_bytes)
+                                      max_line_bytes=config.max_line_bytes, jobs=args.jobs)
     new_store()
     if args.json:
         _json([i.to_dict() for i in items])
@@ -224,3 +225,5 @@ def register(c: Commands) -> None:
     p.add_argument("--evict-to", type=_evict_to, metavar="FRACTION", help=EVICT_TO_HELP)
     p.add_argument("--max-line-bytes", type=_nonneg_int, metavar="N",
                    help="longest accepted source line (default 16 MiB)")
+    p.add_argument("--jobs", type=_pos_int, metavar="N",
+                   help="processes reading the files (default: one per CPU, up to 4, once there are 64 MiB to read)")

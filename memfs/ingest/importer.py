@@ -41,7 +41,8 @@ session that line only. A line over ``max_line_bytes`` is refused as it streams 
 held. Only regular files reached without following a link are read; anything else is reported
 ``skipped`` with its reason (:mod:`memfs.ingest.inputs`). A re-import takes a source whose
 ``(inode, size, mtime)`` did not change since it was taken whole as ``up-to-date`` without
-opening it (:mod:`memfs.ingest.seen`).
+opening it (:mod:`memfs.ingest.seen`). A large run is spread over the CPUs, each session's
+files in one process (:mod:`memfs.ingest.shares`).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from memfs import agents
-from memfs.errors import MemfsError, ValidationError
+from memfs.errors import ValidationError
 from memfs.events import parse_line
 from memfs.ingest import (
     AutoTranslator,
@@ -74,7 +75,6 @@ from memfs.ingest.inputs import (
     CHUNK,
     MAX_DECOMPRESSED,
     InputTooLarge,
-    NotRegular,
     SourceLines,
     compressed,
     discover,
@@ -87,14 +87,12 @@ from memfs.ingest.seen import SeenSources
 from memfs.ingest.sidecars import ImportBatch, read_sources, write_sources
 from memfs.ingest.sidefiles import SideReader
 from memfs.store.batch import append_tolerant
-from memfs.store.catalog_defer import deferred as catalog_notes_deferred
 from memfs.store.config import DEFAULT_EVICT_TO, DEFAULT_MAX_LINE_BYTES, line_too_long
 from memfs.store.lines import LongLine, split_lines
 from memfs.store.meta import now_rfc3339
 from memfs.store.paths import IMPORT_SOURCES, deferred_sync
 from memfs.store.session import SessionHandle, open_session
 from memfs.store.sessiondirs import is_session_dir
-from memfs.usage.reporting import keep as keep_usage
 from memfs.usage.reporting import of_handle
 
 if TYPE_CHECKING:
@@ -239,7 +237,7 @@ class Source:
         self.pending: list[bytes] = []  # thread.started lines held until the session is made (run)
         self.final = False  # a one-shot run (run's ``final``)
 
-    def _place(self, root: Path, kind: str | None, sid: str | None) -> str:
+    def place(self, root: Path, kind: str | None, sid: str | None) -> str:
         """The session's directory name (see :mod:`memfs.ingest.identity`): a sub-agent's file
         (its agent's table's ``subagent``: a Claude Code ``agent-<id>.jsonl``, a Gemini CLI
         ``chats/<parent id>/<id>.jsonl``) goes to ``<parent session>.<leaf>``."""
@@ -265,17 +263,18 @@ class Source:
         self.conversation = sid
         return find(sid) or conversations.new_session_name(root, sid)
 
-    def prepare(self, root: Path) -> bool:
+    def prepare(self, root: Path, identified: tuple[str | None, str | None] | None = None) -> bool:
         """Find the session and where the last import stopped; False while the file does not
-        yet say which session it is (or is empty)."""
+        yet say which session it is (or is empty). ``identified``: :func:`identify`'s answer,
+        when the caller has it."""
         if self.entry is not None:
             return True
         st = stat_source(self.path)
         if not st.st_size:
             return False
-        kind, sid = identify(self.path, self.fmt, self.limit)
+        kind, sid = identified or identify(self.path, self.fmt, self.limit)
         self.kind = kind
-        self.session = self._place(root, kind, sid)
+        self.session = self.place(root, kind, sid)
         session_dir = root / self.session
         entry = read_sources(session_dir).get(self.key) if session_dir.is_dir() else None
         self.translator = AutoTranslator(self.fmt, reader=SideReader.for_transcript(self.path))  # tool-results/
@@ -438,13 +437,16 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
                  max_events: int = 0, evict_to: float = DEFAULT_EVICT_TO,
                  progress: Callable[[int, int], None] | None = None,
                  max_decompressed: int = MAX_DECOMPRESSED,
-                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[ImportItem]:
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, jobs: int | None = None) -> list[ImportItem]:
     """Import each source file once (see the module docstring); one item per file, and one
     ``skipped`` item (with its reason) per file or directory not read (:mod:`memfs.ingest.inputs`).
     OpenCode's store (a SQLite database, not lines) goes to
-    :func:`memfs.agents.opencode.read.import_store`: one item per OpenCode session."""
+    :func:`memfs.agents.opencode.read.import_store`: one item per OpenCode session. ``jobs``:
+    how many processes read the files (:mod:`memfs.ingest.shares`; None: as many as pays)."""
     from memfs.agents.opencode import read as opencode
+    from memfs.ingest.shares import ImportOptions, Pending, Progress, run_share, spread
 
+    opts = ImportOptions(fmt, dry_run, max_events, evict_to, max_decompressed, max_line_bytes)
     stores, paths = opencode.split_stores(paths)
     items = opencode.import_stores(root, stores, dry_run=dry_run, max_events=max_events, evict_to=evict_to)
     skipped: list[tuple[Path, str]] = []
@@ -452,57 +454,29 @@ def import_paths(root: Path, paths: Iterable[str | os.PathLike], *, fmt: str = "
     files = discover(paths, skipped, keys)
     items += [ImportItem(str(path), status="skipped", reason=reason) for path, reason in sorted(skipped)]
     stats = [os.lstat(f) for f in files]
-    total = sum(st.st_size for st in stats)
-    done = 0
+    step = Progress(sum(st.st_size for st in stats), progress)
     seen = SeenSources(root)
-
-    def step(n: int) -> None:
-        nonlocal done
-        done += n
-        if progress:
-            progress(done, total)
-
-    usage: list = []  # the new sessions' usage, kept in the store catalog with each batch (SPEC §14)
+    todo: list[Pending] = []
+    for path, st in zip(files, stats):
+        item = ImportItem(str(path))
+        items.append(item)
+        known = seen.unchanged(keys[path], st)
+        if known is not None:  # taken whole before, unchanged since: not even opened (memfs.ingest.seen)
+            item.session, item.format = known
+            item.status = "up-to-date"
+            step.done += st.st_size
+        else:
+            todo.append(Pending(item, path, keys[path], st.st_size))
     with (nullcontext() if dry_run else deferred_sync(root)), conversations.batched(root) as maps:
-        batch = None if dry_run else ImportBatch(root, seen, maps)
-        for path, st in zip(files, stats):
-            item = ImportItem(str(path))
-            items.append(item)
-            known = seen.unchanged(keys[path], st)
-            if known is not None:  # taken whole before, unchanged since: not even opened (memfs.ingest.seen)
-                item.session, item.format = known
-                item.status = "up-to-date"
-                done += st.st_size
-                continue
-            try:
-                source = Source(path, fmt, max_decompressed, dry_run, max_line_bytes=max_line_bytes, key=keys[path])
-                if not source.prepare(root):
-                    item.status = "empty"
-                    continue
-                source.usage = None if dry_run else usage
-                with catalog_notes_deferred():  # (its catalog row read once, when the file is done)
-                    source.run(root, item, dry_run=dry_run, durability="buffered", max_events=max_events,
-                               evict_to=evict_to, progress=step, final=True, batch=batch)
-                if batch is not None and item.status in ("imported", "up-to-date") and source.read_stat \
-                        and source.session and source.entry is not None:
-                    batch.note(keys[path], source.read_stat, source.read_at, source.session, item.format)
-            except NotRegular as exc:  # replaced since it was listed
-                item.status, item.reason = "skipped", str(exc)
-            except (MemfsError, OSError) as exc:
-                item.status, item.reason = "error", str(exc)
-            if batch is not None and batch.due():
-                batch.commit()
-                keep_usage(root, usage)
-        if batch is not None:
-            batch.commit()
-        keep_usage(root, usage)
-        if batch is not None:
+        if not spread(root, todo, opts, jobs, seen, maps, step):
+            run_share(root, todo, opts, seen, maps, step)
+        if not dry_run:
             try:
                 seen.save()
             except OSError:  # (a cache: the next import takes the full path)
                 pass
     if progress:
-        progress(total, total)
+        progress(step.total, step.total)
     return items
 
 

@@ -40,17 +40,21 @@ def _identity(st: os.stat_result) -> list[int]:
 class SeenSources:
     """The index of one store, loaded once per import run."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, load: bool = True):
         self.root = Path(root)
         self.prefix = str(self.root) + "/"
         self.dirty = False
         self.noted: set[str] = set()  # noted by this run
+        self.forgotten: set[str] = set()  # forgotten by this run
+        if not load:  # (an import worker's: it hands its notes to the run, :meth:`changes`)
+            self.entries: dict = {}
+            return
         try:
             data = orjson.loads((self.root / INDEX).read_bytes())
             entries = data.get("sources") if isinstance(data, dict) and data.get("version") == 1 else None
         except (OSError, orjson.JSONDecodeError):
             entries = None
-        self.entries: dict = entries if isinstance(entries, dict) else {}
+        self.entries = entries if isinstance(entries, dict) else {}
 
     def _sidecar(self, session: str) -> list[int] | None:
         try:
@@ -78,18 +82,39 @@ class SeenSources:
             return
         self.entries[key] = [session, fmt, _identity(st), sidecar]
         self.noted.add(key)
+        self.forgotten.discard(key)
         self.dirty = True
 
     def forget(self, key: str) -> None:
+        self.forgotten.add(key)
+        self.noted.discard(key)
         if self.entries.pop(key, None) is not None:
             self.dirty = True
 
-    def save(self) -> None:
+    def _settle(self) -> None:
+        """The noted entries take their sidecar's identity as the run leaves it."""
         for key in self.noted:
             entry = self.entries.get(key)
             sidecar = self._sidecar(entry[0]) if entry else None
             if entry and sidecar:
                 entry[3] = sidecar
+
+    def changes(self) -> tuple[dict, list[str]]:
+        """What this run noted and forgot, for :meth:`merge` into another process's index (an
+        import worker's, :mod:`memfs.ingest.shares`)."""
+        self._settle()
+        return {key: self.entries[key] for key in self.noted if key in self.entries}, sorted(self.forgotten)
+
+    def merge(self, noted: dict, forgotten: list[str]) -> None:
+        for key in forgotten:
+            self.forget(key)
+        for key, entry in noted.items():
+            self.entries[key] = entry
+            self.forgotten.discard(key)
+            self.dirty = True
+
+    def save(self) -> None:
+        self._settle()
         self.noted.clear()
         if self.dirty and self.root.is_dir():
             atomic_write(self.root / INDEX, orjson.dumps({"version": 1, "sources": self.entries}))
