@@ -55,6 +55,7 @@ MIN_TASKS = 16
 MAX_TASKS = 32
 WARM_RETRY = 5.0  # seconds before the search index's first load is tried again after a failure
 WARM_AFTER = 1.0  # seconds after mounting before the search index's warm-up starts
+WARM_WAIT, WARM_POLL = 60.0, 0.25  # then it waits for this server's first check of the catalog, this long at most
 
 
 def fuse_options(config, store_root: Path | None = None) -> set[str]:
@@ -209,8 +210,13 @@ async def _serve(store: Store, ops: Operations) -> None:
                     return fn(*args)
 
             # the first requests (a listing right after mounting) do not share the interpreter with
-            # the search stack's import and the saved index's load; a search asked meanwhile makes it
+            # the search stack's import and the saved index's load, nor does the catalog's first
+            # check (their transient memory would add up); a search asked meanwhile makes it
             await trio.sleep(WARM_AFTER)
+            waited = 0.0
+            while waited < WARM_WAIT and store.catalog().checking():
+                await trio.sleep(WARM_POLL)
+                waited += WARM_POLL
             while True:
                 try:  # (the store catalog's first build may fail: its file locked by another process too long)
                     names = await trio.to_thread.run_sync(idle, warm, None, abandon_on_cancel=True)  # (a build elsewhere: minutes)

@@ -329,6 +329,10 @@ class Catalog:
             self._builder = threading.Thread(target=self._check_first, name="memfs-catalog-check", daemon=True)
             self._builder.start()
 
+    def checking(self) -> bool:
+        """Whether this server's first check of the catalog (:meth:`check_later`) is under way."""
+        return not self._checked
+
     def _check_first(self) -> None:
         try:
             self._verify_quietly()

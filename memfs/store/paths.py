@@ -159,10 +159,20 @@ def open_nofollow(path: Path, flags: int, mode: int = FILE_MODE) -> int:
     return fd
 
 
+READ_MIN, READ_MAX = 1 << 16, 1 << 20  # read_fd's reads: sized by the file, within these
+
+
 def read_fd(fd: int) -> bytes:
-    """Everything left to read from ``fd``."""
+    """Everything left to read from ``fd``, in reads sized by its ``fstat``: ``os.read`` allocates
+    the size it is asked for, and a 1 MiB buffer per small file (manifests, ``about.json``) is an
+    ``mmap``/``munmap`` pair each time."""
+    try:
+        size = os.fstat(fd).st_size
+    except OSError:
+        size = 0
+    step = min(max(size + 1, READ_MIN), READ_MAX)
     chunks = []
-    while chunk := os.read(fd, 1 << 20):
+    while chunk := os.read(fd, step):
         chunks.append(chunk)
     return b"".join(chunks)
 
