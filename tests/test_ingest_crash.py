@@ -74,13 +74,14 @@ def usage_by_session(store: Path) -> list:
     return orjson.loads(done.stdout)["rows"]
 
 
-def workers_of(pid: int) -> list[int]:
-    """The processes ``pid`` started through multiprocessing (the import's workers)."""
+def workers_of(pid: int, what: bytes = b"multiprocessing") -> list[int]:
+    """The processes ``pid`` started through multiprocessing (the import's workers, and its
+    resource tracker unless ``what`` is ``spawn_main``)."""
     out = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            if parent == pid and b"multiprocessing" in (stat.parent / "cmdline").read_bytes():
+            if parent == pid and what in (stat.parent / "cmdline").read_bytes():
                 out.append(int(stat.parent.name))
         except OSError:
             continue
@@ -122,6 +123,11 @@ def test_kill_9_mid_import_then_import_again_makes_what_a_clean_import_makes(tmp
     assert not survivors, "a worker outlived the import it was part of"
     partial = made(store)
     assert KILL_AFTER <= partial < sum(1 for _ in src.rglob("*.jsonl"))
+    import_again_is_clean(src, store, clean, cmd)
+
+
+def import_again_is_clean(src: Path, store: Path, clean: Path, cmd: list[str]) -> None:
+    """Importing again makes ``store`` what one clean import of ``src`` makes (in ``clean``)."""
     again = subprocess.run(cmd, capture_output=True, timeout=300)
     assert again.returncode in (0, 3), again.stderr  # (3: the fixtures hold lines the import refuses)
     first = subprocess.run([*MEMFS, "import", "--store", str(clean), str(src)], capture_output=True, timeout=300)
@@ -135,3 +141,28 @@ def test_kill_9_mid_import_then_import_again_makes_what_a_clean_import_makes(tmp
     once_more = subprocess.run([*MEMFS, "import", "--store", str(store), "--json", str(src)], capture_output=True,
                                timeout=300)
     assert {i["status"] for i in orjson.loads(once_more.stdout)} == {"up-to-date"}
+
+
+def test_a_worker_killed_mid_import_fails_its_files_and_the_next_import_completes_them(tmp_path):
+    """An import worker killed (the OOM killer, a user) is no silent loss: the run goes on, says
+    ``error`` with the reason for each file it had been given, exits 1, and importing again
+    makes what a clean import makes."""
+    src, store, clean = sources(tmp_path / "src"), tmp_path / "store", tmp_path / "clean"
+    cmd = [*MEMFS, "import", "--store", str(store), "--jobs", "2", str(src)]
+    proc = subprocess.Popen([*cmd, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not (made(store) >= KILL_AFTER and workers_of(proc.pid, b"spawn_main")) and proc.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.002)
+        worker = workers_of(proc.pid, b"spawn_main")
+        assert len(worker) == 1 and proc.poll() is None, "the import ended before the kill"
+        os.kill(worker[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert proc.returncode == 1, err
+    failed = [i for i in orjson.loads(out) if i["status"] == "error"]
+    assert failed and all("the import process of this file failed" in i["reason"] for i in failed)
+    import_again_is_clean(src, store, clean, cmd)

@@ -231,7 +231,9 @@ def spread(root: Path, todo: list[Pending], opts: ImportOptions, jobs: int | Non
             for worker in workers:
                 worker.poll()
                 while parts and worker.wants():
-                    worker.give(parts.popleft(), index)
+                    if not worker.give(parts[0], index):
+                        break
+                    parts.popleft()
 
         step.poll = feed
         feed()
@@ -271,14 +273,20 @@ class _Worker:
     def wants(self) -> bool:
         return self.result is None and self.waiting < AHEAD
 
-    def give(self, part: list[Pending] | None, index: dict[int, int]) -> None:
-        """Hand it ``part`` (None: there is no more)."""
-        if part is None:
-            self.conn.send(None)
-            return
-        self.given.extend(part)
-        self.waiting += 1
-        self.conn.send([(index[id(p)], p.item.source, str(p.path), p.key, p.size, p.identified) for p in part])
+    def give(self, part: list[Pending] | None, index: dict[int, int]) -> bool:
+        """Hand it ``part`` (None: there is no more); False when it is gone (the part stays to give)."""
+        try:
+            self.conn.send(None if part is None else
+                           [(index[id(p)], p.item.source, str(p.path), p.key, p.size, p.identified) for p in part])
+        except OSError:  # (its end of the pipe closed: it failed)
+            self.poll()
+            if self.result is None:
+                self.result = ("failed", f"it ended (exit status {self.process.exitcode})")
+            return False
+        if part is not None:
+            self.given.extend(part)
+            self.waiting += 1
+        return True
 
     def poll(self, timeout: float = 0.0) -> None:
         """Take what the worker said meanwhile (its progress, parts done, its result)."""
