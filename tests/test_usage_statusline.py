@@ -30,9 +30,11 @@ def stamp(at: float) -> str:
 def test_statusline_prints_model_session_today_block_and_context(tmp_path):
     store = tmp_path / "store"
     now = int(time.time())
-    native(store, "sess-1", *turn(stamp(now - 20 * 60), "gpt-5", input_tokens=800_000))  # $1.00
-    native(store, "other", *turn(stamp(now - 10 * 60), "gpt-5", input_tokens=400_000),  # $0.50
-           *turn(stamp(now - 5 * 60), "acme-1", input_tokens=10))  # no price: today's cost is the priced part
+    midnight = int(time.mktime(time.localtime(now)[:3] + (0, 0, 0, 0, 0, -1)))
+    first = max(now - 20 * 60, midnight)  # (the turns within today, also just after midnight)
+    native(store, "sess-1", *turn(stamp(first), "gpt-5", input_tokens=800_000))  # $1.00
+    native(store, "other", *turn(stamp(first + (now - first) // 2), "gpt-5", input_tokens=400_000),  # $0.50
+           *turn(stamp(first + (now - first) * 3 // 4), "acme-1", input_tokens=10))  # no price: today's cost is the priced part
     stdin = json.dumps({"session_id": "sess-1", "transcript_path": str(tmp_path / "none.jsonl"),
                         "model": {"id": "claude-opus-4-6", "display_name": "Opus"},
                         "workspace": {"current_dir": str(tmp_path)}, "cost": {"total_cost_usd": 0.25},
@@ -42,7 +44,7 @@ def test_statusline_prints_model_session_today_block_and_context(tmp_path):
                                                              "output_tokens": 7}}})
     proc = memfs("statusline", "--store", str(store), stdin=stdin)
     assert proc.returncode == 0, proc.stderr
-    start = (now - 20 * 60) - (now - 20 * 60) % 3600  # the block: from the hour floor of the first turn
+    start = first - first % 3600  # the block: from the hour floor of the first turn
     m = re.fullmatch(r"Opus \| session \$1\.00 \| today \$1\.50\* \| block \$1\.50\*, (\d+)h(\d\d)m left \| "
                      r"ctx 50,000 \(25%\)\n", proc.stdout)
     assert m, proc.stdout
@@ -69,10 +71,10 @@ def test_statusline_prints_model_session_today_block_and_context(tmp_path):
     bare = memfs("statusline", "--store", str(tmp_path / "absent"), stdin='{"model": {"display_name": "Opus"}}')
     assert bare.returncode == 0 and bare.stdout == "Opus | session - | today $0.00 | no active block\n"
     # a turn appended to this session, then a new session: each shows at the next redraw
-    native(store, "sess-1", *turn(stamp(now - 60), "gpt-5", input_tokens=400_000))  # $0.50
+    native(store, "sess-1", *turn(stamp(max(now - 60, first)), "gpt-5", input_tokens=400_000))  # $0.50
     assert memfs("statusline", "--store", str(store), stdin=stdin).stdout.split(" | ")[1:3] == \
         ["session $1.50", "today $2.00*"]
-    native(store, "third", *turn(stamp(now - 30), "gpt-5", input_tokens=800_000))  # $1.00
+    native(store, "third", *turn(stamp(max(now - 30, first)), "gpt-5", input_tokens=800_000))  # $1.00
     assert memfs("statusline", "--store", str(store), stdin=stdin).stdout.split(" | ")[1:3] == \
         ["session $1.50", "today $3.00*"]
 
