@@ -186,6 +186,7 @@ def mount_phase(n: int, store: Path, work: Path, only: set[str], args, table: Ta
         sampler.stopped.set()
         sampler.join()
         stop_server(proc, mnt)
+    r["peaks"] = sampler.peaks  # (per phase: mount, ls, search, fresh, after)
     r["peak_rss_MiB"] = max(p["rss_MiB"] for p in sampler.peaks.values())
     r["peak_fds"] = max(p["fds"] for p in sampler.peaks.values())
     table.add(n, "daemon peak RSS (MiB)", r["peak_rss_MiB"], None, "", 300, 100_000, unit="MiB")
