@@ -222,9 +222,15 @@ def spread(root: Path, todo: list[Pending], opts: ImportOptions, jobs: int | Non
     workers: list[_Worker] = []
     try:
         for _ in range(n - 1):  # (started first: they load memfs while this process plans)
-            workers.append(_Worker(ctx, root, opts))
+            try:
+                workers.append(_Worker(ctx, root, opts))
+            except OSError as exc:  # (no process to be had: fewer workers, or none)
+                log.warning("import: a worker process was not started (%s): fewer processes read the files", exc)
+                break
             step.elsewhere.append(workers[-1].count)
-        parts = collections.deque(plan(root, todo, opts, n))
+        if not workers:
+            return False
+        parts = collections.deque(plan(root, todo, opts, len(workers) + 1))
         index = {id(p): i for i, p in enumerate(todo)}
 
         def feed() -> None:
