@@ -106,3 +106,16 @@ def alive(pid: int) -> bool:
             return "zombie" not in f.read()
     except FileNotFoundError:
         return False
+
+
+def children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` now (from /proc)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if entry.isdigit() and int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.add(int(entry))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found

@@ -13,7 +13,7 @@ import time
 import memfs
 from memfs.samples import sized_message
 
-from mounting import event, mounted, needs_fuse, sh
+from mounting import children, event, mounted, needs_fuse, sh
 
 pytestmark = needs_fuse
 
@@ -90,21 +90,6 @@ def test_the_warm_up_gives_way_to_reads_and_finishes_after_them(tmp_path):
         hits = [json.loads(line) for line in sh('cat "search/zebra quartz"', cwd=m.mnt).stdout.splitlines()]
         assert [h["chunk_id"].split(":")[0] for h in hits] == ["big"]
         assert hits[0]["snippet"] == "the zebra quartz migration finished"
-
-
-def children(pid: int) -> set[int]:
-    """The processes whose parent is ``pid`` now (from /proc)."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.add(int(entry))
-    return found
 
 
 def test_a_request_rescan_of_a_large_log_runs_in_the_helper_and_leaves_no_process(tmp_path):

@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 from agent_helpers import MEMFS
+from mounting import alive, children
 
 AGENTS = Path(__file__).parent / "fixtures" / "agents"
 UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -78,21 +79,13 @@ def workers_of(pid: int, what: bytes = b"multiprocessing") -> list[int]:
     """The processes ``pid`` started through multiprocessing (the import's workers, and its
     resource tracker unless ``what`` is ``spawn_main``)."""
     out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for child in children(pid):
         try:
-            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            if parent == pid and what in (stat.parent / "cmdline").read_bytes():
-                out.append(int(stat.parent.name))
+            if what in Path(f"/proc/{child}/cmdline").read_bytes():
+                out.append(child)
         except OSError:
             continue
     return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize("jobs", [[], ["--jobs", "2"]], ids=["one-process", "two-processes"])

@@ -19,7 +19,7 @@ from memfs.search.changes import CatalogChanges, log_key
 from memfs.store.catalog import catalog_of
 from memfs.store.root import Store, StoreSettings
 
-from mounting import alive, event, is_mounted, mounted, needs_fuse
+from mounting import alive, children, event, is_mounted, mounted, needs_fuse
 
 QUERIES = ("retry loop", "socket pool module", "zeppelin", "fixed the retry socket m3")
 NOW = 1_900_000_000.0  # the recency factor's clock, fixed: scores compare exactly
@@ -286,19 +286,6 @@ def large_store(store) -> int:
     for i in range(elsewhere.ELSEWHERE_MIN):
         shutil.copytree(store / names[i % 2], store / f"c{i:04d}")
     return elsewhere.ELSEWHERE_MIN + len(names)
-
-
-def children(pid: int) -> set[int]:
-    """The processes whose parent is ``pid``."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                if entry.isdigit() and int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.add(int(entry))
-        except (OSError, IndexError, ValueError):
-            continue
-    return found
 
 
 @needs_fuse
