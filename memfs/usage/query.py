@@ -34,14 +34,9 @@ _SUMS = ", ".join(["sum(b.turns)", *(f"sum(b.t_{k})" for k in catalog_usage.TOKE
 
 def report(root: Path, opts: Options, now: float | None = None, write: bool = True) -> dict:
     """What ``periods.report(contributions(root).values(), opts, now)`` gives (not ``block``)."""
-    from memfs.usage.reporting import up_to_date
+    from memfs.usage.reporting import settled
 
-    while True:  # (once more when the catalog was found spoiled and rebuilt meanwhile: its sums are gone)
-        catalog = up_to_date(root, write)
-        generation = catalog_usage.generation(catalog)
-        doc = _report(catalog, opts, now)
-        if catalog_usage.generation(catalog) == generation:
-            return doc
+    return settled(root, lambda catalog: _report(catalog, opts, now), write)
 
 
 def _report(catalog, opts: Options, now: float | None) -> dict:

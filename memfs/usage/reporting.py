@@ -331,6 +331,19 @@ KEEP = 500  # contributions computed before they are kept (one transaction)
 computed = 0  # contributions this process had to read or compute (not kept in the catalog): tests, benchmarks
 
 
+def settled(root: Path, read, write: bool = True):
+    """``read(catalog)`` over the catalog :func:`up_to_date` made, asked again when the catalog
+    was found spoiled and rebuilt meanwhile (its sums gone)."""
+    from memfs.store import catalog_usage
+
+    while True:
+        catalog = up_to_date(root, write)
+        generation = catalog_usage.generation(catalog)
+        out = read(catalog)
+        if catalog_usage.generation(catalog) == generation:
+            return out
+
+
 def contributions(root: Path, write: bool = True) -> dict[str, Contribution]:
     """Every session's contribution now (:func:`up_to_date`), without its day-and-model rows
     (:func:`memfs.store.catalog_usage.load`); the status line's summary (:mod:`memfs.usage.recent`)
@@ -339,12 +352,7 @@ def contributions(root: Path, write: bool = True) -> dict[str, Contribution]:
     from memfs.usage import recent
 
     cursor = recent.catalog_cursor(root)  # (read before the rows: a change meanwhile leaves it stale)
-    while True:  # (once more when the catalog was found spoiled and rebuilt meanwhile: its sums are gone)
-        catalog = up_to_date(root, write)
-        generation = catalog_usage.generation(catalog)
-        out = catalog_usage.load(catalog)
-        if catalog_usage.generation(catalog) == generation:
-            break
+    out = settled(root, catalog_usage.load, write)
     index_key = usage_key()
     if write and cursor is not None and (recent.read(root) or ("",))[0] != index_key:  # the status line's summary
         recent.write(root, {n: c.uses for n, c in out.items()}, index_key, cursor)
@@ -353,15 +361,9 @@ def contributions(root: Path, write: bool = True) -> dict[str, Contribution]:
 
 def report(store, by: str = "day", since: float | None = None) -> dict:
     """See :func:`memfs.usage.report` (the package's function)."""
-    from memfs.store import catalog_usage
     from memfs.usage import utcdays
 
-    while True:  # (as contributions: a catalog rebuilt meanwhile is asked again)
-        catalog = up_to_date(Path(store))
-        generation = catalog_usage.generation(catalog)
-        doc = utcdays.document(catalog, by, since_day(since))
-        if catalog_usage.generation(catalog) == generation:
-            return doc
+    return settled(Path(store), lambda catalog: utcdays.document(catalog, by, since_day(since)))
 
 
 # --- text ---------------------------------------------------------------------------------------
