@@ -181,10 +181,14 @@ class KnownIds:
         elif tag == "E":
             self.ended.add(rec[1])
 
-    def _load(self) -> None:
+    def _clear(self) -> None:
+        """Nothing known, nothing covered."""
         self.items, self.turn_ids, self.threads, self.signatures, self.turns = {}, {}, {}, {}, {}
         self.failed, self.exits, self.ended = {}, set(), set()
         self.cur, self.in_turn, self.covered = 0, False, 0
+
+    def _load(self) -> None:
+        self._clear()
         self.ino = self._log_id()
         try:
             data = (self.handle.path / AGENT_IDS).read_bytes()
@@ -213,9 +217,7 @@ class KnownIds:
             except (orjson.JSONDecodeError, IndexError, TypeError, KeyError):
                 ok = False
         if not ok or self.covered > self.handle.file_len:
-            self.items, self.turn_ids, self.threads, self.signatures, self.turns = {}, {}, {}, {}, {}
-            self.failed, self.exits, self.ended = {}, set(), set()
-            self.cur, self.in_turn, self.covered = 0, False, 0
+            self._clear()
             if self.write and self.handle.file_len:
                 self._write(b"", rewrite=True)
             self.unwritten = self.write and not self.handle.file_len  # (an empty log: with its first records)
