@@ -213,10 +213,9 @@ async def _serve(store: Store, ops: Operations) -> None:
             # the search stack's import and the saved index's load, nor does the catalog's first
             # check (their transient memory would add up); a search asked meanwhile makes it
             await trio.sleep(WARM_AFTER)
-            waited = 0.0
-            while waited < WARM_WAIT and store.catalog().checking():
-                await trio.sleep(WARM_POLL)
-                waited += WARM_POLL
+            with trio.move_on_after(WARM_WAIT):
+                while store.catalog().checking():
+                    await trio.sleep(WARM_POLL)
             while True:
                 try:  # (the store catalog's first build may fail: its file locked by another process too long)
                     names = await trio.to_thread.run_sync(idle, warm, None, abandon_on_cancel=True)  # (a build elsewhere: minutes)

@@ -287,7 +287,7 @@ class _Worker:
         except OSError:  # (its end of the pipe closed: it failed)
             self.poll()
             if self.result is None:
-                self.result = ("failed", f"it ended (exit status {self.process.exitcode})")
+                self._ended()
             return False
         if part is not None:
             self.given.extend(part)
@@ -309,7 +309,10 @@ class _Worker:
                     self.result = message
                 timeout = 0.0
         except (EOFError, OSError):
-            self.result = ("failed", f"it ended (exit status {self.process.exitcode})")
+            self._ended()
+
+    def _ended(self) -> None:
+        self.result = ("failed", f"it ended (exit status {self.process.exitcode})")
 
     def collect(self, todo: list[Pending], seen: SeenSources, step: Progress) -> None:
         """Wait for the result; the items it was given take theirs, its notes go into ``seen``."""

@@ -312,7 +312,7 @@ class Catalog:
     def ready(self) -> bool:
         """Whether the catalog is built (its first listing of the root done, by any process) and
         not being checked for the first time by this server (:meth:`check_later`)."""
-        if not self._checked:
+        if self.checking():
             return False
         if not self._ready:
             self._ready = self._guarded(lambda: self.db.meta("root_mtime_ns")) != -1
