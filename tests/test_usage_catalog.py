@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from memfs.usage import periods, query, report, reporting
+from memfs.usage.utcdays import BY
 
 from mounting import event
 from test_usage import import_all, native, run
@@ -145,7 +146,7 @@ def test_the_utc_report_sums_the_sessions_own_day_rows_where_the_catalog_keeps_t
                        for r in doc["rows"]), key=str)
 
     before = {}
-    for by in reporting_by():
+    for by in BY:
         doc = before[by] = report(store, by)
         assert shown(doc, by) == by_hand(by), by
         assert doc["totals"]["sessions"] == len(views) and doc["totals"]["cost_usd"] is None
@@ -157,10 +158,4 @@ def test_the_utc_report_sums_the_sessions_own_day_rows_where_the_catalog_keeps_t
     assert shown(recent, "day") == by_hand("day", "2025-12-04") and recent["totals"]["cost_usd"] is not None
     for suffix in ("", "-wal", "-shm"):  # the same from the logs, the catalog deleted
         (store / ".memfs" / f"catalog.sqlite{suffix}").unlink(missing_ok=True)
-    assert {by: report(store, by) for by in reporting_by()} == before
-
-
-def reporting_by() -> tuple:
-    from memfs.usage.utcdays import BY
-
-    return BY
+    assert {by: report(store, by) for by in BY} == before
