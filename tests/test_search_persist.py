@@ -127,15 +127,13 @@ def test_an_unusable_index_file_is_ignored_and_rebuilt(tmp_path, damage, monkeyp
     elif damage == "truncated":
         del data[len(data) // 2:]
     elif damage == "flipped":
-        data[-3] ^= 0xFF
+        data[len(persist.MAGIC) + 8] ^= 0xFF  # (in the first array: the header is at the end)
     else:  # what a later memfs would write, read by this one
-        head = len(persist.MAGIC) + 8
-        size = int.from_bytes(data[len(persist.MAGIC): head], "little")
-        header = orjson.loads(data[head: head + size])
+        size = int.from_bytes(data[-8:], "little")
+        header = orjson.loads(data[-8 - size: -8])
         header["format"] = persist.FORMAT + 1
-        new = orjson.dumps(header).ljust(size)
-        assert len(new) == size
-        data[head: head + size] = new
+        new = orjson.dumps(header)
+        data[-8 - size:] = new + len(new).to_bytes(8, "little")
     path.write_bytes(bytes(data))
     store, loaded = built(root, "save")
     fresh_store, fresh = built(root, "none")
@@ -356,3 +354,42 @@ def test_log_keys_round_trip_through_the_file_whatever_their_size(tmp_path):
     loaded, got, cursor = persist.load(tmp_path, "none-none-facts")
     assert got == keys and cursor == 42
     assert loaded.search("retry", now=NOW) == index.search("retry", now=NOW)
+
+
+def test_an_index_loaded_changed_and_saved_again_is_the_index_made_in_memory(tmp_path):
+    """A save writes loaded sessions from the arrays they were read from and changed ones from
+    their facts, across many thousand facts, whatever the mix; the file loads as the index the
+    same updates made in memory."""
+    from memfs.search import SearchIndex
+
+    def facts(tag: str, n: int) -> list[dict]:
+        return [{"fact": f"{tag} fact {i} é 検索 🔁 w{i % 97}", "turn": None if i % 5 == 0 else i // 3,
+                 "offset": None if i % 7 == 0 else 40 * i} for i in range(n)]
+
+    def first(index) -> None:
+        for i, n in enumerate((3, 17_000, 0, 5, 2, 9)):
+            index.set_session(f"s{i}", f"id-{i}", 1.7e9 + i if i != 3 else None, facts(f"s{i}", n))
+        index.set_session("s1", "id-1", 1.7e9, facts("s1-out", 4), source="output")
+
+    def then(index) -> None:
+        index.extend_session("s4", facts("s4-more", 3))
+        index.set_session("s5", "id-5", 1.8e9, facts("s5-new", 6))
+        index.remove_session("s2")
+        index.sync_session("s0", "id-0", 1.7e9, facts("s0", 4))
+        index.set_session("s6", "id-6", 1.7e9 + 0.5, facts("s6", 17_000))
+
+    made, loaded = SearchIndex(), SearchIndex()
+    first(made)
+    first(loaded)
+    persist.save(tmp_path, "none-none-facts", loaded.snapshot(), {}, None)
+    loaded = persist.load(tmp_path, "none-none-facts")[0]
+    then(made)
+    then(loaded)
+    persist.save(tmp_path, "none-none-facts", loaded.snapshot(), {"s0": None}, None)
+    again, keys, _ = persist.load(tmp_path, "none-none-facts")
+    assert keys == {"s0": None} and sorted(again.sessions()) == sorted(made.sessions())
+    for query in ("fact", "s1 w3", "s4 more", "s5 new 検索", "s6 fact 16999", "s0 é"):
+        assert again.search(query, max_results=1000, now=NOW) == made.search(query, max_results=1000, now=NOW)
+    for name in made.sessions():
+        assert (again.search("fact w5", sessions=[name], max_results=1000, now=NOW)
+                == made.search("fact w5", sessions=[name], max_results=1000, now=NOW))

@@ -98,7 +98,8 @@ class _Column:
         return self.data[: self.n]
 
     def replace(self, values: np.ndarray) -> None:
-        self.data = np.zeros(max(1024, 2 * len(values)), dtype=np.int32)
+        """Hold ``values`` (a loaded or compacted column: room for an eighth more before it grows)."""
+        self.data = np.zeros(len(values) + max(1024, len(values) // 8), dtype=np.int32)
         self.data[: len(values)] = values
         self.n = len(values)
 
@@ -185,7 +186,7 @@ class SearchIndex:
         """Forget session ``name``, every source of it (no error when it is not indexed)."""
         with self._lock:
             dropped = False
-            for key in (_key(name, source) for source in _SOURCES):
+            for key in (_key(name, source) for source in SOURCES):
                 s = self._sessions.get(key)
                 if s is not None:
                     self._drop(s)
@@ -352,7 +353,7 @@ class SearchIndex:
             if sources is None:
                 return None
             return [s for s in self._slots if s is not None and s.source in sources]
-        keys = [_key(n, src) for n in dict.fromkeys(sessions) for src in sorted(sources or _SOURCES)]
+        keys = [_key(n, src) for n in dict.fromkeys(sessions) for src in sorted(sources or SOURCES)]
         return [self._sessions[k] for k in keys if k in self._sessions]
 
     def _search(self, multiplicity: dict[str, int], chosen: list[_Session] | None,
@@ -444,26 +445,39 @@ class SearchIndex:
     # --- persistence (the file format is memfs.search.persist's) -----------------------------
 
     def snapshot(self) -> dict:
-        """The index's state, copied under its lock: numpy columns, the vocabulary as tokens
-        with their postings concatenated, and per session slot (None: a removed one) its entry
-        with ``(facts, count)`` — the facts list is only read up to ``count`` later, as it only grows."""
+        """The index's state for a save (:func:`memfs.search.persist.write`), taken under its
+        lock: the document columns copied; what only grows — each token's postings, each slot's
+        facts and gids — referenced with its length now (an update appends past it; a compaction
+        or a re-index puts new objects in its place), so no posting or fact is copied.
+        ``slots`` holds a column per field with a row per slot (``live`` 0: a removed slot)."""
         with self._lock:
-            tokens = list(self._vocab)
-            lengths = np.fromiter((len(p) for p in self._vocab.values()), dtype=np.int64, count=len(tokens))
+            n = len(self._slots)
+            live, source = np.zeros(n, dtype=np.int8), np.zeros(n, dtype=np.int8)
+            created, total, count = np.full(n, np.nan), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+            names: list = [""] * n
+            sids: list = [""] * n
+            facts: list = [None] * n
+            gids: list = [None] * n
+            for i, s in enumerate(self._slots):
+                if s is not None:
+                    live[i], source[i], total[i], count[i] = 1, SOURCES.index(s.source), s.total_len, len(s.facts)
+                    if s.created_at is not None:
+                        created[i] = s.created_at
+                    names[i], sids[i], facts[i], gids[i] = s.name, s.session_id, s.facts, s.gids
             columns = {name: getattr(self, f"_{name}").view().copy()
                        for name in ("doc_len", "doc_slot", "doc_local", "doc_turn", "slot_session")}
-            slots = [None if s is None else (s.name, s.session_id, s.created_at, s.source, s.total_len,
-                                             (s.facts, len(s.facts)), s.gids.tobytes())
-                     for s in self._slots]
-            return {"tokens": tokens, "postings": b"".join(self._vocab.values()), "token_ends": np.cumsum(lengths),
-                    "columns": columns, "slots": slots, "session_ids": list(self._session_ids), "live_docs": self._live_docs, "live_len": self._live_len,
-                    "dead_docs": self._dead_docs}
+            return {"tokens": list(self._vocab), "postings": [(p, len(p)) for p in self._vocab.values()],
+                    "columns": columns, "session_ids": list(self._session_ids), "live_docs": self._live_docs,
+                    "live_len": self._live_len, "dead_docs": self._dead_docs,
+                    "slots": {"live": live, "source": source, "created": created, "total": total, "n": count,
+                              "names": names, "sids": sids, "facts": facts, "gids": gids}}
 
     @classmethod
     def from_snapshot(cls, state: dict, analyzer: Any = None) -> SearchIndex:
-        """An index holding ``state`` (what :meth:`snapshot` made; the slots' facts as lists of
-        ``(text, turn, offset)``). Restored sessions have no view generation: their first sync
-        compares texts (:meth:`sync_session`)."""
+        """An index holding ``state`` as a saved file is read (:func:`memfs.search.persist.decode`:
+        tokens with their postings concatenated, the columns, and per slot None or its entry, its
+        facts a sequence of ``(text, turn, offset)``). Restored sessions have no view generation:
+        their first sync compares texts (:meth:`sync_session`)."""
         index = cls(analyzer)
         postings = memoryview(state["postings"])
         start = 0
@@ -541,7 +555,7 @@ def _accumulate(parts: list[tuple[np.ndarray, np.ndarray]], n_gids: int) -> tupl
     return cand, np.bincount(inverse, weights=contrib, minlength=len(cand))
 
 
-_SOURCES = ("session", "output", "prompt")
+SOURCES = ("session", "output", "prompt")  # a session entry's sources, in the order a saved index numbers them
 
 
 _TAGS = {"output": "out", "prompt": "prompt"}  # a source's chunk id infix
@@ -552,7 +566,7 @@ def _key(name: str, source: str) -> str:
     (``:`` never appears in a session directory name)."""
     if source == "session":
         return name
-    if source not in _SOURCES:
+    if source not in SOURCES:
         raise ValueError(f"unknown source {source!r}")
     return f"{name}:{source}"
 

@@ -3,13 +3,13 @@
 One file per saved index, ``<root>/.search-index/<stem>-<stopwords>-<facts|facts+output>.idx``
 (a hidden folder: never a session), replaced atomically (:func:`memfs.store.paths.atomic_write`)::
 
-    MAGIC | header length (8 bytes, little endian) | header (JSON) | arrays (each 8-aligned)
+    MAGIC (zero-padded to 8 bytes) | arrays (each 8-aligned) | header (JSON) | header length (8 bytes, little endian)
 
 The header holds :data:`FORMAT`, the analysis the index was made with, the CRC-32 of the
 arrays, their names, dtypes and lengths, and the vocabulary's tokens. The arrays are the index's
 columns (:meth:`memfs.search.SearchIndex.snapshot`), its postings concatenated, the facts'
-texts (one UTF-8 blob), turns and offsets, each session slot's name, id, ``created_at``, source,
-token total and fact count, and each session's log key when it was indexed
+texts (one UTF-8 blob, each text's end in bytes), turns and offsets, each session slot's name,
+id, ``created_at``, source, token total and fact count, and each session's log key when it was indexed
 (:func:`memfs.search.changes.log_key`) — per session a row of columns, not a JSON object, so a
 load at 100,000 sessions makes no object per value it reads past the ones the index keeps.
 
@@ -28,29 +28,36 @@ Decisions recorded here:
   over the arrays read from the file, read when a result or an update needs them. Each array is
   read into its own memory (never the whole file at once: a load's peak is what the index keeps,
   plus one array).
+* A save writes each array as it makes it, the header last: it holds one piece of one array
+  at a time (:data:`_CHUNK` facts or strings, or one token's postings), never the file. A
+  loaded session's facts are sliced from the arrays they were read from, not made into
+  objects again; the snapshot it writes references what only grows (postings, facts, gids)
+  with its lengths at that moment rather than copying it.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import sys
 import zlib
-from collections.abc import Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, overload
 
 import orjson
 
 from memfs.errors import MemfsError
-from memfs.search.index import SearchIndex
+from memfs.search.index import SOURCES, SearchIndex
 from memfs.search.numpy_once import np
 from memfs.store.catalog import pack_key, unpack_key
 from memfs.store.paths import atomic_write, ensure_private_dir, open_nofollow, write_all
 
 log = logging.getLogger("memfs.search")
 
-FORMAT = 3
+FORMAT = 4
 MAGIC = b"memfs search index\n"
 DIR = ".search-index"
 NONE = -(2**63)  # a fact's turn or offset that is null
@@ -59,8 +66,10 @@ _INT32 = ("doc_len", "doc_slot", "doc_local", "doc_turn", "slot_session", "posti
 _INT64 = ("token_ends", "text_ends", "fact_turn", "fact_offset", "slot_total", "slot_n", "key_size", "key_mtime",
           "name_ends", "sid_ends", "key_name_ends", "id_name_ends")
 _INT8 = ("slot_live", "slot_source", "key_none")
-SOURCES = ("session", "output", "prompt")
 _ALIGN = 8
+_START = len(MAGIC) + -len(MAGIC) % _ALIGN  # where the arrays begin
+_CHUNK = 16384  # facts or strings made into bytes at a time
+_FLUSH = 1 << 20  # bytes gathered before a write
 
 
 def index_path(root: str | os.PathLike, label: str) -> Path:
@@ -74,14 +83,8 @@ def _ints(values: list, what: str) -> np.ndarray:
     return np.array([NONE if v is None else v for v in values], dtype=np.int64)
 
 
-def _strings(values: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Strings as one UTF-8 blob and their ends (in characters of the decoded blob)."""
-    blob = np.frombuffer("".join(values).encode("utf-8", "surrogatepass"), dtype=np.uint8)
-    return blob, np.cumsum(np.fromiter(map(len, values), dtype=np.int64, count=len(values)))
-
-
 def _unstrings(blob: np.ndarray, ends: np.ndarray) -> list[str]:
-    """What :func:`_strings` packed, each interned (one str per session name in the process)."""
+    """Strings written by :meth:`_Writer.strings`, each interned (one str per session name in the process)."""
     text = str(memoryview(blob), "utf-8", "surrogatepass")
     bounds = [0, *ends.tolist()]
     if bounds[-1] != len(text):
@@ -90,74 +93,196 @@ def _unstrings(blob: np.ndarray, ends: np.ndarray) -> list[str]:
     return [intern(text[bounds[i]: bounds[i + 1]]) for i in range(len(ends))]
 
 
-def encode(state: dict, label: str, keys: dict[str, Any], cursor: int | None = None) -> list[bytes | memoryview]:
-    """The file's bytes (as pieces) for an index ``state`` (:meth:`SearchIndex.snapshot`)."""
-    texts: list[str] = []
-    turns: list = []
-    offsets: list = []
-    gids: list[bytes] = []
-    slots: list[tuple] = []
-    for entry in state["slots"]:
-        if entry is None:
-            slots.append((0, "", "", None, 0, 0, 0))
+class _Writer:
+    """An index file written as its arrays are made: each array's pieces go to the file (in
+    writes of about :data:`_FLUSH` bytes) and are dropped, so a save holds one piece at a time,
+    not the file. The header, which lists the arrays and their CRC-32, comes last."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.crc, self.size = fd, 0, 0
+        self.listed: list[list] = []
+        self.pending: list[bytes | memoryview] = [MAGIC + b"\0" * (_START - len(MAGIC))]
+
+    def _put(self, data: memoryview) -> None:
+        self.crc = zlib.crc32(data, self.crc)
+        if len(data) >= _FLUSH:
+            self.flush()
+            write_all(self.fd, data)
+            return
+        self.pending.append(data)
+        self.size += len(data)
+        if self.size >= _FLUSH:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            write_all(self.fd, b"".join(self.pending))
+            self.pending, self.size = [], 0
+
+    def array(self, name: str, dtype: Any, pieces: Iterable) -> None:
+        """The array ``name`` of ``dtype``, made of ``pieces`` (numpy arrays, or buffers of that dtype's items)."""
+        dtype = np.dtype(dtype)
+        nbytes = 0
+        for piece in pieces:
+            if isinstance(piece, np.ndarray):
+                piece = np.ascontiguousarray(piece, dtype=dtype)
+            data = memoryview(piece).cast("B")
+            nbytes += len(data)
+            self._put(data)
+        if nbytes % dtype.itemsize:
+            raise ValueError(f"its array {name!r} is not a whole number of items")
+        if nbytes % _ALIGN:
+            self._put(memoryview(b"\0" * (-nbytes % _ALIGN)))
+        self.listed.append([name, dtype.str, nbytes // dtype.itemsize])
+
+    def strings(self, name: str, ends_name: str, values: Sequence[str]) -> None:
+        """``values`` as one UTF-8 array ``name`` and their ends (in characters of the decoded
+        blob) ``ends_name``, written :data:`_CHUNK` strings at a time."""
+        ends = np.empty(len(values), dtype=np.int64)
+
+        def pieces() -> Iterator[bytes]:
+            chars = 0
+            for start in range(0, len(values), _CHUNK):
+                part = values[start: start + _CHUNK]
+                lengths = np.fromiter(map(len, part), dtype=np.int64, count=len(part))
+                ends[start: start + len(part)] = chars + np.cumsum(lengths)
+                text = "".join(part)
+                chars += len(text)
+                yield text.encode("utf-8", "surrogatepass")
+
+        self.array(name, np.uint8, pieces())
+        self.array(ends_name, np.int64, [ends])
+
+    def finish(self, header: dict) -> None:
+        """The header (with the arrays' list and CRC-32), then its length, and every byte written."""
+        data = orjson.dumps({**header, "crc32": self.crc, "arrays": self.listed})
+        self.pending += [data, len(data).to_bytes(8, "little")]
+        self.flush()
+
+
+def _saved_chunks(facts: SavedFacts, first: int, end: int) -> Iterator[tuple]:
+    """The facts ``first``..``end`` of a loaded file's arrays as :func:`_fact_chunks`' chunks."""
+    ends = facts._ends
+    for start in range(first, end, _CHUNK):
+        stop = min(start + _CHUNK, end)
+        at = int(ends[start - 1]) if start else 0
+        yield (facts._text[at: int(ends[stop - 1])], ends[start: stop] - at, facts._turns[start: stop],
+               facts._offsets[start: stop])
+
+
+def _tuple_chunk(facts: list[tuple]) -> tuple:
+    """``(text, turn, offset)`` facts as one of :func:`_fact_chunks`' chunks."""
+    texts = [f[0].encode("utf-8", "surrogatepass") for f in facts]
+    ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
+    return b"".join(texts), ends, _ints([f[1] for f in facts], "turn"), _ints([f[2] for f in facts], "offset")
+
+
+def _fact_chunks(slot_facts: list, counts: list[int]) -> Iterator[tuple]:
+    """Every live slot's first ``count`` facts, in slot order, as chunks ``(their texts joined
+    in UTF-8, each one's end in it, turns, offsets)`` of about :data:`_CHUNK` facts. The facts of
+    sessions loaded from one file and not changed since (:class:`SavedFacts`) are sliced from
+    its arrays, consecutive ones as one run — no object per fact; other sessions' from their tuples."""
+    run: tuple | None = None  # (SavedFacts of the run's arrays, first fact, end)
+    waiting: list[tuple] = []
+    for facts, n in zip(slot_facts, counts):
+        if facts is None or not n:
             continue
-        name, session_id, created_at, source, total_len, (facts, n), gid_bytes = entry
-        for text, turn, offset in facts[:n]:
-            texts.append(text)
-            turns.append(turn)
-            offsets.append(offset)
-        gids.append(gid_bytes)
-        slots.append((1, name, session_id, created_at, SOURCES.index(source), total_len, n))
-    live, names, sids, created, sources, totals, counts = zip(*slots) if slots else ((),) * 7
-    arrays = dict(state["columns"])
-    arrays["postings"] = np.frombuffer(state["postings"], dtype=np.int32)
-    arrays["token_ends"] = np.asarray(state["token_ends"], dtype=np.int64)
-    arrays["gids"] = np.frombuffer(b"".join(gids), dtype=np.int32)
-    arrays["text"] = np.frombuffer("".join(texts).encode("utf-8", "surrogatepass"), dtype=np.uint8)
-    arrays["text_ends"] = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
-    arrays["fact_turn"] = _ints(turns, "turn")
-    arrays["fact_offset"] = _ints(offsets, "offset")
-    arrays["slot_live"], arrays["slot_source"] = np.array(live, dtype=np.int8), np.array(sources, dtype=np.int8)
-    arrays["slot_created"] = np.array([np.nan if c is None else c for c in created], dtype=np.float64)
-    arrays["slot_total"], arrays["slot_n"] = np.array(totals, dtype=np.int64), np.array(counts, dtype=np.int64)
-    arrays["names"], arrays["name_ends"] = _strings(list(names))
-    arrays["sids"], arrays["sid_ends"] = _strings(list(sids))
-    arrays["id_names"], arrays["id_name_ends"] = _strings(list(state["session_ids"]))
-    arrays["key_names"], arrays["key_name_ends"] = _strings(list(keys))
-    key_values = [(0, 0, 0) if k is None else unpack_key(k) for k in keys.values()]
-    arrays["key_none"] = np.array([k is None for k in keys.values()], dtype=np.int8)
+        if isinstance(facts, SavedFacts):
+            if waiting:
+                yield _tuple_chunk(waiting)
+                waiting = []
+            if run is not None and run[0]._ends is facts._ends and run[2] == facts._first:
+                run = (run[0], run[1], facts._first + n)
+                continue
+            if run is not None:
+                yield from _saved_chunks(*run)
+            run = (facts, facts._first, facts._first + n)
+            continue
+        if run is not None:
+            yield from _saved_chunks(*run)
+            run = None
+        waiting.extend(itertools.islice(facts, n))
+        if len(waiting) >= _CHUNK:
+            yield _tuple_chunk(waiting)
+            waiting = []
+    if run is not None:
+        yield from _saved_chunks(*run)
+    if waiting:
+        yield _tuple_chunk(waiting)
+
+
+def _write_facts(out: _Writer, slot_facts: list, counts: list[int]) -> None:
+    """The facts' texts in UTF-8 (streamed), then their ends in it, turns and offsets (filled meanwhile)."""
+    total = sum(counts)
+    ends, turns, offsets = (np.empty(total, dtype=np.int64) for _ in range(3))
+
+    def texts() -> Iterator[bytes]:
+        at = size = 0
+        for text, text_ends, chunk_turns, chunk_offsets in _fact_chunks(slot_facts, counts):
+            stop = at + len(text_ends)
+            ends[at: stop], turns[at: stop], offsets[at: stop] = text_ends + size, chunk_turns, chunk_offsets
+            at, size = stop, size + len(text)
+            yield text
+
+    out.array("text", np.uint8, texts())
+    for name, column in (("text_ends", ends), ("fact_turn", turns), ("fact_offset", offsets)):
+        out.array(name, np.int64, [column])
+
+
+def _write_keys(out: _Writer, keys: Mapping[str, Any]) -> None:
+    """The sessions' names and log keys, a column per part of the key."""
+    names, values = list(keys), list(keys.values())
+    out.strings("key_names", "key_name_ends", names)
+    out.array("key_none", np.int8, [np.fromiter((k is None for k in values), dtype=np.int8, count=len(values))])
     for i, (column, dtype) in enumerate((("key_ino", np.uint64), ("key_size", np.int64), ("key_mtime", np.int64))):
-        arrays[column] = np.array([k[i] for k in key_values], dtype=dtype)  # (an inode number may pass 2**63)
-    body: list[bytes | memoryview] = []
-    listed = []
-    crc = 0
-    for name, arr in arrays.items():
-        data = np.ascontiguousarray(arr).data.cast("B")
-        pad = -len(data) % _ALIGN
-        body += [data, b"\0" * pad]
-        crc = zlib.crc32(b"\0" * pad, zlib.crc32(data, crc))
-        listed.append([name, arr.dtype.str, len(arr)])
-    header = orjson.dumps({"format": FORMAT, "analysis": label, "crc32": crc, "arrays": listed,
-                           "tokens": state["tokens"], "live_docs": state["live_docs"], "live_len": state["live_len"],
-                           "dead_docs": state["dead_docs"],
-                           "cursor": str(cursor) if cursor is not None else None})  # (past 64 bits: text)
-    header += b" " * (-(len(MAGIC) + 8 + len(header)) % _ALIGN)
-    return [MAGIC, len(header).to_bytes(8, "little"), header, *body]
+        out.array(column, dtype, [np.fromiter((0 if k is None else unpack_key(k)[i] for k in values), dtype=dtype,
+                                              count=len(values))])  # (an inode number may pass 2**63)
 
 
-def save(root: str | os.PathLike, label: str, state: dict, keys: dict[str, Any], cursor: int | None = None) -> Path:
+def write(fd: int, state: dict, label: str, keys: Mapping[str, Any], cursor: int | None = None) -> None:
+    """Write the index file for ``state`` (:meth:`SearchIndex.snapshot`) to ``fd``."""
+    out = _Writer(fd)
+    for name, column in state["columns"].items():
+        out.array(name, np.int32, [column])
+    postings = state["postings"]
+    out.array("postings", np.int32, (p[:n] for p, n in postings))  # (a copy of what was there at the snapshot)
+    out.array("token_ends", np.int64, [np.cumsum(np.fromiter((n for _, n in postings), dtype=np.int64,
+                                                                count=len(postings)))])
+    slots = state["slots"]
+    counts = slots["n"].tolist()
+    out.array("gids", np.int32, _gid_pieces(slots["gids"], counts))
+    _write_facts(out, slots["facts"], counts)
+    for name, column in (("slot_live", "live"), ("slot_source", "source"), ("slot_created", "created"),
+                         ("slot_total", "total"), ("slot_n", "n")):
+        out.array(name, slots[column].dtype, [slots[column]])
+    out.strings("names", "name_ends", slots["names"])
+    out.strings("sids", "sid_ends", slots["sids"])
+    out.strings("id_names", "id_name_ends", state["session_ids"])
+    _write_keys(out, keys)
+    out.finish({"format": FORMAT, "analysis": label, "tokens": state["tokens"], "live_docs": state["live_docs"],
+                "live_len": state["live_len"], "dead_docs": state["dead_docs"],
+                "cursor": str(cursor) if cursor is not None else None})  # (past 64 bits: text)
+
+
+def _gid_pieces(slot_gids: list, counts: list[int]) -> Iterator[array]:
+    """Each live slot's first ``count`` gids, :data:`_CHUNK` or so at a time."""
+    part = array("i")
+    for gids, n in zip(slot_gids, counts):
+        if gids is not None:
+            part += gids[:n]
+            if len(part) >= _CHUNK:
+                yield part
+                part = array("i")
+    yield part
+
+
+def save(root: str | os.PathLike, label: str, state: dict, keys: Mapping[str, Any], cursor: int | None = None) -> Path:
     """Write the index ``label``'s ``state`` and the sessions' log ``keys`` atomically;
     ``cursor``: the store catalog's change feed's cursor (:meth:`memfs.store.catalog.Catalog.changes_since`)
     up to which every change is in ``keys``, when there is one."""
     path = index_path(root, label)
-    pieces = encode(state, label, keys, cursor)
     ensure_private_dir(path.parent)
-
-    def write(fd: int) -> None:
-        for piece in pieces:
-            write_all(fd, piece)
-
-    atomic_write(path, write)
+    atomic_write(path, lambda fd: write(fd, state, label, keys, cursor))
     return path
 
 
@@ -182,23 +307,14 @@ def _read(fd: int, label: str) -> tuple[dict, dict[str, Any]]:
             raise ValueError("it ends early")
         return buf
 
-    file_size = os.fstat(fd).st_size
-    head = pread(len(MAGIC) + 8, 0)
-    if bytes(head[:len(MAGIC)]) != MAGIC:
-        raise ValueError("not a memfs search index")
-    size = int.from_bytes(head[len(MAGIC):], "little")
-    if size > file_size:
-        raise ValueError("it ends early")
-    header = orjson.loads(pread(size, len(MAGIC) + 8))
-    if type(header) is not dict or header.get("format") != FORMAT:
-        raise ValueError(f"format {header.get('format') if type(header) is dict else None!r}, not {FORMAT}")
+    header, header_at = _header(fd, pread)
     if header.get("analysis") != label:
         raise ValueError(f"made for {header.get('analysis')!r}, not {label!r}")
-    at = len(MAGIC) + 8 + size
+    at = _START
     crc = 0
     arrays = {}
     for name, dtype, count in header["arrays"]:
-        if dtype not in _DTYPES or type(count) is not int or not 0 <= count <= (file_size - at) // np.dtype(dtype).itemsize:
+        if dtype not in _DTYPES or type(count) is not int or not 0 <= count <= (header_at - at) // np.dtype(dtype).itemsize:
             raise ValueError(f"its array {name!r} does not fit the file")
         arr = np.empty(count, dtype=np.dtype(dtype))
         data = pread(arr.nbytes, at, memoryview(arr).cast("B"))
@@ -209,6 +325,21 @@ def _read(fd: int, label: str) -> tuple[dict, dict[str, Any]]:
     if crc != header["crc32"]:
         raise ValueError("its arrays do not match their checksum")
     return header, arrays
+
+
+def _header(fd: int, pread: Callable[[int, int], Any]) -> tuple[dict, int]:
+    """The header of an open index file of this :data:`FORMAT` and where it starts; ValueError
+    when there is none (``pread(n, at)``: ``n`` bytes at ``at``, ValueError when fewer)."""
+    file_size = os.fstat(fd).st_size
+    if file_size < _START + 8 or bytes(pread(len(MAGIC), 0)) != MAGIC:
+        raise ValueError("not a memfs search index")
+    size = int.from_bytes(pread(8, file_size - 8), "little")
+    if size > file_size - 8 - _START:
+        raise ValueError("it ends early")
+    header = orjson.loads(pread(size, file_size - 8 - size))
+    if type(header) is not dict or header.get("format") != FORMAT:
+        raise ValueError(f"format {header.get('format') if type(header) is dict else None!r}, not {FORMAT}")
+    return header, file_size - 8 - size
 
 
 def decode(header: dict, arrays: dict[str, Any]) -> tuple[dict, dict[str, Any], int | None]:
@@ -237,8 +368,9 @@ def decode(header: dict, arrays: dict[str, Any]) -> tuple[dict, dict[str, Any], 
             or not _within(arrays["doc_slot"], n_slots, -1)
             or not _within(arrays["slot_session"], len(arrays["id_name_ends"]))):
         raise ValueError("its arrays do not match its header")
-    text = str(memoryview(arrays.pop("text")), "utf-8", "surrogatepass")
-    text_ends, turns, offsets, gids = arrays["text_ends"], arrays["fact_turn"], arrays["fact_offset"], arrays["gids"]
+    text, text_ends = arrays.pop("text"), arrays["text_ends"]
+    _check_texts(text, text_ends)
+    turns, offsets, gids = arrays["fact_turn"], arrays["fact_offset"], arrays["gids"]
     gid_bytes = gids.tobytes()
     names, sids = _unstrings(arrays["names"], arrays["name_ends"]), _unstrings(arrays["sids"], arrays["sid_ends"])
     restored: list = []
@@ -265,14 +397,28 @@ def decode(header: dict, arrays: dict[str, Any]) -> tuple[dict, dict[str, Any], 
     return state, keys, int(cursor) if type(cursor) is str and cursor.isdigit() and cursor != "0" else None
 
 
+def _check_texts(blob: np.ndarray, ends: np.ndarray) -> None:
+    """ValueError unless the facts' ``ends`` cut the UTF-8 ``blob`` into whole texts: so a fact
+    read later (:class:`SavedFacts`) always decodes."""
+    if len(ends) and (ends[-1] != len(blob) or int(ends[0]) < 0 or bool((np.diff(ends) < 0).any())):
+        raise ValueError("its texts do not match their ends")
+    cuts = ends[:-1][ends[:-1] < len(blob)]
+    if bool(((blob[cuts] & 0xC0) == 0x80).any()):
+        raise ValueError("a text's end cuts a character")
+    for start in range(0, len(ends), _CHUNK):  # (valid UTF-8, a chunk at a time)
+        str(memoryview(blob[int(ends[start - 1]) if start else 0: int(ends[min(start + _CHUNK, len(ends)) - 1])]),
+            "utf-8", "surrogatepass")
+
+
 class SavedFacts(Sequence):
     """One session's facts as the saved file holds them — ``(text, turn, offset)`` each, read
-    from the file's arrays when asked for, so loading an index costs its sessions, not its
-    facts (the index copies them into a list before it adds to them)."""
+    from the file's arrays when asked for (the texts stay UTF-8 until then: one wide character
+    would make a str of them all two or four bytes a character), so loading an index costs its
+    sessions, not its facts (the index copies them into a list before it adds to them)."""
 
     __slots__ = ("_text", "_ends", "_turns", "_offsets", "_first", "_n")
 
-    def __init__(self, text: str, ends: np.ndarray, turns: np.ndarray, offsets: np.ndarray, first: int, n: int):
+    def __init__(self, text: np.ndarray, ends: np.ndarray, turns: np.ndarray, offsets: np.ndarray, first: int, n: int):
         self._text, self._ends, self._turns, self._offsets, self._first, self._n = text, ends, turns, offsets, first, n
 
     def __len__(self) -> int:
@@ -293,8 +439,8 @@ class SavedFacts(Sequence):
             raise IndexError("fact index out of range")
         k = self._first + i
         turn, offset = int(self._turns[k]), int(self._offsets[k])
-        return (self._text[int(self._ends[k - 1]) if k else 0: int(self._ends[k])], None if turn == NONE else turn,
-                None if offset == NONE else offset)
+        text = str(memoryview(self._text[int(self._ends[k - 1]) if k else 0: int(self._ends[k])]), "utf-8", "surrogatepass")
+        return text, None if turn == NONE else turn, None if offset == NONE else offset
 
 
 def current(root: str | os.PathLike, label: str) -> bool:
@@ -304,14 +450,16 @@ def current(root: str | os.PathLike, label: str) -> bool:
         fd = open_nofollow(index_path(root, label), os.O_RDONLY)
     except (OSError, MemfsError):
         return False
+
+    def pread(n: int, at: int) -> bytes:
+        data = os.pread(fd, n, at)
+        if len(data) < n:
+            raise ValueError("it ends early")
+        return data
+
     try:
-        head = os.pread(fd, len(MAGIC) + 8, 0)
-        if not head.startswith(MAGIC) or len(head) < len(MAGIC) + 8:
-            return False
-        size = int.from_bytes(head[len(MAGIC):], "little")
-        header = orjson.loads(os.pread(fd, size, len(MAGIC) + 8))
-        return type(header) is dict and header.get("format") == FORMAT and header.get("analysis") == label
-    except (OSError, orjson.JSONDecodeError):
+        return _header(fd, pread)[0].get("analysis") == label
+    except (OSError, ValueError):
         return False
     finally:
         os.close(fd)
