@@ -126,17 +126,20 @@ def test_changes_made_without_memfs_are_noticed(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert catalog.row("a").turns == 2
-    # a session copied in (cp -a): the root's mtime moved, the next read lists the names again
-    subprocess.run(["cp", "-a", str(root / "a"), str(root / "copy")], check=True)
-    assert "copy" in catalog.current(verify=False).names()
+    # sessions copied in (cp -a): the root's mtime moved, the next read lists the names again
+    # (names before and after the known one, in code point order: "B" < "a" < "copy" < "Ärger")
+    for copy in ("copy", "B", "Ärger"):
+        subprocess.run(["cp", "-a", str(root / "a"), str(root / copy)], check=True)
+    assert catalog.current(verify=False).names() == ["B", "a", "copy", "Ärger"]
     assert catalog.row("copy").turns == 2 and catalog.row("copy").log_size == catalog.row("a").log_size
     # lines appended by a tool that is not memfs: the check of each log's stat finds them
     with open(root / "copy" / "events.jsonl", "a") as f:  # (lines as memfs stores them)
         f.write(event("turn.started") + "\n" + event("turn.completed", usage={"input_tokens": 1}) + "\n")
     assert catalog.verify() >= 1
     assert catalog.row("copy").turns == 3
-    # a folder deleted by hand
-    shutil.rmtree(root / "copy")
+    # folders deleted by hand
+    for copy in ("copy", "B", "Ärger"):
+        shutil.rmtree(root / copy)
     assert catalog.current(verify=False).names() == ["a"]
     assert answers(root)[0][:6] == before[0][:6]
 

@@ -33,14 +33,16 @@ import sqlite3
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import astuple, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from memfs.store import catalog_defer
 from memfs.store.catalog_build import build, build_elsewhere, racy, scan, stale_rows
+from memfs.store.catalog_db import differences
 from memfs.store.sessiondirs import session_names
 
 if TYPE_CHECKING:
@@ -246,13 +248,13 @@ class Catalog:
                         build(self, mtime)
                     self._changed()
                 return True
-            names = set(session_names(self.root)) if mtime != -2 else set()
-            known = {sys.intern(r[0]) for r in self.db.query("SELECT name FROM sessions")}  # (the listed names are interned: one str each)
-            rows = [row for n in sorted(names - known) if (row := scan(self.root, n)) is not None]
+            names = session_names(self.root) if mtime != -2 else []
+            new, gone = self.db.query("SELECT name FROM sessions ORDER BY name", (), lambda rows: differences(names, rows))
+            rows = [row for n in new if (row := scan(self.root, n)) is not None]
             # a root mtime this recent may be shared by a later change: not trusted, so the
             # next read lists the names again
             self._relisted = (time.monotonic(), mtime)
-            self.db.put(rows, sorted(known - names), {"root_mtime_ns": -3 if racy(mtime) else mtime})
+            self.db.put(rows, gone, {"root_mtime_ns": -3 if racy(mtime) else mtime})
             self._changed()
             return True
 
@@ -464,15 +466,14 @@ class Catalog:
         whatever is not among them."""
         from memfs.store.catalog_db import COLUMNS
 
-        cursor, rows, removed = self.feed(cursor, COLUMNS)
-        return cursor, [Row(*r) for r in rows], removed
+        return self.feed(cursor, COLUMNS, lambda rows: [Row(*r) for r in rows])
 
     def log_keys_since(self, cursor: int) -> tuple[int, dict[str, int | None], list[str] | None]:
         """:meth:`changes_since` with each changed session's log key (:func:`pack_key`; None: no
         log) instead of its row: what a search index needs, read without the rest."""
-        cursor, rows, removed = self.feed(cursor, ("name", "log_ino", "log_size", "log_mtime_ns"))
-        return cursor, {sys.intern(n): pack_key(ino, size, mtime) if size is not None and ino else None
-                        for n, ino, size, mtime in rows}, removed
+        return self.feed(cursor, ("name", "log_ino", "log_size", "log_mtime_ns"),
+                         lambda rows: {sys.intern(n): pack_key(ino, size, mtime) if size is not None and ino else None
+                                       for n, ino, size, mtime in rows})
 
     def cursor(self) -> int:
         """The change feed's cursor now (what :meth:`changes_since` would answer), read without a row."""
@@ -482,14 +483,15 @@ class Catalog:
 
         return self._guarded(work)
 
-    def feed(self, cursor: int, columns) -> tuple[int, list, list[str] | None]:
-        """:meth:`changes_since` with the ``columns`` asked (tuples), not rows."""
+    def feed(self, cursor: int, columns, make: Callable[[Iterable[tuple]], Any] = list) -> tuple[int, Any, list[str] | None]:
+        """:meth:`changes_since` with the ``columns`` asked (tuples), not rows; ``make``: what
+        is made of them as they are read (:meth:`memfs.store.catalog_db.CatalogDB.query`)."""
         def work():
             with self.db._lock:
                 seq, generation = self.db.meta("seq"), self.db.meta("generation")
                 since = cursor - generation * _GENERATION if cursor // _GENERATION == generation else None
                 rows = self.db.query(f"SELECT {', '.join(columns)} FROM sessions WHERE seq > ? AND seq <= ? "
-                                     "ORDER BY seq", (since or 0, seq))
+                                     "ORDER BY seq", (since or 0, seq), make)
                 removed = self.db.query("SELECT name FROM removed WHERE seq > ? AND seq <= ? ORDER BY seq",
                                         (since, seq)) if since is not None else None
             return generation * _GENERATION + seq, rows, [r[0] for r in removed] if removed is not None else None

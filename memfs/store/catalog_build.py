@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from memfs.pace import pace
+from memfs.store.catalog_db import differences
 from memfs.store.paths import EVENTS, MANIFEST
 
 if TYPE_CHECKING:
@@ -68,10 +69,10 @@ def build(catalog: Catalog, mtime: int) -> None:
     started = time.time()
     db, root = catalog.db, catalog.root
     names = session_names(root) if mtime != -2 else []
-    known = {r[0] for r in db.query("SELECT name FROM sessions")}
+    new, gone = db.query("SELECT name FROM sessions ORDER BY name", (), lambda rows: differences(names, rows))
     # rows writers noted before this first listing are checked against the disk as a verify
     # does, before the catalog reads as built (a hand edit or a copy meanwhile)
-    todo = [n for n in names if n not in known] + stale_rows(db, root)
+    todo = new + stale_rows(db, root)
     for i in range(0, len(todo), CHUNK):
         rows = []
         for name in todo[i:i + CHUNK]:
@@ -83,7 +84,7 @@ def build(catalog: Catalog, mtime: int) -> None:
             db.put(rows)
             catalog.note_own_change()
     meta: dict[str, float] = {"root_mtime_ns": -3 if racy(mtime) else mtime, "verified": started}
-    db.put([], sorted(known - set(names)), meta)
+    db.put([], gone, meta)
     catalog.note_own_change()
     log.info("store catalog of %s built: %d sessions read in %.1f s", root, len(todo), time.time() - started)
 

@@ -57,19 +57,19 @@ class Listing:
                 return self._updated
             own = catalog.own_changes
             try:
-                cursor, rows, removed = catalog.feed(self._cursor, ("name", "updated_at"))
+                cursor, rows, removed = catalog.feed(self._cursor, ("name", "updated_at"), _named)
             except sqlite3.Error as exc:  # (busy past the timeout): what it said last, rather than fail a reader
                 log.warning("store catalog of %s not read: %s", catalog.root, exc)
                 return self._updated
             if removed is None:  # a first read, or the catalog rebuilt: every row
-                self._updated = {sys.intern(name): _ns(when) for name, when in rows}  # (one str per name: see catalog.py)
+                self._updated = dict(rows)
                 self._sorted = None
             else:
                 updated = dict(self._updated)  # (a new dict: a reader may hold the old one)
                 for name, when in rows:
                     if name not in updated:
                         self._sorted = None
-                    updated[sys.intern(name)] = _ns(when)
+                    updated[name] = when
                 for name in removed:
                     if updated.pop(name, None) is not None:
                         self._sorted = None
@@ -88,6 +88,11 @@ class Listing:
     def updated(self, name: str) -> int | None:
         """Session ``name``'s ``updated_at`` as its row has it, in ns (-1: none readable; None: no row)."""
         return self.times().get(name)
+
+
+def _named(rows) -> list[tuple[str, int]]:
+    """Feed rows ``(name, updated_at)`` as ``(interned name, ns)`` (one str per name: see catalog.py)."""
+    return [(sys.intern(name), _ns(when)) for name, when in rows]
 
 
 def _ns(when: str | None) -> int:

@@ -160,8 +160,8 @@ class Aggregator:
         self._fed = time.monotonic()
         try:
             catalog.current(background=True)  # (its checks of the disk: on a thread)
-            self._cursor, rows, removed = catalog.feed(self._cursor, ("name",))
-            stale = catalog_usage.stale_among(catalog, usage_key(), [r[0] for r in rows]) if rows else []
+            self._cursor, names, removed = catalog.feed(self._cursor, ("name",), lambda rows: [r[0] for r in rows])
+            stale = catalog_usage.stale_among(catalog, usage_key(), names) if names else []
             if removed is None or stale is None:  # (a catalog made again, or prices changed: all of it)
                 self._loaded = False
                 self._load_all()
