@@ -43,7 +43,7 @@ import os
 import sys
 import zlib
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, overload
 
@@ -298,16 +298,7 @@ def _read(fd: int, label: str) -> tuple[dict, dict[str, Any]]:
     """The header and the arrays of an open index file, each array read into memory of its own
     (no buffer of the whole file held meanwhile); ValueError when it is not a whole,
     current-format file of this analysis."""
-    def pread(n: int, at: int, into: memoryview | None = None) -> memoryview:
-        buf = memoryview(bytearray(n)) if into is None else into
-        got = 0
-        while got < n and (k := os.preadv(fd, [buf[got:]], at + got)):
-            got += k
-        if got < n:
-            raise ValueError("it ends early")
-        return buf
-
-    header, header_at = _header(fd, pread)
+    header, header_at = _header(fd)
     if header.get("analysis") != label:
         raise ValueError(f"made for {header.get('analysis')!r}, not {label!r}")
     at = _START
@@ -317,7 +308,7 @@ def _read(fd: int, label: str) -> tuple[dict, dict[str, Any]]:
         if dtype not in _DTYPES or type(count) is not int or not 0 <= count <= (header_at - at) // np.dtype(dtype).itemsize:
             raise ValueError(f"its array {name!r} does not fit the file")
         arr = np.empty(count, dtype=np.dtype(dtype))
-        data = pread(arr.nbytes, at, memoryview(arr).cast("B"))
+        data = _pread(fd, arr.nbytes, at, memoryview(arr).cast("B"))
         pad = -arr.nbytes % _ALIGN
         crc = zlib.crc32(b"\0" * pad, zlib.crc32(data, crc))
         at += arr.nbytes + pad
@@ -327,16 +318,27 @@ def _read(fd: int, label: str) -> tuple[dict, dict[str, Any]]:
     return header, arrays
 
 
-def _header(fd: int, pread: Callable[[int, int], Any]) -> tuple[dict, int]:
+def _pread(fd: int, n: int, at: int, into: memoryview | None = None) -> memoryview:
+    """``n`` bytes of ``fd`` at ``at`` (into ``into`` when given); ValueError when there are fewer."""
+    buf = memoryview(bytearray(n)) if into is None else into
+    got = 0
+    while got < n and (k := os.preadv(fd, [buf[got:]], at + got)):
+        got += k
+    if got < n:
+        raise ValueError("it ends early")
+    return buf
+
+
+def _header(fd: int) -> tuple[dict, int]:
     """The header of an open index file of this :data:`FORMAT` and where it starts; ValueError
-    when there is none (``pread(n, at)``: ``n`` bytes at ``at``, ValueError when fewer)."""
+    when there is none."""
     file_size = os.fstat(fd).st_size
-    if file_size < _START + 8 or bytes(pread(len(MAGIC), 0)) != MAGIC:
+    if file_size < _START + 8 or bytes(_pread(fd, len(MAGIC), 0)) != MAGIC:
         raise ValueError("not a memfs search index")
-    size = int.from_bytes(pread(8, file_size - 8), "little")
+    size = int.from_bytes(_pread(fd, 8, file_size - 8), "little")
     if size > file_size - 8 - _START:
         raise ValueError("it ends early")
-    header = orjson.loads(pread(size, file_size - 8 - size))
+    header = orjson.loads(_pread(fd, size, file_size - 8 - size))
     if type(header) is not dict or header.get("format") != FORMAT:
         raise ValueError(f"format {header.get('format') if type(header) is dict else None!r}, not {FORMAT}")
     return header, file_size - 8 - size
@@ -450,15 +452,8 @@ def current(root: str | os.PathLike, label: str) -> bool:
         fd = open_nofollow(index_path(root, label), os.O_RDONLY)
     except (OSError, MemfsError):
         return False
-
-    def pread(n: int, at: int) -> bytes:
-        data = os.pread(fd, n, at)
-        if len(data) < n:
-            raise ValueError("it ends early")
-        return data
-
     try:
-        return _header(fd, pread)[0].get("analysis") == label
+        return _header(fd)[0].get("analysis") == label
     except (OSError, ValueError):
         return False
     finally:
