@@ -298,6 +298,32 @@ def test_rows_still_in_the_write_ahead_log_are_read_while_opencode_holds_the_dat
         writer.close()
 
 
+def test_a_write_ahead_log_left_by_an_exited_opencode_is_read_and_nothing_beside_it_written(tmp_path):
+    """OpenCode exits without a checkpoint, its WAL and WAL index (``-shm``) left behind and no
+    connection open. An import then reads the WAL's rows and changes none of the three files: a
+    first connection that rebuilt the index would hold exclusive locks while it did, and
+    OpenCode's next start (``PRAGMA journal_mode`` before its ``busy_timeout``) fails at once on
+    those with "database is locked"."""
+    data = data_dir(tmp_path, "plain")
+    db = data / "opencode.db"
+    sid = capture("plain")["session_id"]
+    left = ("import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+            "c.execute('PRAGMA journal_mode = WAL'); c.execute('PRAGMA wal_autocheckpoint = 0'); "
+            "c.execute('UPDATE session SET title = ? WHERE id = ?', ('Left in the WAL', sys.argv[2])); os._exit(0)")
+    subprocess.run([sys.executable, "-c", left, str(db), sid], check=True, timeout=60)
+    files = [db, data / "opencode.db-wal", data / "opencode.db-shm"]
+
+    def state() -> list[tuple]:
+        return [(os.stat(f).st_mtime_ns, hashlib.sha256(f.read_bytes()).hexdigest()) for f in files]
+
+    before = state()
+    store = tmp_path / "store"
+    (report,) = import_(store, db)
+    assert report["status"] == "imported"
+    assert listing(store)[sid]["title"] == "Left in the WAL"
+    assert state() == before
+
+
 def test_a_symbolic_link_to_the_database_is_refused_with_the_reason(tmp_path):
     data = data_dir(tmp_path, "plain")
     link_dir = tmp_path / "linked"

@@ -27,12 +27,11 @@ mark does not move until a pass succeeds.
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from memfs.agents.opencode.store import StoreError, connect
+from memfs.agents.opencode.store import StoreError, read
 
 DEBOUNCE = 0.1  # seconds without a write before a pass
 MAX_WAIT = 0.5  # seconds after the first write at most
@@ -45,32 +44,21 @@ RETRY_FIRST, RETRY_MAX = 1.0, 30.0
 def recent_sessions(db: Path, since: int) -> dict[str, tuple[int, int]]:
     """The sessions with a session, message or part row updated at or after ``since`` (ms):
     each one's newest ``time_updated`` and how many such rows it has (one read)."""
-    conn = connect(db)
-    try:
-        rows = conn.execute(
-            "SELECT sid, max(t), count(*) FROM ("
-            "SELECT id AS sid, time_updated AS t FROM session WHERE time_updated >= ?1 "
-            "UNION ALL SELECT session_id, time_updated FROM message WHERE time_updated >= ?1 "
-            "UNION ALL SELECT session_id, time_updated FROM part WHERE time_updated >= ?1) GROUP BY sid",
-            (since,)).fetchall()
-    except sqlite3.Error as exc:
-        raise StoreError(f"{db}: cannot read what changed: {exc}") from None
-    finally:
-        conn.close()
+    rows = read(db, "cannot read what changed", lambda conn: conn.execute(
+        "SELECT sid, max(t), count(*) FROM ("
+        "SELECT id AS sid, time_updated AS t FROM session WHERE time_updated >= ?1 "
+        "UNION ALL SELECT session_id, time_updated FROM message WHERE time_updated >= ?1 "
+        "UNION ALL SELECT session_id, time_updated FROM part WHERE time_updated >= ?1) GROUP BY sid",
+        (since,)).fetchall())
     return {sid: (t, n) for sid, t, n in rows if isinstance(sid, str) and type(t) is int}
 
 
 def newest(db: Path) -> int | None:
     """The newest ``time_updated`` of a session, message or part row (ms), None when none."""
-    conn = connect(db)
-    try:
-        (top,) = conn.execute("SELECT max(t) FROM (SELECT max(time_updated) AS t FROM session "
-                              "UNION ALL SELECT max(time_updated) FROM message "
-                              "UNION ALL SELECT max(time_updated) FROM part)").fetchone()
-    except sqlite3.Error as exc:
-        raise StoreError(f"{db}: not an OpenCode database: {exc}") from None
-    finally:
-        conn.close()
+    (top,) = read(db, "cannot read its newest row", lambda conn: conn.execute(
+        "SELECT max(t) FROM (SELECT max(time_updated) AS t FROM session "
+        "UNION ALL SELECT max(time_updated) FROM message "
+        "UNION ALL SELECT max(time_updated) FROM part)").fetchone())
     return top if type(top) is int else None
 
 

@@ -10,10 +10,11 @@ tables read here: ``session`` (id, ``parent_id`` of a sub-agent's session, ``dir
 ``cost``, ``error``, ``time``, ``finish``) and ``part`` (``data``: JSON, ``type`` ``text`` /
 ``reasoning`` / ``tool`` / ``step-start`` / ``step-finish`` / …).
 
-The database is opened read-only through SQLite (``file:…?mode=ro``; never a copy of the main
-file alone, which would lose the WAL's rows), one short read transaction per session, and
-closed at once: OpenCode may be writing to it meanwhile. Only a regular file, not a symbolic
-link, is opened. No other I/O here.
+The database is opened read-only through SQLite (``file:…?mode=ro``, its WAL index read-only too;
+never a copy of the main file alone, which would lose the WAL's rows), one short read transaction
+per session, and closed at once: OpenCode may be writing to it meanwhile, and must never meet a
+lock of ours (:func:`read`). Only a regular file, not a symbolic link, is opened. No other I/O
+here.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import orjson
@@ -35,6 +38,7 @@ AGENT = "opencode"
 DB_NAME = "opencode.db"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT = 5.0  # seconds to wait for a writer's lock (reads in WAL mode rarely wait)
+T = TypeVar("T")
 DEFAULT_TITLE = "New session - "  # OpenCode's placeholder title, until its title request answers
 
 
@@ -75,18 +79,57 @@ def _check_file(db: Path) -> None:
         os.close(fd)
 
 
-def connect(db: Path) -> sqlite3.Connection:
-    """A read-only connection (SQLite URI ``mode=ro``): it reads the WAL's rows too, and never
-    writes, checkpoints or takes a write lock."""
-    _check_file(db)
+# SQLite's errors worth a retry: a lock, or the WAL index being rebuilt by OpenCode at that moment,
+# or its file gone between the check and the open.
+TRANSIENT = frozenset({"SQLITE_BUSY", "SQLITE_BUSY_RECOVERY", "SQLITE_BUSY_SNAPSHOT", "SQLITE_BUSY_TIMEOUT",
+                       "SQLITE_LOCKED", "SQLITE_PROTOCOL", "SQLITE_CANTOPEN", "SQLITE_READONLY_RECOVERY",
+                       "SQLITE_READONLY_CANTINIT"})
+
+
+def _connect(db: Path) -> sqlite3.Connection:
+    """A read-only connection that never takes a lock OpenCode could meet. While the WAL's
+    shared-memory file (``opencode.db-shm``) is there, it is opened read-only
+    (``readonly_shm``): SQLite then never initialises, truncates or rebuilds it, which takes
+    exclusive locks — and OpenCode's first statement on a new connection
+    (``PRAGMA journal_mode``, before its ``busy_timeout``) fails at once on such a lock.
+    OpenCode 1.18 leaves that file after every run. Without it (a database another program
+    closed cleanly, or not in WAL mode) plain ``mode=ro``: the read then makes the index, as
+    any SQLite reader must, and an OpenCode starting in that instant could meet its lock."""
     uri = f"file:{quote(str(db.resolve()))}?mode=ro"
+    if os.path.exists(f"{db}-shm"):
+        uri += "&readonly_shm=1"
+    conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT, isolation_level=None)
     try:
-        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT, isolation_level=None)
         conn.execute("PRAGMA query_only = 1")
-        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")
-    except sqlite3.Error as exc:
-        raise StoreError(f"{db}: cannot read it with SQLite: {exc}") from None
+    except sqlite3.Error:
+        conn.close()
+        raise
     return conn
+
+
+def read(db: Path, what: str, reader: Callable[[sqlite3.Connection], T]) -> T:
+    """``reader(connection)`` in one read transaction on a read-only connection, closed at once
+    (it never writes, checkpoints or takes a write lock). A transient error (see
+    :data:`TRANSIENT`) is retried for up to :data:`BUSY_TIMEOUT` seconds; any other, or one
+    that lasts, is a :class:`StoreError` saying ``what`` could not be read, and why."""
+    _check_file(db)
+    deadline = time.monotonic() + BUSY_TIMEOUT
+    pause = 0.005
+    while True:
+        try:
+            conn = _connect(db)
+            try:
+                conn.execute("BEGIN")
+                result = reader(conn)
+                conn.execute("COMMIT")
+                return result
+            finally:
+                conn.close()
+        except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorname", None) not in TRANSIENT or time.monotonic() + pause > deadline:
+                raise StoreError(f"{db}: {what}: {exc}") from None
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
 
 
 def _json(text: Any) -> dict:
@@ -106,13 +149,8 @@ SESSION_COLUMNS = ("id", "parent_id", "slug", "directory", "title", "version", "
 def list_sessions(db: Path) -> list[dict]:
     """The store's sessions (the columns of :data:`SESSION_COLUMNS`), parents before their
     sub-agents' sessions, each by creation time."""
-    conn = connect(db)
-    try:
-        rows = conn.execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM session ORDER BY time_created, id").fetchall()
-    except sqlite3.Error as exc:
-        raise StoreError(f"{db}: not an OpenCode database: {exc}") from None
-    finally:
-        conn.close()
+    rows = read(db, "cannot read its sessions", lambda conn: conn.execute(
+        f"SELECT {', '.join(SESSION_COLUMNS)} FROM session ORDER BY time_created, id").fetchall())
     sessions = [dict(zip(SESSION_COLUMNS, r)) for r in rows if isinstance(r[0], str) and r[0]]
     ids = {s["id"] for s in sessions}
     depth: dict[str, int] = {}
@@ -131,18 +169,13 @@ def read_session(db: Path, sid: str) -> tuple[list[dict], dict[str, list[dict]]]
     """One session's messages (the decoded ``data``, ``id``, ``time_created``) in order, and
     each message's parts (decoded ``data`` and ``id``) in order — in one read transaction, so
     the two agree."""
-    conn = connect(db)
-    try:
-        conn.execute("BEGIN")
-        msgs = conn.execute("SELECT id, time_created, data FROM message WHERE session_id = ? "
-                            "ORDER BY time_created, id", (sid,)).fetchall()
-        parts = conn.execute("SELECT id, message_id, data FROM part WHERE session_id = ? "
-                             "ORDER BY message_id, id", (sid,)).fetchall()
-        conn.execute("COMMIT")
-    except sqlite3.Error as exc:
-        raise StoreError(f"{db}: cannot read session {sid}: {exc}") from None
-    finally:
-        conn.close()
+    def both(conn: sqlite3.Connection) -> tuple[list, list]:
+        return (conn.execute("SELECT id, time_created, data FROM message WHERE session_id = ? "
+                             "ORDER BY time_created, id", (sid,)).fetchall(),
+                conn.execute("SELECT id, message_id, data FROM part WHERE session_id = ? "
+                             "ORDER BY message_id, id", (sid,)).fetchall())
+
+    msgs, parts = read(db, f"cannot read session {sid}", both)
     messages = [{**_json(data), "id": mid, "time_created": t} for mid, t, data in msgs if isinstance(mid, str)]
     by_message: dict[str, list[dict]] = {}
     for pid, mid, data in parts:
