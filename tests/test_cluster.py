@@ -65,10 +65,18 @@ def delete_stream(urls: str, name: str, **connect) -> None:
 
     async def run():
         nc = await nats.connect(urls.split(","), **connect)
+        deadline = time.monotonic() + 30
         try:
-            await nc.jetstream().delete_stream(name)
-        except nats.js.errors.NotFoundError:
-            pass
+            while True:
+                try:
+                    await nc.jetstream(timeout=10).delete_stream(name)
+                    return
+                except nats.js.errors.NotFoundError:
+                    return
+                except (nats.js.errors.APIError, nats.errors.TimeoutError):  # slow to answer: again
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.2)
         finally:
             await nc.close()
 

@@ -32,8 +32,8 @@ from nats.js import api  # noqa: E402
 def stream(nats_cluster, request):
     """A stream of this test's own on the shared cluster (taking ``memfs.>``), deleted after it."""
     name = stream_name(request)
-    make_stream(nats_cluster.urls, name)
     try:
+        make_stream(nats_cluster.urls, name)
         yield name
     finally:
         delete_stream(nats_cluster.urls, name)
@@ -50,7 +50,9 @@ def make_stream(urls: str, name: str) -> None:
                     await js.add_stream(api.StreamConfig(name=name, subjects=["memfs.>"], num_replicas=3,
                                                          storage=api.StorageType.FILE, duplicate_window=120.0))
                     return
-                except nats.js.errors.APIError:  # a cluster just started: no meta leader yet
+                except (nats.js.errors.APIError, nats.errors.TimeoutError):
+                    # a cluster just started (no meta leader yet) or slow to answer: again (the same
+                    # config again is no error when the first request did go through)
                     if time.monotonic() > deadline:
                         raise
                     await asyncio.sleep(0.2)

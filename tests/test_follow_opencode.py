@@ -182,12 +182,13 @@ def test_a_followed_session_gets_the_new_turn_as_opencode_writes_it_each_thing_o
         wait_for(lambda: turns(safe_events(store, sid)) == ["turn.completed"], what="the first turn, at the start")
         writer.write(("message", turn.user))  # OpenCode writes the message, then its parts
         writer.write(*turn.opened())
-        ev = wait_for(lambda: (e := safe_events(store, sid)) and len(started(e)) == 2 and e, what="the new turn")
+        wait_for(lambda: len(started(safe_events(store, sid))) == 2, what="the new turn")
+        assert stop(proc) == 0
+        ev = events_of(store, sid)  # (as the follow left it: all of its pass, not a part read while it wrote)
         assert started(ev)[1]["prompt"] == quoted(doc["runs"][1]["prompt"])
         assert turns(ev) == ["turn.completed"]  # still running: open
         assert [i["text"] for i in of_type(ev, "agent_message")] == ["The project has one file: README.md."]
         assert listing(store)[sid]["status"] == "running"
-        assert stop(proc) == 0
 
         (report,) = import_(store, turn.data)  # a plain import while the turn runs
         assert (report["session"], report["status"], report["appended"]) == (sid, "up-to-date", 0)
@@ -197,8 +198,9 @@ def test_a_followed_session_gets_the_new_turn_as_opencode_writes_it_each_thing_o
         writer.write(("part", turn.text))  # the text ends
         writer.write(("part", turn.step_finish))
         writer.write(("message", turn.answer), ("session", turn.session))  # the answer completes
-        ev = wait_for(lambda: (e := safe_events(store, sid)) and len(turns(e)) == 2 and e, what="the turn closed")
+        wait_for(lambda: len(turns(safe_events(store, sid))) == 2, what="the turn closed")
         assert stop(proc) == 0
+        ev = events_of(store, sid)
         # (the follow wrote nothing beside the database: these are OpenCode's own, while it runs)
         assert sorted(p.name for p in turn.data.iterdir()) == ["opencode.db", "opencode.db-shm", "opencode.db-wal"]
     finally:
