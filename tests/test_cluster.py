@@ -60,23 +60,33 @@ def stream_leader(urls: str, name: str) -> str:
     return asyncio.run(run())
 
 
+async def slow_cluster_again(call, seconds: float = 30.0):
+    """``await call()``, again while the cluster is slow to answer or has no leader yet (a
+    JetStream API error or a timeout), for ``seconds`` at most."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return await call()
+        except (nats.js.errors.APIError, nats.errors.TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
 def delete_stream(urls: str, name: str, **connect) -> None:
     """Delete stream ``name`` if it exists (``connect``: nats.connect's options, credentials)."""
 
     async def run():
         nc = await nats.connect(urls.split(","), **connect)
-        deadline = time.monotonic() + 30
+
+        async def delete() -> None:
+            try:
+                await nc.jetstream(timeout=10).delete_stream(name)
+            except nats.js.errors.NotFoundError:
+                pass
+
         try:
-            while True:
-                try:
-                    await nc.jetstream(timeout=10).delete_stream(name)
-                    return
-                except nats.js.errors.NotFoundError:
-                    return
-                except (nats.js.errors.APIError, nats.errors.TimeoutError):  # slow to answer: again
-                    if time.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(0.2)
+            await slow_cluster_again(delete)
         finally:
             await nc.close()
 

@@ -22,7 +22,7 @@ from memfs.cluster.wire import Connection
 
 from cluster import require
 from mounting import event, mounted, needs_fuse
-from test_cluster import delete_stream, nats_cluster, stream_name  # noqa: F401 (fixture)
+from test_cluster import delete_stream, nats_cluster, slow_cluster_again, stream_name  # noqa: F401 (fixture)
 
 nats = require("nats")
 from nats.js import api  # noqa: E402
@@ -43,19 +43,11 @@ def make_stream(urls: str, name: str) -> None:
     async def run():
         nc = await nats.connect(urls.split(","))
         js = nc.jetstream(timeout=10)
-        deadline = time.monotonic() + 30
-        try:
-            while True:
-                try:
-                    await js.add_stream(api.StreamConfig(name=name, subjects=["memfs.>"], num_replicas=3,
-                                                         storage=api.StorageType.FILE, duplicate_window=120.0))
-                    return
-                except (nats.js.errors.APIError, nats.errors.TimeoutError):
-                    # a cluster just started (no meta leader yet) or slow to answer: again (the same
-                    # config again is no error when the first request did go through)
-                    if time.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(0.2)
+        try:  # (a cluster just started has no leader yet; the same config again is no error when
+            # a request that timed out did go through)
+            await slow_cluster_again(lambda: js.add_stream(api.StreamConfig(
+                name=name, subjects=["memfs.>"], num_replicas=3, storage=api.StorageType.FILE,
+                duplicate_window=120.0)))
         finally:
             await nc.close()
 
